@@ -1,0 +1,54 @@
+"""What the rollout controller asks the world to do: desired state, never procedures.
+
+Every action is idempotent (scale *to* n, set the split *to* w), so a control plane that dies
+between writing a step and carrying it out simply carries it out again after a restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Keep exactly `count` instances of model@version (0 drains and stops them all)."""
+
+    model: str
+    version: str
+    count: int
+    kind: str = field(default="scale", init=False)
+
+
+@dataclass(frozen=True)
+class SetSplit:
+    """Route the model's unversioned traffic by these weights (percent, summing to 100)."""
+
+    model: str
+    weights: dict[str, int]
+    kind: str = field(default="split", init=False)
+
+
+@dataclass(frozen=True)
+class MoveAlias:
+    """Point `alias` (e.g. `latest`) of the model at `version`."""
+
+    model: str
+    alias: str
+    version: str
+    kind: str = field(default="alias", init=False)
+
+
+Action = Scale | SetSplit | MoveAlias
+_KINDS: dict[str, type] = {"scale": Scale, "split": SetSplit, "alias": MoveAlias}
+
+
+def action_to_dict(action: Action) -> dict[str, Any]:
+    """JSON-ready form of an action, as stored in `rollout_steps.actions`."""
+    return asdict(action)
+
+
+def action_from_dict(data: dict[str, Any]) -> Action:
+    """Inverse of `action_to_dict`."""
+    fields = {k: v for k, v in data.items() if k != "kind"}
+    return _KINDS[data["kind"]](**fields)

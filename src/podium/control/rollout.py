@@ -1,0 +1,276 @@
+"""The rollout controller: a pure state machine driven by a clock and observed health.
+
+`step(state, observation, now_ms)` returns the next state and the actions to carry out, or
+None when nothing changes. The caller writes the new state (one rollout step) to the store
+*before* it acts, so a control plane killed at any point resumes from the store: it re-applies
+the state's desired scale and split (idempotent) and keeps stepping.
+
+Red-Black, per stage `w`: scale the new version up to its share, wait until it is ready, move
+`w`% of traffic to it, scale the old one down to its share, and after the analysis window
+compare error rate and p99 latency. A failed readiness, a crash or a failed analysis rolls back
+in one step to 100% old. After the last stage the old instances stay warm for `warm_delay_ms`.
+
+Versioned: start the new version beside the others; move `latest` once it is ready.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from podium.control.actions import Action, MoveAlias, Scale, SetSplit
+from podium.control.rollout_config import RolloutConfig
+
+RUNNING, SUCCEEDED, ROLLED_BACK, FAILED = "running", "succeeded", "rolled_back", "failed"
+LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class VersionHealth:
+    """What the runtime and gateway observed of one version."""
+
+    num_ready: int = 0
+    """Instances answering ready now."""
+    num_crashes: int = 0
+    """Crashes of this version's instances since the control plane started counting."""
+    num_requests: int = 0
+    """Requests answered since the current analysis window began."""
+    num_errors: int = 0
+    """Of those, how many failed (5xx or connection error)."""
+    p99_ms: float | None = None
+    """p99 latency of those requests; None without requests."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Health of the old and the new version at one moment."""
+
+    new: VersionHealth
+    old: VersionHealth = field(default_factory=VersionHealth)
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    """Everything needed to resume a rollout; stored as JSON with each step."""
+
+    model: str
+    to_version: str
+    from_version: str | None
+    config: RolloutConfig
+    num_old: int = 0
+    """Instances the old version had when the rollout began (restored on rollback)."""
+    status: str = RUNNING
+    phase: str = "start"
+    stage_index: int = 0
+    phase_since_ms: int = 0
+    crash_baseline: int = 0
+    desired: dict[str, int] = field(default_factory=dict)
+    split: dict[str, int] = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def is_done(self) -> bool:
+        """True once the rollout succeeded, rolled back or failed."""
+        return self.status != RUNNING
+
+    @property
+    def weight_new(self) -> int:
+        """Percent of unversioned traffic currently routed to the new version."""
+        return self.split.get(self.to_version, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for the store."""
+        data = asdict(self)
+        data["config"] = self.config.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RolloutState:
+        """Inverse of `to_dict`."""
+        return cls(**{**data, "config": RolloutConfig.from_dict(data["config"])})
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One step: the state to write, then the actions to carry out, and why."""
+
+    state: RolloutState
+    actions: list[Action]
+    note: str
+
+
+def begin(model: str, to_version: str, from_version: str | None, config: RolloutConfig,
+          *, num_old: int = 0, now_ms: int = 0) -> RolloutState:
+    """The state of a rollout that has not taken its first step yet."""
+    if from_version is not None and from_version == to_version:
+        from_version = None
+    split = {from_version: 100} if from_version else {}
+    desired = {from_version: num_old} if from_version else {}
+    return RolloutState(model=model, to_version=to_version, from_version=from_version,
+                        config=config, num_old=num_old if from_version else 0,
+                        phase_since_ms=now_ms, desired=desired, split=split)
+
+
+def resume_actions(state: RolloutState) -> list[Action]:
+    """What to re-apply after a restart: the desired scale and split the store last recorded."""
+    actions: list[Action] = [Scale(state.model, v, n) for v, n in state.desired.items()]
+    if state.split:
+        actions.append(SetSplit(state.model, dict(state.split)))
+    return actions
+
+
+def abort(state: RolloutState, reason: str, now_ms: int) -> Decision | None:
+    """An operator asked to roll back a running rollout."""
+    if state.is_done:
+        return None
+    return _roll_back(state, f"rollback requested: {reason}", now_ms)
+
+
+def step(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
+    """Advance the rollout by at most one phase; None when nothing changes yet."""
+    if state.is_done:
+        return None
+    if state.phase == "start":
+        return _start(state, obs, now_ms)
+    crashed = obs.new.num_crashes > state.crash_baseline
+    if crashed:
+        return _roll_back(state, f"{state.model}@{state.to_version} crashed "
+                          f"({obs.new.num_crashes - state.crash_baseline} times)", now_ms)
+    if state.phase == "wait_ready":
+        return _wait_ready(state, obs, now_ms)
+    if state.phase == "analyze":
+        return _analyze(state, obs, now_ms)
+    if state.phase == "warm":
+        return _warm(state, now_ms)
+    raise ValueError(f"unknown rollout phase {state.phase!r}")
+
+
+def _start(state: RolloutState, obs: Observation, now_ms: int) -> Decision:
+    count = _num_new(state, state.stage_index)
+    desired = {**state.desired, state.to_version: count}
+    nxt = replace(state, phase="wait_ready", phase_since_ms=now_ms, desired=desired,
+                  crash_baseline=obs.new.num_crashes)
+    return Decision(nxt, [Scale(state.model, state.to_version, count)],
+                    f"starting {count} instance(s) of {state.model}@{state.to_version}")
+
+
+def _wait_ready(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
+    need = state.desired[state.to_version]
+    if obs.new.num_ready < need:
+        waited = now_ms - state.phase_since_ms
+        if waited >= state.config.ready_timeout_ms:
+            return _roll_back(state, f"{state.model}@{state.to_version} not ready after "
+                              f"{waited} ms ({obs.new.num_ready}/{need} instances ready)", now_ms)
+        return None
+    if state.config.strategy == "versioned" or state.from_version is None:
+        return _finish_without_old(state, now_ms)
+    weight = _stages(state)[state.stage_index]
+    split = {state.from_version: 100 - weight, state.to_version: weight}
+    num_old = _num_old(state, weight)
+    nxt = replace(state, phase="analyze", phase_since_ms=now_ms, split=split,
+                  desired={**state.desired, state.from_version: num_old})
+    # shift traffic first, then scale the old version down: it never serves more than it holds
+    return Decision(nxt, [SetSplit(state.model, split),
+                          Scale(state.model, state.from_version, num_old)],
+                    f"stage {state.stage_index + 1}/{len(_stages(state))}: {weight}% to "
+                    f"{state.to_version}, {num_old} old instance(s) left")
+
+
+def _finish_without_old(state: RolloutState, now_ms: int) -> Decision:
+    if state.config.strategy == "versioned":
+        nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms)
+        return Decision(nxt, [MoveAlias(state.model, LATEST, state.to_version)],
+                        f"{LATEST} -> {state.to_version}")
+    split = {state.to_version: 100}
+    nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms, split=split)
+    return Decision(nxt, [SetSplit(state.model, split),
+                          MoveAlias(state.model, LATEST, state.to_version)],
+                    f"first version {state.to_version} ready: 100% of traffic")
+
+
+def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
+    if now_ms - state.phase_since_ms < state.config.analysis_window_ms:
+        return None
+    failure = judge(state.config, obs)
+    if failure:
+        return _roll_back(state, f"analysis failed at {state.weight_new}%: {failure}", now_ms)
+    if state.stage_index + 1 < len(_stages(state)):
+        index = state.stage_index + 1
+        count = _num_new(state, index)
+        nxt = replace(state, phase="wait_ready", phase_since_ms=now_ms, stage_index=index,
+                      desired={**state.desired, state.to_version: count})
+        return Decision(nxt, [Scale(state.model, state.to_version, count)],
+                        f"analysis passed at {state.weight_new}%; scaling "
+                        f"{state.to_version} to {count}")
+    nxt = replace(state, phase="warm", phase_since_ms=now_ms)
+    return Decision(nxt, [MoveAlias(state.model, LATEST, state.to_version)],
+                    f"analysis passed at 100%; keeping {state.from_version} warm for "
+                    f"{state.config.warm_delay_ms} ms")
+
+
+def judge(config: RolloutConfig, obs: Observation) -> str | None:
+    """Why the new version is worse than the old one over the window, or None if it is not."""
+    new, old = obs.new, obs.old
+    if new.num_requests < max(config.min_requests, 1):
+        return None  # too little evidence to blame the new version; the stage passes
+    new_rate = new.num_errors / new.num_requests
+    old_rate = old.num_errors / old.num_requests if old.num_requests else 0.0
+    if new_rate > old_rate + config.max_error_rate_increase:
+        return (f"error rate {new_rate:.1%} vs {old_rate:.1%} on the old version "
+                f"(allowed +{config.max_error_rate_increase:.1%})")
+    if new.p99_ms is not None and old.p99_ms is not None:
+        limit = old.p99_ms * config.max_p99_ratio + config.p99_slack_ms
+        if new.p99_ms > limit:
+            return (f"p99 latency {new.p99_ms:.1f} ms vs {old.p99_ms:.1f} ms on the old version "
+                    f"(allowed {limit:.1f} ms)")
+    return None
+
+
+def _warm(state: RolloutState, now_ms: int) -> Decision | None:
+    if now_ms - state.phase_since_ms < state.config.warm_delay_ms:
+        return None
+    assert state.from_version is not None
+    nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms,
+                  split={state.to_version: 100},
+                  desired={**state.desired, state.from_version: 0})
+    return Decision(nxt, [SetSplit(state.model, {state.to_version: 100}),
+                          Scale(state.model, state.from_version, 0)],
+                    f"warm delay over: draining and stopping {state.from_version}")
+
+
+def _roll_back(state: RolloutState, reason: str, now_ms: int) -> Decision:
+    actions: list[Action] = []
+    desired = {**state.desired, state.to_version: 0}
+    split = dict(state.split)
+    if state.config.strategy == "red-black" and state.from_version is not None:
+        # one split change moves every request back at once; old instances were kept warm
+        split = {state.from_version: 100, state.to_version: 0}
+        desired[state.from_version] = state.num_old
+        actions += [SetSplit(state.model, split),
+                    Scale(state.model, state.from_version, state.num_old)]
+        if state.phase == "warm":
+            actions.append(MoveAlias(state.model, LATEST, state.from_version))
+        status = ROLLED_BACK
+    else:
+        status = FAILED  # nothing to roll back to: the previous routing was never touched
+    actions.append(Scale(state.model, state.to_version, 0))
+    nxt = replace(state, status=status, phase="done", phase_since_ms=now_ms, desired=desired,
+                  split=split, reason=reason)
+    return Decision(nxt, actions, reason)
+
+
+def _stages(state: RolloutState) -> tuple[int, ...]:
+    if state.config.strategy == "versioned" or state.from_version is None:
+        return (100,)
+    return state.config.stages
+
+
+def _num_new(state: RolloutState, index: int) -> int:
+    weight = _stages(state)[index]
+    return max(1, math.ceil(state.config.num_instances * weight / 100))
+
+
+def _num_old(state: RolloutState, weight: int) -> int:
+    # never below one until the warm delay is over: a rollback needs somewhere to send traffic
+    return max(1, math.ceil(state.num_old * (100 - weight) / 100))

@@ -1,0 +1,69 @@
+"""Store fixtures: every store test runs against a SQLite file and a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from podium.control.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _postgres_url() -> str:
+    """PODIUM_TEST_POSTGRES_URL, or start the server with scripts/postgres.sh (never skip)."""
+    url = os.environ.get("PODIUM_TEST_POSTGRES_URL")
+    if url:
+        return url
+    result = subprocess.run(["bash", str(REPO / "scripts" / "postgres.sh")], capture_output=True,
+                            text=True, timeout=600, check=False)
+    if result.returncode != 0:
+        pytest.fail(f"scripts/postgres.sh failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    line = result.stdout.strip().splitlines()[-1]
+    url = line.split("=", 1)[1]
+    os.environ["PODIUM_TEST_POSTGRES_URL"] = url
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """URL of the test PostgreSQL server (started on demand)."""
+    return _postgres_url()
+
+
+@pytest.fixture
+def fresh_postgres(postgres_url: str) -> Iterator[str]:
+    """A brand-new, empty database on the test server, dropped afterwards."""
+    name = f"podium_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database URL: a SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'control.db'}"
+    return request.getfixturevalue("fresh_postgres")
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """A migrated store on each backend."""
+    opened = Store.open(store_url)
+    yield opened
+    opened.close()
