@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
-from prometheus_client import ProcessCollector
+from prometheus_client import ProcessCollector, generate_latest
 from prometheus_client import values as _values
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from podium.metrics import server
 from podium.metrics.multiproc import ENV_VAR
-
-if TYPE_CHECKING:
-    from fastapi import APIRouter
 
 
 def multiprocess_active() -> bool:
@@ -56,16 +55,28 @@ def collector() -> _Merged:
     return _Merged([server.REGISTRY, DEFAULT_REGISTRY])
 
 
+def wants_openmetrics(accept_header: str | None) -> bool:
+    """True when the Accept header lists OpenMetrics (Prometheus sends it first, with q-values)."""
+    return any(
+        part.split(";")[0].strip() == "application/openmetrics-text"
+        for part in (accept_header or "").split(",")
+    )
+
+
 def render(accept_header: str | None) -> tuple[bytes, str]:
     """(body, content type): OpenMetrics when `accept_header` asks for it, else Prometheus text."""
-    encoder, content_type = choose_encoder(accept_header or "")
-    return encoder(collector()), content_type
+    if wants_openmetrics(accept_header):
+        # Not prometheus_client's choose_encoder: its default OpenMetrics escaping rewrites ':'
+        # to '_' in sample lines but not in TYPE lines, so every vllm:* and podium:* family
+        # would come out inconsistent. All our names are legacy-valid, so ALLOWUTF8 escapes
+        # nothing and the output is plain OpenMetrics 1.0.
+        body = openmetrics.generate_latest(collector(), escaping=openmetrics.ALLOWUTF8)
+        return body, openmetrics.CONTENT_TYPE_LATEST
+    return generate_latest(collector()), CONTENT_TYPE_PLAIN_0_0_4
 
 
 def create_router(dependencies: Sequence[Any] | None = None) -> APIRouter:
     """A router serving GET /metrics; pass the server's auth dependency in `dependencies`."""
-    from fastapi import APIRouter, Depends, Request, Response
-
     router = APIRouter(dependencies=[Depends(d) for d in dependencies or ()])
 
     # A plain `def`: reading the directory is blocking file I/O, so FastAPI runs it in its
