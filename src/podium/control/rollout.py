@@ -67,6 +67,8 @@ class RolloutState:
     crash_baseline: int = 0
     desired: dict[str, int] = field(default_factory=dict)
     split: dict[str, int] = field(default_factory=dict)
+    latest: str | None = None
+    """Where this rollout last pointed the `latest` alias (None: never touched it)."""
     reason: str = ""
 
     @property
@@ -117,6 +119,8 @@ def resume_actions(state: RolloutState) -> list[Action]:
     actions: list[Action] = [Scale(state.model, v, n) for v, n in state.desired.items()]
     if state.split:
         actions.append(SetSplit(state.model, dict(state.split)))
+    if state.latest is not None:
+        actions.append(MoveAlias(state.model, LATEST, state.latest))
     return actions
 
 
@@ -179,11 +183,13 @@ def _wait_ready(state: RolloutState, obs: Observation, now_ms: int) -> Decision 
 
 def _finish_without_old(state: RolloutState, now_ms: int) -> Decision:
     if state.config.strategy == "versioned":
-        nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms)
+        nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms,
+                      latest=state.to_version)
         return Decision(nxt, [MoveAlias(state.model, LATEST, state.to_version)],
                         f"{LATEST} -> {state.to_version}")
     split = {state.to_version: 100}
-    nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms, split=split)
+    nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms, split=split,
+                  latest=state.to_version)
     return Decision(nxt, [SetSplit(state.model, split),
                           MoveAlias(state.model, LATEST, state.to_version)],
                     f"first version {state.to_version} ready: 100% of traffic")
@@ -203,7 +209,7 @@ def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision | N
         return Decision(nxt, [Scale(state.model, state.to_version, count)],
                         f"analysis passed at {state.weight_new}%; scaling "
                         f"{state.to_version} to {count}")
-    nxt = replace(state, phase="warm", phase_since_ms=now_ms)
+    nxt = replace(state, phase="warm", phase_since_ms=now_ms, latest=state.to_version)
     return Decision(nxt, [MoveAlias(state.model, LATEST, state.to_version)],
                     f"analysis passed at 100%; keeping {state.from_version} warm for "
                     f"{state.config.warm_delay_ms} ms")
@@ -243,20 +249,22 @@ def _roll_back(state: RolloutState, reason: str, now_ms: int) -> Decision:
     actions: list[Action] = []
     desired = {**state.desired, state.to_version: 0}
     split = dict(state.split)
+    latest = state.latest
     if state.config.strategy == "red-black" and state.from_version is not None:
         # one split change moves every request back at once; old instances were kept warm
         split = {state.from_version: 100, state.to_version: 0}
         desired[state.from_version] = state.num_old
         actions += [SetSplit(state.model, split),
                     Scale(state.model, state.from_version, state.num_old)]
-        if state.phase == "warm":
+        if state.latest is not None:
+            latest = state.from_version
             actions.append(MoveAlias(state.model, LATEST, state.from_version))
         status = ROLLED_BACK
     else:
         status = FAILED  # nothing to roll back to: the previous routing was never touched
     actions.append(Scale(state.model, state.to_version, 0))
     nxt = replace(state, status=status, phase="done", phase_since_ms=now_ms, desired=desired,
-                  split=split, reason=reason)
+                  split=split, latest=latest, reason=reason)
     return Decision(nxt, actions, reason)
 
 

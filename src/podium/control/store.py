@@ -190,6 +190,20 @@ class Store:
             rows = s.scalars(select(AliasRow).where(AliasRow.model == model))
             return {r.alias: r.version for r in rows}
 
+    def desired_actions(self) -> list[Action]:
+        """The whole desired world as idempotent actions: re-applied after a restart."""
+        with self.session() as s:
+            actions: list[Action] = [Scale(d.model, d.version, d.num_desired)
+                                     for d in s.scalars(select(DeploymentRow)
+                                                        .order_by(DeploymentRow.id))]
+            weights: dict[str, dict[str, int]] = {}
+            for split in s.scalars(select(TrafficSplitRow)):
+                weights.setdefault(split.model, {})[split.version] = split.weight
+            actions += [SetSplit(model, w) for model, w in sorted(weights.items())]
+            actions += [MoveAlias(a.model, a.alias, a.version)
+                        for a in s.scalars(select(AliasRow))]
+            return actions
+
     # rollouts ---------------------------------------------------------------------------
 
     def create_rollout(self, state: RolloutState) -> int:

@@ -1,0 +1,99 @@
+"""One rollout step, top to bottom: observe → decide → write the step → act.
+
+The driver owns no state of its own: everything it needs to resume is in the store. A driver
+created after a crash first re-applies the whole desired state recorded in the store (in case
+the crash fell between writing a step and acting on it, even the last one), then keeps stepping.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from podium.control import rollout
+from podium.control.actions import Action
+from podium.control.rollout import LATEST, Observation, RolloutState
+from podium.control.rollout_config import RolloutConfig
+from podium.control.store import RolloutRecord, Store
+from podium.errors import InvalidArgument
+
+
+class World(Protocol):
+    """Where actions land and health comes from: the runtime plus the gateway."""
+
+    def apply(self, actions: list[Action]) -> None:
+        """Carry out idempotent actions (scale, split, alias)."""
+
+    def observe(self, state: RolloutState, since_ms: int) -> Observation:
+        """Health of the rollout's versions; request stats counted from `since_ms`."""
+
+
+class RolloutDriver:
+    """Steps every running rollout; safe to recreate at any moment from the store."""
+
+    def __init__(self, store: Store, world: World) -> None:
+        self.store = store
+        self.world = world
+        self._reconciled = False
+
+    def start(self, model: str, version: str, config: RolloutConfig, now_ms: int) -> int:
+        """Begin a rollout of model@version; Conflict if one is running, NotFound if unknown."""
+        self.store.get_package(model, version)
+        from_version, num_old = self._current(model, config)
+        if from_version == version and config.strategy == "red-black":
+            raise InvalidArgument(f"{model}@{version} already takes all of {model}'s traffic",
+                                  param="version")
+        state = rollout.begin(model, version, from_version, config, num_old=num_old,
+                              now_ms=now_ms)
+        return self.store.create_rollout(state)
+
+    def tick(self, now_ms: int) -> None:
+        """Advance every running rollout by at most one step."""
+        self.reconcile()
+        for record in self.store.list_rollouts(status=rollout.RUNNING):
+            self._tick_one(record, now_ms)
+
+    def abort(self, model: str, reason: str, now_ms: int) -> int | None:
+        """Roll back the model's running rollout; returns its id, None if none runs."""
+        self.reconcile()
+        record = self.store.running_rollout(model)
+        if record is None:
+            return None
+        decision = rollout.abort(record.state, reason, now_ms)
+        if decision is not None:
+            self._commit(record.id, decision, now_ms)
+        return record.id
+
+    def reconcile(self) -> None:
+        """Once per driver: make the world match the store (a no-op when it already does)."""
+        if not self._reconciled:
+            self.world.apply(self.store.desired_actions())
+            self._reconciled = True
+
+    def _tick_one(self, record: RolloutRecord, now_ms: int) -> None:
+        state = record.state
+        observation = self.world.observe(state, since_ms=state.phase_since_ms)
+        decision = rollout.step(state, observation, now_ms)
+        if decision is not None:
+            self._commit(record.id, decision, now_ms)
+
+    def _commit(self, rollout_id: int, decision: rollout.Decision, now_ms: int) -> None:
+        # written before acted on: a crash after this line re-applies it on resume
+        self.store.record_step(rollout_id, decision, now_ms)
+        self.world.apply(decision.actions)
+
+    def _current(self, model: str, config: RolloutConfig) -> tuple[str | None, int]:
+        """The version serving the model now, and how many instances it wants."""
+        if config.strategy == "versioned":
+            current = self.store.aliases(model).get(LATEST)
+        else:
+            splits = self.store.splits(model)
+            current = max(splits, key=lambda v: splits[v]) if splits else None
+            if current is not None and splits[current] == 0:
+                current = None
+        if current is None:
+            return None, 0
+        deployments = {d.version: d for d in self.store.list_deployments(model)}
+        dep = deployments.get(current)
+        if dep is None or dep.num_desired == 0:
+            return None, 0
+        return current, dep.num_desired

@@ -1,0 +1,203 @@
+"""The rollout controller as a pure state machine on a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from podium.control import rollout
+from podium.control.actions import MoveAlias, Scale, SetSplit
+from podium.control.rollout import Observation, RolloutState, VersionHealth, judge
+from podium.control.rollout_config import RolloutConfig
+from podium.errors import InvalidArgument
+
+from .fakes import Behaviour, FakeWorld
+
+FAST = dict(ready_timeout_ms=5_000, analysis_window_ms=2_000, warm_delay_ms=3_000,
+            min_requests=10)
+
+
+def run(state: RolloutState, world: FakeWorld, *, until_ms: int = 120_000,
+        tick_ms: int = 100) -> tuple[RolloutState, list[str]]:
+    """Step the controller on the fake clock until done; returns final state and notes."""
+    notes = []
+    world.apply(rollout.resume_actions(state))
+    while not state.is_done and world.now_ms <= until_ms:
+        decision = rollout.step(state, world.observe(state, state.phase_since_ms), world.now_ms)
+        if decision is not None:
+            state = decision.state
+            world.apply(decision.actions)
+            notes.append(decision.note)
+        world.now_ms += tick_ms
+    return state, notes
+
+
+def test_red_black_shifts_in_stages_scaling_new_up_as_old_scales_down() -> None:
+    world = FakeWorld()
+    config = RolloutConfig(stages=(10, 25, 50, 100), num_instances=4, **FAST)
+    state, _ = run(rollout.begin("iris", "2", "1", config, num_old=4), world)
+
+    assert state.status == rollout.SUCCEEDED
+    splits = [a.weights for a in world.applied if isinstance(a, SetSplit)]
+    assert splits == [{"1": 100}, {"1": 90, "2": 10}, {"1": 75, "2": 25}, {"1": 50, "2": 50},
+                      {"1": 0, "2": 100}, {"2": 100}]
+    scales = [(a.version, a.count) for a in world.applied if isinstance(a, Scale)]
+    # old shrinks by the share new grows; one old instance stays warm until the delay passes
+    assert scales == [("1", 4), ("2", 1), ("1", 4), ("2", 1), ("1", 3), ("2", 2), ("1", 2),
+                      ("2", 4), ("1", 1), ("1", 0)]
+    assert world.count("iris", "1") == 0 and world.count("iris", "2") == 4
+    assert world.aliases[("iris", "latest")] == "2"
+
+
+def test_traffic_moves_only_after_the_new_instances_are_ready() -> None:
+    world = FakeWorld(behaviour={"2": Behaviour(startup_ms=4_000)})
+    config = RolloutConfig(stages=(50, 100), num_instances=2, **FAST)
+    state = rollout.begin("iris", "2", "1", config, num_old=2)
+    state, _ = run(state, world, until_ms=3_900)
+    assert state.phase == "wait_ready"
+    assert world.split["iris"] == {"1": 100}
+    state, _ = run(state, world, until_ms=4_200)
+    assert world.split["iris"] == {"1": 50, "2": 50}
+
+
+def test_old_instances_stay_warm_for_the_delay_after_success() -> None:
+    world = FakeWorld()
+    config = RolloutConfig(stages=(100,), num_instances=1, **FAST)
+    state, _ = run(rollout.begin("iris", "2", "1", config, num_old=2), world, until_ms=3_500)
+    assert (state.phase, world.split["iris"]) == ("warm", {"1": 0, "2": 100})
+    assert world.count("iris", "1") == 1
+    state, _ = run(state, world)
+    assert state.status == rollout.SUCCEEDED
+    assert world.count("iris", "1") == 0
+
+
+def test_first_version_takes_all_traffic_once_ready() -> None:
+    world = FakeWorld()
+    state, _ = run(rollout.begin("iris", "1", None, RolloutConfig(num_instances=2, **FAST)),
+                   world)
+    assert state.status == rollout.SUCCEEDED
+    assert world.split["iris"] == {"1": 100}
+    assert world.count("iris", "1") == 2
+
+
+@pytest.mark.parametrize(("behaviour", "reason"), [
+    (Behaviour(ready=False), "not ready after 5000 ms"),
+    (Behaviour(crash_at_ms=3_000), "crashed"),
+    (Behaviour(error_rate=0.2), "error rate 20.0% vs 0.0%"),
+    (Behaviour(p99_ms=200.0), "p99 latency 200.0 ms vs 20.0 ms"),
+], ids=["never-ready", "crash", "errors", "slow"])
+def test_a_bad_new_version_rolls_back_to_all_old(behaviour: Behaviour, reason: str) -> None:
+    world = FakeWorld(behaviour={"2": behaviour})
+    config = RolloutConfig(stages=(10, 50, 100), num_instances=2, **FAST)
+    state, notes = run(rollout.begin("iris", "2", "1", config, num_old=2), world)
+
+    assert state.status == rollout.ROLLED_BACK
+    assert reason in state.reason and reason in notes[-1]
+    assert world.split["iris"] == {"1": 100, "2": 0}
+    assert world.count("iris", "1") == 2 and world.count("iris", "2") == 0
+    # the rollback is one decision: the split flips before any scaling
+    last = world.applied[-3:]
+    assert isinstance(last[0], SetSplit) and last[0].weights == {"1": 100, "2": 0}
+
+
+def test_crash_during_warm_delay_rolls_back_and_restores_latest() -> None:
+    world = FakeWorld(behaviour={"2": Behaviour(crash_at_ms=4_000)})
+    config = RolloutConfig(stages=(100,), num_instances=1, **FAST)
+    state, _ = run(rollout.begin("iris", "2", "1", config, num_old=1), world)
+    assert state.status == rollout.ROLLED_BACK
+    assert world.aliases[("iris", "latest")] == "1"
+    assert world.split["iris"] == {"1": 100, "2": 0}
+
+
+def test_first_version_that_never_gets_ready_fails_without_touching_routing() -> None:
+    world = FakeWorld(behaviour={"1": Behaviour(ready=False)})
+    state, _ = run(rollout.begin("iris", "1", None, RolloutConfig(**FAST)), world)
+    assert state.status == rollout.FAILED
+    assert "iris" not in world.split
+    assert world.count("iris", "1") == 0
+
+
+def test_versioned_moves_latest_only_when_the_new_version_is_ready() -> None:
+    world = FakeWorld(behaviour={"2": Behaviour(startup_ms=2_000)},
+                      aliases={("iris", "latest"): "1"})
+    world.apply([Scale("iris", "1", 1)])
+    config = RolloutConfig(strategy="versioned", **FAST)
+    state = rollout.begin("iris", "2", "1", config, num_old=1)
+    state, _ = run(state, world, until_ms=1_900)
+    assert world.aliases[("iris", "latest")] == "1"
+    state, _ = run(state, world)
+    assert state.status == rollout.SUCCEEDED
+    assert world.aliases[("iris", "latest")] == "2"
+    # both versions keep running side by side
+    assert world.count("iris", "1") == 1 and world.count("iris", "2") == 1
+
+
+def test_versioned_failure_leaves_latest_and_old_version_alone() -> None:
+    world = FakeWorld(behaviour={"2": Behaviour(ready=False)},
+                      aliases={("iris", "latest"): "1"})
+    world.apply([Scale("iris", "1", 1)])
+    state, _ = run(rollout.begin("iris", "2", "1", RolloutConfig(strategy="versioned", **FAST),
+                                 num_old=1), world)
+    assert state.status == rollout.FAILED
+    assert world.aliases[("iris", "latest")] == "1"
+    assert world.count("iris", "1") == 1 and world.count("iris", "2") == 0
+
+
+def test_abort_rolls_back_a_running_rollout_and_ignores_a_finished_one() -> None:
+    world = FakeWorld()
+    config = RolloutConfig(stages=(10, 100), **FAST)
+    state, _ = run(rollout.begin("iris", "2", "1", config, num_old=1), world, until_ms=1_500)
+    decision = rollout.abort(state, "operator", world.now_ms)
+    assert decision is not None
+    assert decision.state.status == rollout.ROLLED_BACK
+    assert "rollback requested: operator" in decision.state.reason
+    assert rollout.abort(decision.state, "again", world.now_ms) is None
+
+
+def test_state_round_trips_through_json() -> None:
+    state = rollout.begin("iris", "2", "1", RolloutConfig(stages=(5, 100)), num_old=3)
+    import json
+    assert RolloutState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
+
+
+@pytest.mark.parametrize(("new", "old", "expect"), [
+    (VersionHealth(num_requests=5, num_errors=5), VersionHealth(), None),
+    (VersionHealth(num_requests=100, num_errors=1), VersionHealth(num_requests=100), None),
+    (VersionHealth(num_requests=100, num_errors=5), VersionHealth(num_requests=100, num_errors=4),
+     None),
+    (VersionHealth(num_requests=100, num_errors=3), VersionHealth(num_requests=100),
+     "error rate"),
+    (VersionHealth(num_requests=100, p99_ms=32.0), VersionHealth(num_requests=100, p99_ms=20.0),
+     None),
+    (VersionHealth(num_requests=100, p99_ms=40.0), VersionHealth(num_requests=100, p99_ms=20.0),
+     "p99 latency"),
+], ids=["too-few-requests", "within-tolerance", "same-as-old", "more-errors", "p99-within",
+        "p99-slow"])
+def test_analysis_judgement(new: VersionHealth, old: VersionHealth, expect: str | None) -> None:
+    config = RolloutConfig(min_requests=20, max_error_rate_increase=0.01, max_p99_ratio=1.5)
+    result = judge(config, Observation(new=new, old=old))
+    assert (result is None) if expect is None else (expect in result)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"stages": (50, 25, 100)}, "stages"),
+    ({"stages": (10, 50)}, "stages"),
+    ({"stages": (0, 100)}, "stages"),
+    ({"stages": ()}, "stages"),
+    ({"strategy": "blue-green"}, "strategy"),
+    ({"num_instances": 0}, "num_instances"),
+    ({"max_p99_ratio": 0.5}, "max_p99_ratio"),
+    ({"ready_timeout_ms": -1}, "ready_timeout_ms"),
+], ids=["decreasing", "not-ending-at-100", "zero-stage", "empty", "unknown-strategy",
+        "no-instances", "ratio-below-1", "negative-timeout"])
+def test_bad_config_names_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        RolloutConfig(**kwargs)
+    assert info.value.param == field
+    assert field in info.value.message
+
+
+def test_alias_moves_at_full_traffic_in_red_black() -> None:
+    world = FakeWorld()
+    run(rollout.begin("iris", "2", "1", RolloutConfig(stages=(100,), **FAST), num_old=1), world,
+        until_ms=3_500)
+    assert MoveAlias("iris", "latest", "2") in world.applied
