@@ -7,7 +7,6 @@ FIFOs, and archives past the size caps.
 
 from __future__ import annotations
 
-import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -46,13 +45,11 @@ def unpack(archive: Path, target: Path, limits: ArchiveLimits | None = None) -> 
     limits = limits or ArchiveLimits()
     target.mkdir(parents=True, exist_ok=True)
     try:
-        tar = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError) as exc:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in _checked_members(tar, limits, archive):
+                _extract_one(tar, member, target)
+    except tarfile.TarError as exc:
         raise UnsafeArchive(f"{archive}: not a readable tar archive ({exc})") from None
-    with tar:
-        members = _checked_members(tar, limits, archive)
-        for member in members:
-            _extract_one(tar, member, target)
     return target
 
 
@@ -106,4 +103,4 @@ def _escapes(path: PurePosixPath) -> bool:
 
 def _inside(root: Path, path: Path) -> bool:
     root = root.resolve()
-    return path == root or root in path.parents or os.path.commonpath([root, path]) == str(root)
+    return path == root or root in path.parents

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from podium.errors import PackageError
+from podium.validation import describe, first_field
 
 MANIFEST_NAME = "podium.json"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -170,7 +171,8 @@ def parse_manifest(data: Any, *, where: str = MANIFEST_NAME) -> Manifest:
     from podium.engine import check_requested_version
 
     if not isinstance(data, dict):
-        raise PackageError(f"{where}: the manifest must be a JSON object, got {type(data).__name__}")
+        raise PackageError(
+            f"{where}: the manifest must be a JSON object, got {type(data).__name__}")
     if "backend" not in data:
         raise PackageError(f"{where}: field 'backend' is required; one of {', '.join(BACKENDS)}",
                            param="backend")
@@ -207,28 +209,16 @@ def manifest_json_schema() -> dict[str, Any]:
 
 def describe_validation_error(exc: ValidationError) -> str:
     """One readable line per pydantic error: `field.path: problem (got value)`."""
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "is not a known field; remove it (see docs/manifest.schema.json)"
-        elif err["type"] == "missing":
-            msg = "is required"
-        got = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {err['input']!r})"
-        lines.append(f"{loc or 'manifest'}: {msg}{got}")
-    return "; ".join(lines)
+    return describe(exc, skip=_UNION_TAGS).replace(
+        "is not a known field; remove it", "is not a known field; remove it (see "
+        "docs/manifest.schema.json)")
 
 
-def _is_union_tag(part: Any) -> bool:
-    return isinstance(part, str) and part in BACKENDS + ("package", "path", "python-package")
+_UNION_TAGS = (*BACKENDS, "package", "path", "python-package")
 
 
 def _first_loc(exc: ValidationError) -> str | None:
-    errors = exc.errors()
-    if not errors:
-        return None
-    return ".".join(str(p) for p in errors[0]["loc"] if not _is_union_tag(p)) or None
+    return first_field(exc, skip=_UNION_TAGS)
 
 
 def is_valid_name(name: str) -> bool:

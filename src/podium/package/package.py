@@ -59,7 +59,7 @@ def write_manifest(directory: Path, data: dict) -> Package:
     """Write podium.json into `directory` after validating it."""
     manifest = parse_manifest(data, where=str(directory / MANIFEST_NAME))
     directory.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(manifest.model_dump(mode="json", exclude_defaults=True), indent=2)
+    text = json.dumps(data, indent=2)  # as written by the author, once known to be valid
     (directory / MANIFEST_NAME).write_text(text + "\n")
     return Package(directory.resolve(), manifest)
 

@@ -1,0 +1,164 @@
+"""The vLLM backend: the engine embedded in the instance, served through vLLM's own classes.
+
+Load builds vLLM's argument namespace from the manifest, starts `AsyncLLM` (its engine core
+runs in a spawned child process), then lets vLLM's `init_app_state` build the OpenAI serving
+objects (chat, completions, embeddings, models) for this one model. Podium routes requests to
+them; request models, sampling, structured outputs and streaming are vLLM's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from argparse import Namespace
+from collections.abc import AsyncIterator
+from typing import Any
+
+from podium.backends.base import Backend, InferenceRequest, InferenceResponse
+from podium.errors import BackendDead, BootError, PackageError
+from podium.package.manifest import TensorSpec, VllmManifest
+
+log = logging.getLogger("podium.backends.vllm")
+
+
+class VllmBackend(Backend):
+    """An LLM or embedding model on the embedded vLLM engine."""
+
+    decoupled = True
+
+    def __init__(self, package) -> None:
+        super().__init__(package)
+        assert isinstance(self.manifest, VllmManifest)
+        self.engine: Any = None
+        self.state: Any = None
+        self.args: Namespace | None = None
+        self.supported_tasks: tuple[str, ...] = ()
+
+    @property
+    def platform(self) -> str:
+        return "vllm"
+
+    @property
+    def task(self) -> str:
+        return self.manifest.task
+
+    async def load(self) -> None:
+        from podium.package.cache import ModelCache
+
+        cache = ModelCache()
+        weights = cache.lookup(self.package)
+        if weights is None:
+            log.info("%s is not in the cache yet: materializing it now (run `podium "
+                     "materialize` when announcing to keep this off the boot path)",
+                     self.package.key)
+            weights = (await asyncio.to_thread(cache.materialize, self.package)).path
+        self.args = build_engine_args(self.manifest, str(weights))
+        # AsyncLLM's constructor blocks until the engine core is up (tens of seconds):
+        # build it off the event loop so liveness keeps answering during boot.
+        self.engine = await asyncio.to_thread(_start_engine, self.args)
+        from starlette.datastructures import State
+        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+
+        self.supported_tasks = tuple(await self.engine.get_supported_tasks())
+        state = State()
+        await init_app_state(self.engine, state, self.args, self.supported_tasks)
+        self.state = state
+        await self._warm_up()
+
+    async def unload(self) -> None:
+        engine, self.engine, self.state = self.engine, None, None
+        if engine is not None:
+            await asyncio.to_thread(engine.shutdown)
+
+    @property
+    def openai(self) -> Any | None:
+        return self.state
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.engine.model_config.max_model_len) if self.engine else 0
+
+    def inputs(self) -> list[TensorSpec]:
+        from podium.backends import vllm_tensors
+
+        return vllm_tensors.input_specs(self.task)
+
+    def outputs(self) -> list[TensorSpec]:
+        from podium.backends import vllm_tensors
+
+        return vllm_tensors.output_specs(self.task)
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        from podium.backends import vllm_tensors
+
+        self._check_alive()
+        return await vllm_tensors.infer(self.engine, request, task=self.task)
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        from podium.backends import vllm_tensors
+
+        self._check_alive()
+        async for response in vllm_tensors.infer_stream(self.engine, request, task=self.task):
+            yield response
+
+    def _check_alive(self) -> None:
+        if self.engine is None or getattr(self.engine, "errored", False):
+            raise BackendDead(f"the engine of {self.package.key} is not running")
+
+    async def _warm_up(self) -> None:
+        """One tiny request through the whole engine path before reporting ready."""
+        from vllm import PoolingParams, SamplingParams
+
+        if self.task == "embed":
+            stream = self.engine.encode("warm up", PoolingParams(task="embed"),
+                                        request_id="podium-warmup")
+        else:
+            stream = self.engine.generate("warm up", SamplingParams(max_tokens=1),
+                                          request_id="podium-warmup")
+        async for _ in stream:
+            pass
+
+
+def build_engine_args(manifest: VllmManifest, weights_dir: str) -> Namespace:
+    """vLLM's own CLI namespace for this model, with the manifest's engine args applied."""
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser(prog="podium"))
+    args = parser.parse_args(["--model", weights_dir,
+                              "--served-model-name", manifest.name,
+                              "--disable-uvicorn-access-log"])
+    if manifest.task == "embed":
+        args.runner = "pooling"
+    for key, value in manifest.engine_args.items():
+        attr = key.replace("-", "_")
+        if not hasattr(args, attr):
+            raise PackageError(f"engine_args.{key} is not a vLLM {_engine_version()} engine "
+                               "argument; see `python -m vllm.entrypoints.openai.api_server "
+                               "--help` for the names", param=f"engine_args.{key}")
+        setattr(args, attr, value)
+    return args
+
+
+def _start_engine(args: Namespace) -> Any:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    engine_args = AsyncEngineArgs.from_cli_args(args)
+    try:
+        config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+    except Exception as exc:  # vLLM validates args here: name the problem, don't half-serve
+        raise BootError(f"vLLM rejected the engine configuration: {exc}") from exc
+    return AsyncLLM.from_vllm_config(
+        vllm_config=config,
+        usage_context=UsageContext.OPENAI_API_SERVER,
+        enable_log_requests=False,
+        disable_log_stats=False,
+    )
+
+
+def _engine_version() -> str:
+    from podium.engine import ENGINE_VERSION
+
+    return ENGINE_VERSION

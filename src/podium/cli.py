@@ -1,0 +1,176 @@
+"""The `podium` command."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from podium.errors import PodiumError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except PodiumError as exc:
+        print(f"podium: error: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="podium", description=__doc__)
+    sub = parser.add_subparsers(metavar="COMMAND")
+    _add_serve(sub)
+    _add_package_commands(sub)
+    _add_examples(sub)
+    _add_optional(sub)
+    return parser
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve packages (default: the default model)")
+    p.add_argument("packages", nargs="*", type=Path,
+                   help="package directories or .tar.gz files (default: smollm2-135m-instruct)")
+    p.add_argument("--repository", type=Path, help="serve every package found in DIR")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001, help="-1 disables gRPC")
+    p.add_argument("--api-key", default=os.environ.get("PODIUM_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' (env PODIUM_API_KEY)")
+    p.add_argument("--metrics-open", action="store_true",
+                   help="serve /metrics without the API key")
+    p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
+    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="seconds SIGTERM waits for in-flight requests")
+    p.add_argument("--log-format", choices=["text", "json"], default="text")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from podium.server.config import ServerConfig
+    from podium.server.serve import run_server
+
+    packages = list(args.packages)
+    if not packages and args.repository is None:
+        from podium.package.defaults import write_default_package
+
+        packages = [write_default_package().root]
+    config = ServerConfig(
+        packages=packages, repository=args.repository, host=args.host,
+        http_port=args.http_port, grpc_port=args.grpc_port, api_key=args.api_key,
+        metrics_open=args.metrics_open, max_body_bytes=args.max_body_bytes,
+        shutdown_timeout_s=args.shutdown_timeout, log_format=args.log_format,
+        log_level=args.log_level)
+    return run_server(config)
+
+
+def _add_package_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("package", help="validate a package directory and write a .tar.gz")
+    p.add_argument("source", type=Path)
+    p.add_argument("-o", "--output", type=Path, help="default: NAME-VERSION.tar.gz")
+    p.set_defaults(func=_package)
+
+    p = sub.add_parser("inspect", help="print a package's manifest and files")
+    p.add_argument("package", type=Path)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_inspect)
+
+    p = sub.add_parser("materialize", help="announce: put a package's weights into the cache")
+    p.add_argument("package", type=Path, nargs="?",
+                   help="package (default: the default model)")
+    p.set_defaults(func=_materialize)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of podium.json")
+    p.set_defaults(func=_schema)
+
+
+def _package(args: argparse.Namespace) -> int:
+    from podium.package.package import build_package, open_package
+
+    manifest = open_package(args.source).manifest
+    output = args.output or Path(f"{manifest.name}-{manifest.version}.tar.gz")
+    package = build_package(args.source, output)
+    print(f"wrote {output} ({package.key}, {output.stat().st_size} bytes)")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from podium.package.package import open_package
+    from podium.package.sources import files_of
+
+    package = open_package(args.package)
+    data = package.manifest.model_dump(mode="json")
+    files = [str(f.relative_to(package.root)) for f in files_of(package.root)]
+    if args.json:
+        print(json.dumps({"manifest": data, "root": str(package.root), "files": files},
+                         indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{package.key} ({package.manifest.backend})", show_header=False)
+    for key, value in data.items():
+        table.add_row(key, json.dumps(value) if not isinstance(value, str) else value)
+    table.add_row("files", "\n".join(files))
+    Console().print(table)
+    return 0
+
+
+def _materialize(args: argparse.Namespace) -> int:
+    from podium.package.cache import ModelCache
+    from podium.package.defaults import write_default_package
+    from podium.package.package import open_package
+    from podium.server.logs import configure_logging
+
+    configure_logging()
+    package = open_package(args.package) if args.package else write_default_package()
+    entry = ModelCache().materialize(package)
+    print(f"{package.key}: {'reused' if entry.reused else 'materialized'} {entry.path}")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from podium.package.manifest import manifest_json_schema
+
+    print(json.dumps(manifest_json_schema(), indent=2))
+    return 0
+
+
+def _add_examples(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("examples", help="example model repositories")
+    ex = p.add_subparsers(metavar="ACTION")
+    c = ex.add_parser("create", help="write a ready repository of example models")
+    c.add_argument("directory", type=Path)
+    c.set_defaults(func=_examples_create)
+
+
+def _examples_create(args: argparse.Namespace) -> int:
+    from podium.examples import create_examples
+
+    for path in create_examples(args.directory):
+        print(f"wrote {path}")
+    return 0
+
+
+def _add_optional(sub: argparse._SubParsersAction) -> None:
+    """Subcommands owned by the control plane and the operator's view."""
+    import importlib
+
+    for module in ("podium.control.cli", "podium.top.cli"):
+        with contextlib.suppress(ImportError):  # INTEGRATION
+            importlib.import_module(module).register(sub)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The OpenAI-compatible API: /v1/models, /v1/chat/completions, /v1/completions,
+/v1/embeddings, routed to each model's vLLM serving objects.
+
+The request path, top to bottom: read a JSON object → find the model (404) → reject fields
+the platform does not know (400, nothing silently dropped) → admit a `constraint` →
+validate with vLLM's own request model → vLLM's serving class → JSON or SSE.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from podium.errors import InvalidArgument, NotFound, PodiumError
+from podium.frontends.http_body import read_json_object
+from podium.server.repository import ModelRepository
+from podium.validation import describe, first_field
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One OpenAI route and the vLLM serving object behind it."""
+
+    path: str
+    task: str
+    serving_attr: str
+    method: str | None  # None: the serving object is itself callable
+
+
+CHAT = Endpoint("/v1/chat/completions", "generate", "openai_serving_chat",
+                "create_chat_completion")
+COMPLETIONS = Endpoint("/v1/completions", "generate", "openai_serving_completion",
+                       "create_completion")
+EMBEDDINGS = Endpoint("/v1/embeddings", "embed", "serving_embedding", None)
+
+
+def create_router(repository: ModelRepository, *, max_body_bytes: int) -> APIRouter:
+    """The /v1 routes over every LLM and embedding model in `repository`."""
+    router = APIRouter()
+
+    @router.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [_model_card(e.backend) for e in
+                                           repository.ready_entries() if e.backend.openai]}
+
+    @router.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str) -> dict[str, Any]:
+        name, version = split_model_id(model_id)
+        backend = repository.get(name, version)
+        if backend.openai is None:
+            raise NotFound(f"model {model_id!r} is not served over the OpenAI API",
+                           param="model")
+        return _model_card(backend)
+
+    for endpoint in (CHAT, COMPLETIONS, EMBEDDINGS):
+        router.add_api_route(endpoint.path, _handler(repository, endpoint, max_body_bytes),
+                             methods=["POST"], name=endpoint.serving_attr)
+    return router
+
+
+def _handler(repository: ModelRepository, endpoint: Endpoint, max_body_bytes: int):
+    async def handle(request: Request) -> Response:
+        body = await read_json_object(request, max_body_bytes)
+        model_id = body.get("model")
+        if not isinstance(model_id, str) or not model_id:
+            raise InvalidArgument("field 'model' is required and must be a string naming a "
+                                  "served model (see GET /v1/models)", param="model")
+        name, version = split_model_id(model_id)
+        stack = AsyncExitStack()
+        backend = await stack.enter_async_context(repository.lease(name, version))
+        try:
+            serving = _serving(backend, endpoint, model_id)
+            body["model"] = name
+            request_model = _parse(endpoint, body)
+            request.state.podium_model = (name, backend.version)
+            result = await _call(serving, endpoint, request_model, request)
+        except BaseException:
+            await stack.aclose()
+            raise
+        return await _respond(result, stack)
+
+    handle.__name__ = f"openai_{endpoint.serving_attr}"
+    return handle
+
+
+def split_model_id(model_id: str) -> tuple[str, str | None]:
+    """`name@version` addresses one version; a bare name means the latest ready one."""
+    name, _, version = model_id.partition("@")
+    return name, version or None
+
+
+def _serving(backend: Any, endpoint: Endpoint, model_id: str) -> Any:
+    state = backend.openai
+    serving = getattr(state, endpoint.serving_attr, None) if state is not None else None
+    if serving is None:
+        kind = "an embedding model" if endpoint.task == "generate" else "a generative model"
+        hint = (f"use /v2/models/{backend.name}/infer" if state is None else
+                ("use /v1/embeddings" if endpoint.task == "generate" else
+                 "use /v1/chat/completions or /v1/completions"))
+        raise InvalidArgument(f"model {model_id!r} does not support {endpoint.path}: it is "
+                              f"{kind if state is not None else 'not an LLM'}; {hint}",
+                              param="model")
+    return serving
+
+
+def _parse(endpoint: Endpoint, body: dict[str, Any]) -> Any:
+    """Admit the constraint, refuse unknown fields, then validate with vLLM's model."""
+    if "constraint" in body:
+        _admit_constraint(body)
+    model_cls = _request_model(endpoint, body)
+    unknown = sorted(set(body) - _known_fields(model_cls))
+    if unknown:
+        raise InvalidArgument(
+            f"Unrecognized request argument supplied: {', '.join(unknown)}. Podium rejects "
+            "fields it cannot honour rather than ignoring them; remove "
+            f"{'it' if len(unknown) == 1 else 'them'}.", param=unknown[0])
+    _check_response_format(body.get("response_format"))
+    try:
+        return model_cls.model_validate(body)
+    except ValidationError as exc:
+        raise InvalidArgument(describe(exc), param=first_field(exc)) from None
+
+
+def _admit_constraint(body: dict[str, Any]) -> None:
+    from podium.constraints.admission import validate_constraint
+
+    normalized = validate_constraint(body.pop("constraint"))
+    xargs = body.get("vllm_xargs") or {}
+    if not isinstance(xargs, dict):
+        raise InvalidArgument("vllm_xargs must be an object", param="vllm_xargs")
+    body["vllm_xargs"] = {**xargs, "podium_constraint": json.dumps(normalized)}
+
+
+def _check_response_format(response_format: Any) -> None:
+    """An invalid JSON schema is the client's error: say so before the engine compiles it."""
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if schema is None:
+        return
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise InvalidArgument(f"response_format.json_schema.schema is not a valid JSON Schema: "
+                              f"{exc.message}", param="response_format.json_schema.schema"
+                              ) from None
+
+
+async def _call(serving: Any, endpoint: Endpoint, request_model: Any, request: Request) -> Any:
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
+    try:
+        if endpoint.method is None:
+            return await serving(request_model, request)
+        return await getattr(serving, endpoint.method)(request_model, request)
+    except PodiumError:
+        raise
+    except Exception as exc:  # vLLM signals bad input by raising; it maps the class itself
+        return create_error_response(exc)
+
+
+async def _respond(result: Any, stack: AsyncExitStack) -> Response:
+    from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+    if isinstance(result, ErrorResponse):
+        await stack.aclose()
+        return JSONResponse(result.model_dump(), status_code=result.error.code)
+    if isinstance(result, Response):
+        await stack.aclose()
+        return result
+    if hasattr(result, "__aiter__"):
+        # the lease lasts as long as the stream; a client that disconnects cancels the
+        # generator, and vLLM aborts the request when its generator is closed
+        return StreamingResponse(_leased(result, stack), media_type="text/event-stream")
+    await stack.aclose()
+    return JSONResponse(result.model_dump(exclude_none=False))
+
+
+async def _leased(stream: AsyncIterator[str], stack: AsyncExitStack) -> AsyncIterator[str]:
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        await stack.aclose()
+
+
+def _request_model(endpoint: Endpoint, body: dict[str, Any]) -> type:
+    if endpoint is CHAT:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        return ChatCompletionRequest
+    if endpoint is COMPLETIONS:
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+        return CompletionRequest
+    from vllm.entrypoints.pooling.embed.protocol import (
+        EmbeddingChatRequest,
+        EmbeddingCompletionRequest,
+    )
+
+    return EmbeddingChatRequest if "messages" in body else EmbeddingCompletionRequest
+
+
+_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _known_fields(model_cls: type) -> frozenset[str]:
+    if model_cls not in _FIELDS:
+        names = set()
+        for name, field in model_cls.model_fields.items():
+            names.add(name)
+            if field.alias:
+                names.add(field.alias)
+        _FIELDS[model_cls] = frozenset(names)
+    return _FIELDS[model_cls]
+
+
+def _model_card(backend: Any) -> dict[str, Any]:
+    entry_created = int(getattr(backend, "loaded_at", 0) or time.time())
+    return {
+        "id": backend.name,
+        "object": "model",
+        "created": entry_created,
+        "owned_by": "podium",
+        "root": backend.name,
+        "version": backend.version,
+        "max_model_len": getattr(backend, "max_model_len", None),
+        "task": getattr(backend, "task", None),
+    }

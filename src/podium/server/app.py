@@ -1,0 +1,68 @@
+"""Assembly of one instance's HTTP app: health, OpenAI /v1, KServe /v2, /metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from podium.server.auth import ApiKeyMiddleware
+from podium.server.errors import install_error_handlers
+from podium.server.instance import Instance
+
+
+def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
+    """The FastAPI app of one instance (routes only; boot runs in `lifespan`)."""
+    from podium import __version__
+
+    app = FastAPI(title="Podium instance", version=__version__, lifespan=lifespan,
+                  docs_url="/docs", redoc_url=None)
+    app.state.instance = instance
+    install_error_handlers(app)
+    _add_health_routes(app, instance)
+
+    from podium.frontends.openai import create_router as openai_router
+
+    app.include_router(openai_router(instance.repository,
+                                     max_body_bytes=instance.config.max_body_bytes))
+    _include_optional_routers(app, instance)
+    if instance.config.api_key:
+        app.add_middleware(ApiKeyMiddleware, api_key=instance.config.api_key,
+                           metrics_open=instance.config.metrics_open)
+    return app
+
+
+def _add_health_routes(app: FastAPI, instance: Instance) -> None:
+    @app.get("/health")
+    @app.get("/health/live")
+    async def live() -> dict[str, str]:
+        return {"status": "live"}
+
+    @app.get("/health/ready")
+    async def ready() -> JSONResponse:
+        body = {
+            "status": instance.status(),
+            "models": {f"{e.backend.name}@{e.backend.version}": e.state.lower()
+                       for e in instance.repository.entries()},
+            "boot_steps": [{"step": s.name, "seconds": round(s.seconds, 3)}
+                           for s in instance.boot_steps],
+        }
+        if instance.boot_error:
+            body["error"] = instance.boot_error
+        return JSONResponse(body, status_code=200 if instance.is_ready() else 503)
+
+
+def _include_optional_routers(app: FastAPI, instance: Instance) -> None:
+    """KServe v2 over HTTP and /metrics."""
+    try:  # INTEGRATION: kserve lands separately
+        from podium.frontends.kserve_http import create_router as kserve_router
+    except ImportError:
+        kserve_router = None
+    if kserve_router is not None:
+        app.include_router(kserve_router(instance.repository, server_ready=instance.is_ready))
+    try:
+        from podium.metrics.exposition import create_router as metrics_router
+    except ImportError:  # metrics land separately; the instance serves without them
+        return
+    app.include_router(metrics_router())

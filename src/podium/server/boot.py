@@ -1,0 +1,113 @@
+"""The boot sequence of an instance, one step per line, each logged with its duration:
+
+    check engine → open packages (safe unpack) → resolve weights from cache
+    → load plugins → start engines and load models → warm up → ready
+
+Liveness answers from the first moment (the HTTP port opens before boot starts); readiness
+only after the last step. The Prometheus multiprocess directory is wiped before any of this,
+at process start (`podium.server.serve`), because prometheus_client reads it at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from podium.errors import BootError, PodiumError
+from podium.package.cache import ModelCache
+from podium.package.manifest import VllmManifest
+from podium.package.package import Package, open_package
+from podium.server.instance import BootStep, Instance
+from podium.server.plugins import load_plugins
+
+log = logging.getLogger("podium.boot")
+
+
+async def boot(instance: Instance) -> None:
+    """Run every boot step; on failure record why and re-raise (the instance never gets
+    ready)."""
+    try:
+        packages = await _step(instance, "open packages", _open_packages, instance)
+        if any(isinstance(p.manifest, VllmManifest) for p in packages):
+            await _step(instance, "check engine", _check_engine)
+        await _step(instance, "resolve weights", _resolve_weights, packages)
+        await _step(instance, "load plugins", _load_plugins)
+        for package in packages:
+            await _step(instance, f"load {package.key}", instance.repository.load, package)
+        instance.booted = True
+        total = sum(s.seconds for s in instance.boot_steps)
+        log.info("ready: %d model(s) in %.1fs: %s", len(packages), total,
+                 ", ".join(p.key for p in packages))
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        instance.boot_error = exc.message if isinstance(exc, PodiumError) else repr(exc)
+        log.error("boot failed: %s", instance.boot_error)
+        raise
+
+
+async def _step(instance: Instance, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    log.info("boot step %s ...", name)
+    started = time.monotonic()
+    if asyncio.iscoroutinefunction(fn):
+        result = await fn(*args)
+    else:  # blocking work (imports, hashing) off the event loop: liveness keeps answering
+        result = await asyncio.to_thread(fn, *args)
+    seconds = time.monotonic() - started
+    instance.boot_steps.append(BootStep(name, seconds))
+    _record_metric(name, seconds)
+    log.info("boot step %s took %.2fs", name, seconds)
+    return result
+
+
+def _open_packages(instance: Instance) -> list[Package]:
+    from podium.server.repository import scan_repository
+
+    config = instance.config
+    packages = [open_package(p) for p in config.packages]
+    if config.repository is not None:
+        packages += scan_repository(config.repository)
+    if not packages:
+        raise BootError("nothing to serve: give a package, --repository DIR, or no argument "
+                        "for the default model")
+    seen: set[str] = set()
+    for package in packages:
+        if package.key in seen:
+            raise BootError(f"{package.key} is given twice")
+        seen.add(package.key)
+        instance.repository.packages[package.key] = package
+    return packages
+
+
+def _check_engine() -> str:
+    from podium.engine import check_engine
+
+    return check_engine()
+
+
+async def _resolve_weights(packages: list[Package]) -> None:
+    """Boot reads weights only from the cache; a package never announced is materialized
+    here, with a log line saying so."""
+    cache = ModelCache()
+    for package in packages:
+        if not isinstance(package.manifest, VllmManifest):
+            continue
+        if cache.lookup(package) is None:
+            log.warning("%s is not in the model cache: materializing it now (announce it with "
+                        "`podium materialize` to keep this off the boot path)", package.key)
+            await asyncio.to_thread(cache.materialize, package)
+
+
+def _load_plugins() -> list[str]:
+    return load_plugins()
+
+
+def _record_metric(step: str, seconds: float) -> None:
+    try:
+        from podium.metrics.server import observe_boot_step
+    except ImportError:
+        return
+    observe_boot_step(step, seconds)

@@ -1,0 +1,128 @@
+"""Run one instance: HTTP (uvicorn) and gRPC ports open at once, boot in the background,
+graceful shutdown on SIGTERM / SIGINT.
+
+Shutdown order: readiness turns false (gateways stop routing) → the ports stop accepting →
+in-flight requests finish within `shutdown_timeout_s` → models unload (the engine's processes
+are reaped) → exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from podium.server.config import ServerConfig
+from podium.server.instance import Instance
+
+log = logging.getLogger("podium.serve")
+
+
+def run_server(config: ServerConfig) -> int:
+    """Serve until told to stop; the exit code is non-zero when boot failed."""
+    from podium import env
+    from podium.server.logs import configure_logging
+
+    env.force_offline()
+    _prepare_metrics_dir()  # before anything imports prometheus_client
+    configure_logging(config.log_format, config.log_level)
+    instance = Instance(config)
+    if not config.api_key:
+        log.warning("no API key configured: every route is open (use --api-key or "
+                    "PODIUM_API_KEY)")
+    return asyncio.run(_serve(instance))
+
+
+async def _serve(instance: Instance) -> int:
+    import uvicorn
+
+    from podium.server.app import build_app
+
+    server: uvicorn.Server | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        grpc_server = await _start_grpc(instance)
+        instance.boot_task = asyncio.create_task(_boot_or_exit(instance, server))
+        try:
+            yield
+        finally:
+            await _shutdown(instance, grpc_server)
+
+    config = instance.config
+    app = build_app(instance, lifespan=lifespan)
+    server = _draining_server(instance, uvicorn.Config(
+        app, host=config.host, port=config.http_port, log_config=None,
+        timeout_graceful_shutdown=config.shutdown_timeout_s, access_log=False,
+        timeout_keep_alive=5))
+    log.info("HTTP on %s:%d, gRPC on %s", config.host, config.http_port,
+             config.grpc_port if config.grpc_port >= 0 else "off")
+    await server.serve()
+    return 1 if instance.boot_error else 0
+
+
+def _draining_server(instance: Instance, config: Any) -> Any:
+    """A uvicorn.Server that turns readiness off the moment a stop signal arrives."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not instance.draining:
+                log.info("signal %d: draining (no new requests; in-flight ones finish "
+                         "within %.0fs)", sig, instance.config.shutdown_timeout_s)
+            instance.draining = True
+            super().handle_exit(sig, frame)
+
+    return DrainingServer(config)
+
+
+async def _boot_or_exit(instance: Instance, server: Any) -> None:
+    from podium.server.boot import boot
+
+    try:
+        await boot(instance)
+    except asyncio.CancelledError:
+        return
+    except BaseException:
+        log.error("stopping: the instance cannot serve (see the boot error above)")
+        server.should_exit = True
+
+
+async def _start_grpc(instance: Instance) -> Any:
+    port = instance.config.grpc_port
+    if port < 0:
+        return None
+    try:  # INTEGRATION
+        from podium.frontends.kserve_grpc import create_server
+    except ImportError:
+        return None
+
+    grpc_server = create_server(instance.repository, port=port,
+                                server_ready=instance.is_ready, host=instance.config.host,
+                                api_key=instance.config.api_key)
+    await grpc_server.start()
+    return grpc_server
+
+
+async def _shutdown(instance: Instance, grpc_server: Any) -> None:
+    instance.draining = True
+    task = instance.boot_task
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+    if grpc_server is not None:
+        await grpc_server.stop(instance.config.shutdown_timeout_s)
+    # HTTP requests have finished (uvicorn waited for them); gRPC ones were given the grace.
+    await instance.repository.unload_all(timeout_s=instance.config.shutdown_timeout_s)
+    log.info("stopped")
+
+
+def _prepare_metrics_dir() -> None:
+    try:
+        from podium.metrics.multiproc import prepare_multiproc_dir
+    except ImportError:
+        return
+    prepare_multiproc_dir()
