@@ -125,4 +125,5 @@ def test_metric_names_lists_exposed_sample_names() -> None:
     assert "podium:requests_total" in names
     assert "podium:request_duration_seconds_bucket" in names
     assert "podium:ready" in names
+    assert "podium:requests" not in names  # a family name, not a sample a query can select
     assert all(n.startswith("podium:") for n in names)

@@ -175,13 +175,14 @@ def set_ready(ready: bool) -> None:
 
 
 def metric_names() -> list[str]:
-    """Every sample name podium's registry can expose (families with their suffixes)."""
+    """Every sample name podium's metrics can expose (what a PromQL query selects)."""
     names: set[str] = set()
     for family in REGISTRY.collect():
-        names.add(family.name)
         match family.type:
             case "counter":
                 names.add(f"{family.name}_total")
             case "histogram":
                 names.update(f"{family.name}{s}" for s in ("_bucket", "_count", "_sum"))
+            case _:
+                names.add(family.name)
     return sorted(names)
