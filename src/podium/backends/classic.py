@@ -1,0 +1,132 @@
+"""What xgboost, torch and onnx share: in-process scoring of numpy tensors with dynamic batching.
+
+A subclass loads its model (`_load_model`, in a worker thread), may derive its I/O from it
+(`_derive_io`), and scores one already-concatenated batch (`_predict`). This class concatenates
+concurrent requests along the batch dimension, runs the model off the event loop, and splits
+the results back.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
+from podium.backends.batching import BatchingConfig, DynamicBatcher, batch_stats
+from podium.backends.datatypes import NUMPY_DTYPES
+from podium.errors import BackendError, PackageError, PodiumError
+from podium.package.manifest import TensorSpec
+
+Arrays = dict[str, np.ndarray]
+
+
+class ClassicBackend(Backend):
+    """Base of the in-process backends that take and return fixed sets of tensors."""
+
+    def __init__(self, package: Any) -> None:
+        super().__init__(package)
+        self._inputs: list[TensorSpec] = list(self.manifest.inputs or [])
+        self._outputs: list[TensorSpec] = list(self.manifest.outputs or [])
+        self._batcher: DynamicBatcher[Arrays, Arrays] | None = None
+        self.num_executions = 0
+
+    # -- subclass hooks ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _load_model(self) -> None:
+        """Load the model file (runs in a worker thread)."""
+
+    def _derive_io(self) -> tuple[list[TensorSpec], list[TensorSpec]]:
+        """Inputs and outputs read from the loaded model, for manifests that omit them."""
+        raise PackageError(f"{self.package.root}: the {self.manifest.backend} backend cannot "
+                           "derive inputs/outputs from this model; declare them in podium.json")
+
+    @abc.abstractmethod
+    def _predict(self, inputs: Arrays) -> Arrays:
+        """Score one batch: every output keyed by its declared name (runs in a worker thread)."""
+
+    def _release(self) -> None:
+        """Drop the model (runs in a worker thread)."""
+
+    # -- Backend -------------------------------------------------------------------------------
+    async def load(self) -> None:
+        await asyncio.to_thread(self._load_model)
+        if not self._inputs or not self._outputs:
+            derived_inputs, derived_outputs = self._derive_io()
+            self._inputs = self._inputs or derived_inputs
+            self._outputs = self._outputs or derived_outputs
+        settings = self.manifest.dynamic_batching
+        if settings is not None and self.max_batch_size > 0:
+            config = BatchingConfig(
+                max_batch_size=self.max_batch_size,
+                max_queue_delay_s=settings.max_queue_delay_us / 1e6,
+                preferred_batch_sizes=tuple(settings.preferred_batch_sizes))
+            self._batcher = DynamicBatcher(self._run_batch, config, size_of=_batch_size,
+                                           signature_of=_signature, name=self.name)
+
+    async def unload(self) -> None:
+        if self._batcher is not None:
+            await self._batcher.close()
+            self._batcher = None
+        await asyncio.to_thread(self._release)
+
+    def inputs(self) -> list[TensorSpec]:
+        return self._inputs
+
+    def outputs(self) -> list[TensorSpec]:
+        return self._outputs
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        arrays = {name: tensor.data for name, tensor in request.inputs.items()}
+        if self._batcher is not None:
+            result = await self._batcher.submit(arrays)
+        else:
+            result = (await asyncio.to_thread(self._run_batch, [arrays]))[0]
+        outputs = [Tensor(spec.name, spec.datatype, result[spec.name]) for spec in self._outputs]
+        return InferenceResponse(outputs=outputs, id=request.id)
+
+    def batch_stats(self) -> list[dict[str, Any]]:
+        """Triton-style per-batch-size statistics of the dynamic batcher."""
+        return batch_stats(self._batcher)
+
+    @property
+    def execution_count(self) -> int:
+        """Model calls made (several requests may share one)."""
+        return self._batcher.num_executions if self._batcher is not None else self.num_executions
+
+    # -- batching ------------------------------------------------------------------------------
+    def _run_batch(self, items: list[Arrays]) -> list[Arrays]:
+        self.num_executions += 1
+        if len(items) == 1:
+            return [self._checked_predict(items[0])]
+        names = list(items[0])
+        merged = {name: np.concatenate([item[name] for item in items]) for name in names}
+        outputs = self._checked_predict(merged)
+        bounds = np.cumsum([_batch_size(item) for item in items])[:-1]
+        split = {name: np.split(array, bounds) for name, array in outputs.items()}
+        return [{name: parts[i] for name, parts in split.items()} for i in range(len(items))]
+
+    def _checked_predict(self, inputs: Arrays) -> Arrays:
+        try:
+            outputs = self._predict(inputs)
+        except PodiumError:
+            raise
+        except Exception as exc:  # the model's own failure: this request fails, we keep serving
+            raise BackendError(f"model {self.name!r} failed: {type(exc).__name__}: {exc}") from exc
+        for spec in self._outputs:
+            if spec.name not in outputs:
+                raise BackendError(f"model {self.name!r} produced no output {spec.name!r}")
+            outputs[spec.name] = np.asarray(outputs[spec.name],
+                                            dtype=NUMPY_DTYPES[spec.datatype])
+        return outputs
+
+
+def _batch_size(arrays: Arrays) -> int:
+    return int(next(iter(arrays.values())).shape[0]) if arrays else 1
+
+
+def _signature(arrays: Arrays) -> tuple[Any, ...]:
+    # requests concatenate only when every non-batch dimension agrees
+    return tuple((name, a.dtype.str, a.shape[1:]) for name, a in sorted(arrays.items()))

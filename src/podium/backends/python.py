@@ -1,0 +1,135 @@
+"""The python backend: a user class with `initialize(config)`, `execute(requests)`, `finalize()`.
+
+The package's `module` file defines `class_name` (default `Model`)::
+
+    class Model:
+        def initialize(self, config):          # once, at load
+            self.models = config["models"]     # call other loaded models (ensembles)
+        def execute(self, requests):           # a batch: list of {input name: ndarray}
+            return [{"OUT": ...} for r in requests]   # one {output name: ndarray} each
+        def finalize(self):                    # once, at unload
+            ...
+
+`config` holds `model_name`, `model_version`, `model_config` (Triton-style), `parameters`
+(the manifest's), `model_repository` (the package directory) and `models`, a `ModelClient`.
+`execute` runs in a worker thread, never on the event loop, so it may block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from podium.backends.base import InferenceRequest, Tensor
+from podium.backends.classic import Arrays, ClassicBackend
+from podium.backends.datatypes import NUMPY_DTYPES, datatype_of
+from podium.errors import BackendError, InvalidArgument, PackageError, PodiumError
+
+if TYPE_CHECKING:
+    from podium.server.repository import ModelRepository
+
+
+class ModelClient:
+    """Lets a python model score other models of the same instance from inside `execute`."""
+
+    def __init__(self, repository: ModelRepository, loop: asyncio.AbstractEventLoop) -> None:
+        self._repository = repository
+        self._loop = loop
+
+    def infer(self, model: str, inputs: dict[str, np.ndarray], *, version: str | None = None,
+              timeout_s: float = 60.0) -> dict[str, np.ndarray]:
+        """Score `inputs` on `model` (latest ready version unless given); blocks this thread."""
+        tensors = {}
+        for name, value in inputs.items():
+            array = np.asarray(value)
+            datatype = datatype_of(array.dtype)
+            if datatype is None:
+                raise InvalidArgument(f"input {name!r}: numpy dtype {array.dtype} has no "
+                                      "KServe datatype")
+            tensors[name] = Tensor(name, datatype, array)
+        coroutine = self._repository.infer(model, version, InferenceRequest(inputs=tensors))
+        response = asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
+        return {tensor.name: tensor.data for tensor in response.outputs}
+
+
+class PythonBackend(ClassicBackend):
+    """Runs the package's Python class; I/O must be declared in the manifest."""
+
+    _instance: Any = None
+    _repository: ModelRepository | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def bind_repository(self, repository: ModelRepository) -> None:
+        """Called by the repository before `load`: the handle `config['models']` wraps."""
+        self._repository = repository
+
+    async def load(self) -> None:
+        if not self._inputs or not self._outputs:
+            raise PackageError(f"{self.package.root}: a python model must declare its inputs "
+                               "and outputs in podium.json")
+        self._loop = asyncio.get_running_loop()
+        await super().load()
+
+    def _load_model(self) -> None:
+        path = self.package.root / self.manifest.module
+        module_name = f"podium_models.{self.name}.v{self.version}".replace("-", "_")
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise PackageError(f"{path}: not a loadable Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        cls = getattr(module, self.manifest.class_name, None)
+        if cls is None:
+            raise PackageError(f"{path}: defines no class {self.manifest.class_name!r} (set "
+                               "`class_name` in podium.json)")
+        instance = cls()
+        models = (ModelClient(self._repository, self._loop)
+                  if self._repository is not None and self._loop is not None else None)
+        if hasattr(instance, "initialize"):
+            instance.initialize({
+                "model_name": self.name,
+                "model_version": self.version,
+                "model_config": self.config(),
+                "parameters": dict(self.manifest.parameters),
+                "model_repository": str(self.package.root),
+                "models": models,
+            })
+        self._instance = instance
+
+    def _run_batch(self, items: list[Arrays]) -> list[Arrays]:
+        # no concatenation: execute gets the requests as a list, as Triton's python backend does
+        self.num_executions += 1
+        try:
+            responses = self._instance.execute(items)
+        except PodiumError:
+            raise
+        except Exception as exc:
+            raise BackendError(f"model {self.name!r} failed in execute: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        if not isinstance(responses, list | tuple) or len(responses) != len(items):
+            raise BackendError(f"model {self.name!r}: execute must return one response per "
+                               f"request ({len(items)}), got {type(responses).__name__}")
+        checked = []
+        for response in responses:
+            outputs = dict(response)
+            for spec in self._outputs:
+                if spec.name not in outputs:
+                    raise BackendError(f"model {self.name!r}: execute returned no output "
+                                       f"{spec.name!r}")
+                outputs[spec.name] = np.asarray(outputs[spec.name],
+                                                dtype=NUMPY_DTYPES[spec.datatype])
+            checked.append(outputs)
+        return checked
+
+    def _predict(self, inputs: Arrays) -> Arrays:  # pragma: no cover - _run_batch replaces it
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        if self._instance is not None and hasattr(self._instance, "finalize"):
+            self._instance.finalize()
+        self._instance = None

@@ -1,0 +1,324 @@
+"""Triton's vLLM-backend tensor contract, and prefill-only scoring, over an AsyncLLM-like engine.
+
+Generation (the tensors of Triton's vLLM backend, so existing Triton clients work unchanged):
+
+    text_input               BYTES [1]  the prompt (required for generation)
+    stream                   BOOL  [1]  optional; true streams deltas (gRPC stream / SSE only)
+    sampling_parameters      BYTES [1]  optional JSON of vLLM SamplingParams fields; values may
+                                        be strings ("0.7"), as Triton clients send them
+    exclude_input_in_output  BOOL  [1]  optional; false prepends the prompt (non-streaming only)
+    → text_output            BYTES [-1] one string per sequence (`n`)
+
+Scoring (prefill only: one forward pass per candidate, no decoding; the context's KV cache is
+computed once and shared through prefix caching):
+
+    context                  BYTES [1]  text every candidate continues
+    candidates               BYTES [-1] N candidate continuations
+    → logprob_sum            FP32  [-1]     per candidate: sum of its tokens' log-probabilities
+    → token_logprobs         FP32  [-1, -1] per candidate and token, zero-padded
+    → num_tokens             INT32 [-1]     tokens per candidate (the unpadded row length)
+
+The engine needs `generate(prompt, sampling_params, request_id)` (an async iterator of vLLM
+`RequestOutput`s) and, for scoring, `get_tokenizer()`. Nothing here imports vLLM until a
+`SamplingParams` is built, and tests pass a stand-in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import math
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
+from podium.errors import InvalidArgument
+from podium.package.manifest import TensorSpec
+
+GENERATE_INPUTS = [
+    TensorSpec(name="text_input", datatype="BYTES", shape=[1]),
+    TensorSpec(name="stream", datatype="BOOL", shape=[1]),
+    TensorSpec(name="sampling_parameters", datatype="BYTES", shape=[1]),
+    TensorSpec(name="exclude_input_in_output", datatype="BOOL", shape=[1]),
+]
+SCORE_INPUTS = [
+    TensorSpec(name="context", datatype="BYTES", shape=[1]),
+    TensorSpec(name="candidates", datatype="BYTES", shape=[-1]),
+]
+GENERATE_OUTPUTS = [TensorSpec(name="text_output", datatype="BYTES", shape=[-1])]
+SCORE_OUTPUTS = [
+    TensorSpec(name="logprob_sum", datatype="FP32", shape=[-1]),
+    TensorSpec(name="token_logprobs", datatype="FP32", shape=[-1, -1]),
+    TensorSpec(name="num_tokens", datatype="INT32", shape=[-1]),
+]
+LLM_INPUTS = GENERATE_INPUTS + SCORE_INPUTS
+"""Inputs an LLM backend declares (with max_batch_size 0)."""
+LLM_OUTPUTS = GENERATE_OUTPUTS + SCORE_OUTPUTS
+"""Outputs an LLM backend declares; a response carries those of its mode."""
+LLM_OPTIONAL_INPUTS = frozenset(spec.name for spec in LLM_INPUTS)
+"""Every LLM input is optional to the generic checks; `infer` checks each mode's own."""
+
+# SamplingParams fields a request may set, by how a string value converts (Triton's rule)
+_INT_FIELDS = {"n", "top_k", "max_tokens", "min_tokens", "seed", "logprobs", "prompt_logprobs"}
+_FLOAT_FIELDS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "temperature",
+                 "top_p", "min_p"}
+_BOOL_FIELDS = {"ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
+                "include_stop_str_in_output"}
+_LIST_FIELDS = {"stop", "stop_token_ids", "bad_words", "allowed_token_ids"}
+SAMPLING_FIELDS = _INT_FIELDS | _FLOAT_FIELDS | _BOOL_FIELDS | _LIST_FIELDS
+
+
+class EngineClient(Protocol):
+    """The slice of vLLM's `AsyncLLM` this module uses."""
+
+    def generate(self, prompt: Any, sampling_params: Any, request_id: str) -> AsyncIterator[Any]:
+        ...
+
+
+SamplingFactory = Callable[..., Any]
+
+
+def _vllm_sampling_params(**kwargs: Any) -> Any:
+    from vllm import SamplingParams  # heavy: imported on the first LLM request only
+
+    return SamplingParams(**kwargs)
+
+
+# -- entry points for an LLM backend ---------------------------------------------------------
+async def infer(engine: EngineClient, request: InferenceRequest, *,
+                sampling_params: SamplingFactory = _vllm_sampling_params) -> InferenceResponse:
+    """One response: generation (stream must be false) or scoring."""
+    if "candidates" in request.inputs or "context" in request.inputs:
+        return await score(engine, request, sampling_params=sampling_params)
+    if _flag(request, "stream"):
+        raise InvalidArgument("stream=true needs a streaming call: gRPC ModelStreamInfer or "
+                              "POST /v2/models/{m}/generate_stream", param="stream")
+    last = None
+    async for response in generate(engine, request, sampling_params=sampling_params):
+        last = response
+    assert last is not None  # generate always yields its final response
+    return last
+
+
+async def infer_stream(engine: EngineClient, request: InferenceRequest, *,
+                       sampling_params: SamplingFactory = _vllm_sampling_params
+                       ) -> AsyncIterator[InferenceResponse]:
+    """Decoupled: deltas while generating when stream=true, else one response."""
+    if "candidates" in request.inputs or "context" in request.inputs:
+        yield await score(engine, request, sampling_params=sampling_params)
+        return
+    async for response in generate(engine, request, sampling_params=sampling_params):
+        yield response
+
+
+# -- generation -------------------------------------------------------------------------------
+async def generate(engine: EngineClient, request: InferenceRequest, *,
+                   sampling_params: SamplingFactory = _vllm_sampling_params
+                   ) -> AsyncIterator[InferenceResponse]:
+    """Run one prompt; stream=true yields text deltas, else a single final response."""
+    prompt = _text(request, "text_input", required=True)
+    stream = _flag(request, "stream")
+    exclude_input = _flag(request, "exclude_input_in_output")
+    params = sampling_params(**parse_sampling_parameters(request))
+    request_id = request.id or uuid.uuid4().hex
+    sent: list[int] = []
+    final = None
+    async for output in engine.generate(prompt, params, request_id):
+        final = output
+        if stream:
+            texts = [c.text for c in output.outputs]
+            sent += [0] * (len(texts) - len(sent))
+            deltas = [t[n:] for t, n in zip(texts, sent, strict=False)]
+            sent = [len(t) for t in texts]
+            yield _text_response(deltas, request, final=bool(output.finished))
+    if final is None:
+        raise InvalidArgument("the engine produced no output for this prompt")
+    if not stream:
+        prefix = "" if exclude_input else prompt
+        yield _text_response([prefix + c.text for c in final.outputs], request, final=True)
+
+
+def parse_sampling_parameters(request: InferenceRequest) -> dict[str, Any]:
+    """SamplingParams keyword arguments from the `sampling_parameters` JSON tensor and the
+    request's parameters (the tensor wins); unknown fields are rejected by name."""
+    merged: dict[str, Any] = {}
+    for key, value in request.parameters.items():
+        if key in SAMPLING_FIELDS:
+            merged[key] = value
+        else:
+            raise InvalidArgument(f"request parameter {key!r} is not a sampling parameter "
+                                  f"(known: {', '.join(sorted(SAMPLING_FIELDS))})", param=key)
+    raw = _text(request, "sampling_parameters", required=False)
+    if raw:
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgument(f"sampling_parameters is not valid JSON ({exc.msg} at "
+                                  f"character {exc.pos}): {raw[:80]!r}",
+                                  param="sampling_parameters") from None
+        if not isinstance(data, dict):
+            raise InvalidArgument(f"sampling_parameters must be a JSON object, got {raw[:80]!r}",
+                                  param="sampling_parameters")
+        merged.update(data)
+    return {key: _convert(key, value) for key, value in merged.items()}
+
+
+def _convert(key: str, value: Any) -> Any:
+    try:
+        if key in _INT_FIELDS:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return None if value is None else int(value)
+        if key in _FLOAT_FIELDS:
+            return float(value)
+        if key in _BOOL_FIELDS:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false"):
+                    raise ValueError
+                return value.lower() == "true"
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+        if key in _LIST_FIELDS:
+            if key == "stop" and isinstance(value, str):
+                return [value]
+            if isinstance(value, str):
+                value = json.loads(value)
+            if not isinstance(value, list):
+                raise ValueError
+            return value
+    except (TypeError, ValueError, json.JSONDecodeError):
+        pass
+    else:
+        raise InvalidArgument(f"sampling parameter {key!r} is unknown (known: "
+                              f"{', '.join(sorted(SAMPLING_FIELDS))})", param=key)
+    kind = ("an integer" if key in _INT_FIELDS else "a number" if key in _FLOAT_FIELDS
+            else "true or false" if key in _BOOL_FIELDS else "a list")
+    raise InvalidArgument(f"sampling parameter {key}={value!r} must be {kind}", param=key)
+
+
+def _text_response(texts: list[str], request: InferenceRequest, *, final: bool
+                   ) -> InferenceResponse:
+    data = np.empty(len(texts), dtype=object)
+    data[:] = [t.encode() for t in texts]
+    return InferenceResponse(outputs=[Tensor("text_output", "BYTES", data)], id=request.id,
+                             final=final)
+
+
+# -- prefill-only scoring ---------------------------------------------------------------------
+async def score(engine: Any, request: InferenceRequest, *,
+                sampling_params: SamplingFactory = _vllm_sampling_params) -> InferenceResponse:
+    """Each candidate's log-probability given the context, from prefill alone."""
+    for name in ("text_input", "stream", "exclude_input_in_output"):
+        if name in request.inputs:
+            raise InvalidArgument(f"input {name!r} is for generation; scoring takes context "
+                                  "and candidates only", param=name)
+    if request.parameters or "sampling_parameters" in request.inputs:
+        raise InvalidArgument("scoring takes no sampling parameters (it never samples)",
+                              param="sampling_parameters")
+    context = _text(request, "context", required=True)
+    if "candidates" not in request.inputs:
+        raise InvalidArgument("input 'candidates' is missing; scoring needs BYTES [N] "
+                              "continuations", param="candidates")
+    candidates = [c.decode() if isinstance(c, bytes) else str(c)
+                  for c in request.inputs["candidates"].data.reshape(-1)]
+    if not candidates:
+        raise InvalidArgument("input 'candidates' is empty; send at least one",
+                              param="candidates")
+    tokenizer = engine.get_tokenizer()
+    if inspect.isawaitable(tokenizer):
+        tokenizer = await tokenizer
+    context_ids = list(tokenizer.encode(context))
+    candidate_ids = [list(tokenizer.encode(c, add_special_tokens=False)) for c in candidates]
+    for text, ids in zip(candidates, candidate_ids, strict=True):
+        if not ids:
+            raise InvalidArgument(f"candidate {text!r} has no tokens; drop it",
+                                  param="candidates")
+    base = request.id or uuid.uuid4().hex
+
+    async def one(index: int) -> list[float]:
+        return await score_tokens(engine, context_ids, candidate_ids[index],
+                                  f"{base}-score-{index}", sampling_params)
+
+    # the first candidate computes the context's KV blocks; the rest then find them cached
+    first = await one(0)
+    rest = await asyncio.gather(*(one(i) for i in range(1, len(candidates))))
+    per_token = [first, *rest]
+    width = max(len(row) for row in per_token)
+    padded = np.zeros((len(per_token), width), dtype=np.float32)
+    for i, row in enumerate(per_token):
+        padded[i, :len(row)] = row
+    return InferenceResponse(id=request.id, outputs=[
+        Tensor("logprob_sum", "FP32", np.array([sum(r) for r in per_token], dtype=np.float32)),
+        Tensor("token_logprobs", "FP32", padded),
+        Tensor("num_tokens", "INT32", np.array([len(r) for r in per_token], dtype=np.int32)),
+    ])
+
+
+async def score_tokens(engine: Any, context_ids: list[int], candidate_ids: list[int],
+                       request_id: str, sampling_params: SamplingFactory) -> list[float]:
+    """Log-probabilities of `candidate_ids` after `context_ids`: prompt logprobs, 1 token out."""
+    prompt = {"prompt_token_ids": context_ids + candidate_ids}
+    for read_cache in (True, False):
+        # vLLM skips the prefix cache for prompt-logprob requests unless told otherwise: the
+        # cached context has no logprobs, which is fine as long as the candidate's tokens do
+        params = sampling_params(max_tokens=1, temperature=0.0, prompt_logprobs=0,
+                                 skip_reading_prefix_cache=not read_cache)
+        final = None
+        async for output in engine.generate(prompt, params, f"{request_id}-{int(read_cache)}"):
+            final = output
+        logprobs = _candidate_logprobs(getattr(final, "prompt_logprobs", None), candidate_ids)
+        if logprobs is not None:
+            return logprobs
+    raise InvalidArgument(f"the engine returned no prompt logprobs for request {request_id}; "
+                          "is this a generative model?")
+
+
+def _candidate_logprobs(prompt_logprobs: Any, candidate_ids: list[int]) -> list[float] | None:
+    """The last len(candidate) positions' logprobs of the actual tokens, or None if missing."""
+    if not prompt_logprobs or len(prompt_logprobs) < len(candidate_ids):
+        return None
+    tail = list(prompt_logprobs)[-len(candidate_ids):]
+    values = []
+    for token_id, position in zip(candidate_ids, tail, strict=True):
+        if not position or token_id not in position:
+            return None
+        entry = position[token_id]
+        value = float(getattr(entry, "logprob", entry))
+        if math.isnan(value):
+            return None
+        values.append(value)
+    return values
+
+
+# -- tensor helpers ---------------------------------------------------------------------------
+def _text(request: InferenceRequest, name: str, *, required: bool) -> str:
+    tensor = request.inputs.get(name)
+    if tensor is None:
+        if required:
+            raise InvalidArgument(f"input {name!r} is missing", param=name)
+        return ""
+    values = tensor.data.reshape(-1)
+    if values.size != 1:
+        raise InvalidArgument(f"input {name!r} must hold one string, got {values.size}",
+                              param=name)
+    value = values[0]
+    try:
+        return value.decode() if isinstance(value, bytes) else str(value)
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"input {name!r} is not UTF-8 text", param=name) from None
+
+
+def _flag(request: InferenceRequest, name: str) -> bool:
+    tensor = request.inputs.get(name)
+    if tensor is None:
+        return False
+    values = tensor.data.reshape(-1)
+    if values.size != 1:
+        raise InvalidArgument(f"input {name!r} must hold one BOOL, got {values.size}",
+                              param=name)
+    return bool(values[0])

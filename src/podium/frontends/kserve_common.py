@@ -1,0 +1,68 @@
+"""What the KServe HTTP and gRPC frontends answer alike: metadata, load parameters."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import podium
+from podium.backends.validation import expected_shape
+from podium.errors import InvalidArgument
+from podium.server.repository import ModelRepository, VersionPolicy, version_key
+
+SERVER_NAME = "podium"
+EXTENSIONS = ["binary_tensor_data", "model_repository", "model_repository(unload_dependents)",
+              "statistics", "generate", "parameters"]
+
+
+def server_metadata() -> dict[str, Any]:
+    """`GET /v2`: name, version and the protocol extensions served."""
+    return {"name": SERVER_NAME, "version": podium.__version__, "extensions": EXTENSIONS}
+
+
+def model_metadata(repository: ModelRepository, name: str, version: str | None
+                   ) -> dict[str, Any]:
+    """`GET /v2/models/{m}[/versions/{v}]`: versions, platform and I/O with batch dimension."""
+    backend = repository.get(name, version)
+    versions = sorted((e.backend.version for e in repository.ready_entries()
+                       if e.backend.name == name), key=version_key)
+    batch = backend.max_batch_size
+    return {
+        "name": backend.name,
+        "versions": versions or [backend.version],
+        "platform": backend.platform,
+        "inputs": [{"name": s.name, "datatype": s.datatype, "shape": expected_shape(s, batch)}
+                   for s in backend.inputs()],
+        "outputs": [{"name": s.name, "datatype": s.datatype, "shape": expected_shape(s, batch)}
+                    for s in backend.outputs()],
+    }
+
+
+def load_policy(parameters: dict[str, Any] | None) -> VersionPolicy:
+    """The version policy of a repository load request.
+
+    Taken from `parameters.version_policy` or from Triton's `parameters.config` (a model
+    config as a JSON string, of which only `version_policy` is honoured).
+    """
+    parameters = dict(parameters or {})
+    policy = parameters.pop("version_policy", None)
+    config = parameters.pop("config", None)
+    if config is not None:
+        try:
+            config_data = json.loads(config) if isinstance(config, str) else config
+        except json.JSONDecodeError as exc:
+            raise InvalidArgument(f"load parameter 'config' is not valid JSON ({exc})",
+                                  param="config") from None
+        if not isinstance(config_data, dict):
+            raise InvalidArgument("load parameter 'config' must be a JSON object",
+                                  param="config")
+        unknown = sorted(set(config_data) - {"version_policy", "name"})
+        if unknown:
+            raise InvalidArgument(f"load parameter 'config' sets {unknown}; only version_policy "
+                                  "can be changed at load (repackage the model for the rest)",
+                                  param="config")
+        policy = config_data.get("version_policy", policy)
+    if parameters:
+        raise InvalidArgument(f"load parameters {sorted(parameters)} are not supported; use "
+                              "version_policy or config", param=sorted(parameters)[0])
+    return VersionPolicy.parse(policy)

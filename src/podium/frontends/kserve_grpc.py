@@ -1,0 +1,270 @@
+"""KServe v2 over gRPC: `inference.GRPCInferenceService`, with the protos tritonclient ships.
+
+Outputs always travel as `raw_output_contents`; inputs may come raw or as typed `contents`.
+`ModelStreamInfer` serves decoupled models: every response of a request is sent as it comes,
+the last one flagged with the parameter `triton_final_response`=true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+
+from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
+from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
+from podium.frontends import kserve_codec as codec
+from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
+from podium.server.repository import ModelRepository
+
+# typed `contents` fields by datatype; FP16 and BF16 have none and must be sent raw
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
+    "INT32": "int_contents", "INT64": "int64_contents", "UINT8": "uint_contents",
+    "UINT16": "uint_contents", "UINT32": "uint_contents", "UINT64": "uint64_contents",
+    "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
+
+
+def create_server(repository: ModelRepository, *, port: int, server_ready: Callable[[], bool],
+                  host: str = "0.0.0.0") -> grpc.aio.Server:
+    """A gRPC server (not started) serving `repository`; `await server.start()` opens `port`."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 << 20),
+                                      ("grpc.max_send_message_length", 256 << 20)])
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        InferenceService(repository, server_ready), server)
+    server.add_insecure_port(f"{host}:{port}")
+    return server
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: PodiumError) -> None:
+    await context.abort(grpc.StatusCode[exc.grpc_code], exc.message)
+
+
+class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """The KServe v2 gRPC service over one model repository."""
+
+    def __init__(self, repository: ModelRepository, server_ready: Callable[[], bool]) -> None:
+        self._repository = repository
+        self._server_ready = server_ready
+
+    # -- health and metadata -------------------------------------------------------------------
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerReadyResponse(ready=bool(self._server_ready()))
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        try:
+            entry = self._repository.find(request.name, request.version or None)
+            ready = entry.state == "READY"
+        except (NotFound, Unavailable):
+            ready = False
+        return service_pb2.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerMetadataResponse(**server_metadata())
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        try:
+            data = model_metadata(self._repository, request.name, request.version or None)
+        except PodiumError as exc:
+            await _abort(context, exc)
+        return json_format.ParseDict(data, service_pb2.ModelMetadataResponse())
+
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        try:
+            config = dict(self._repository.get(request.name, request.version or None).config())
+        except PodiumError as exc:
+            await _abort(context, exc)
+        if not all(v.isdigit() for v in
+                   config.get("version_policy", {}).get("specific", {}).get("versions", [])):
+            config.pop("version_policy")  # the proto holds numeric versions only
+        message = json_format.ParseDict(config, model_config_pb2.ModelConfig(),
+                                        ignore_unknown_fields=True)
+        return service_pb2.ModelConfigResponse(config=message)
+
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        try:
+            rows = self._repository.statistics(request.name or None, request.version or None)
+        except PodiumError as exc:
+            await _abort(context, exc)
+        return json_format.ParseDict({"model_stats": rows}, service_pb2.ModelStatisticsResponse(),
+                                     ignore_unknown_fields=True)
+
+    # -- repository ----------------------------------------------------------------------------
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        rows = self._repository.index(ready_only=request.ready)
+        return service_pb2.RepositoryIndexResponse(
+            models=[service_pb2.RepositoryIndexResponse.ModelIndex(**row) for row in rows])
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        try:
+            parameters = {key: _repository_parameter(value)
+                          for key, value in request.parameters.items()}
+            if isinstance(parameters.get("version_policy"), str):
+                parameters["version_policy"] = _json_parameter("version_policy",
+                                                               parameters["version_policy"])
+            await self._repository.load_model(request.model_name, load_policy(parameters))
+        except PodiumError as exc:
+            await _abort(context, exc)
+        return service_pb2.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        try:
+            unknown = sorted(set(request.parameters) - {"unload_dependents"})
+            if unknown:
+                raise InvalidArgument(f"unload parameters {unknown} are not supported",
+                                      param=unknown[0])
+            await self._repository.unload(request.model_name)
+        except PodiumError as exc:
+            await _abort(context, exc)
+        return service_pb2.RepositoryModelUnloadResponse()
+
+    # -- inference -----------------------------------------------------------------------------
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        try:
+            served = self._repository.get(request.model_name, request.model_version or None)
+            response = await self._repository.infer(served.name, served.version,
+                                                    decode_request(request))
+        except PodiumError as exc:
+            await _abort(context, exc)
+        return encode_response(response, request.model_name, served.version)
+
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any
+                               ) -> AsyncIterator[Any]:
+        # requests of one stream run concurrently; their responses interleave, told apart by id
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def read() -> None:
+            async for request in request_iterator:
+                task = asyncio.create_task(self._stream_one(request, queue))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            await asyncio.gather(*list(tasks))
+            await queue.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (message := await queue.get()) is not None:
+                yield message
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _stream_one(self, request: Any, queue: asyncio.Queue[Any]) -> None:
+        empty_final = _request_flag(request, "triton_enable_empty_final_response")
+        try:
+            served = self._repository.get(request.model_name, request.model_version or None)
+            responses = self._repository.infer_stream(served.name, served.version,
+                                                      decode_request(request))
+            # hold one response back so the last one can carry the final flag
+            held: InferenceResponse | None = None
+            async for response in responses:
+                if held is not None:
+                    await queue.put(_stream_message(held, request, served.version, final=False))
+                held = response
+            if held is not None and (held.outputs or empty_final):
+                await queue.put(_stream_message(held, request, served.version, final=True))
+            elif empty_final:
+                await queue.put(_stream_message(InferenceResponse(outputs=[], id=request.id),
+                                                request, served.version, final=True))
+        except PodiumError as exc:  # a bad request fails alone; the stream stays open
+            await queue.put(service_pb2.ModelStreamInferResponse(error_message=exc.message))
+
+
+# -- messages ------------------------------------------------------------------------------------
+def decode_request(request: Any) -> InferenceRequest:
+    """A ModelInferRequest as an InferenceRequest (raw or typed contents)."""
+    raw = list(request.raw_input_contents)
+    if raw and len(raw) != len(request.inputs):
+        raise InvalidArgument(f"raw_input_contents holds {len(raw)} tensors for "
+                              f"{len(request.inputs)} inputs; send one per input")
+    inputs: dict[str, Tensor] = {}
+    for index, tensor in enumerate(request.inputs):
+        name, datatype, shape = tensor.name, tensor.datatype, list(tensor.shape)
+        if name in inputs:
+            raise InvalidArgument(f"input {name!r} is given twice", param=name)
+        codec.numpy_dtype(datatype, name=name)
+        if any(d < 0 for d in shape):
+            raise InvalidArgument(f"input {name!r}: shape {shape} must be non-negative",
+                                  param=name)
+        if raw:
+            inputs[name] = codec.tensor_from_raw(name, datatype, shape, raw[index])
+        else:
+            field = _CONTENTS_FIELD.get(datatype)
+            if field is None:
+                raise InvalidArgument(f"input {name!r}: {datatype} has no typed contents; send "
+                                      "it in raw_input_contents", param=name)
+            values = list(getattr(tensor.contents, field))
+            inputs[name] = codec.tensor_from_json(name, datatype, shape, values)
+    return InferenceRequest(
+        inputs=inputs, id=request.id,
+        parameters={k: _parameter(v) for k, v in request.parameters.items()
+                    if not k.startswith("triton_")},
+        requested_outputs=[o.name for o in request.outputs] or None)
+
+
+def encode_response(response: InferenceResponse, model: str, version: str) -> Any:
+    """An InferenceResponse as a ModelInferResponse with raw output contents."""
+    message = service_pb2.ModelInferResponse(model_name=model, model_version=version,
+                                             id=response.id)
+    for key, value in response.parameters.items():
+        _set_parameter(message.parameters[key], value)
+    for tensor in response.outputs:
+        message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        message.raw_output_contents.append(codec.tensor_to_raw(tensor))
+    return message
+
+
+def _stream_message(response: InferenceResponse, request: Any, version: str, *, final: bool
+                    ) -> Any:
+    message = encode_response(response, request.model_name, version)
+    message.id = response.id or request.id
+    message.parameters["triton_final_response"].bool_param = final
+    return service_pb2.ModelStreamInferResponse(infer_response=message)
+
+
+def _parameter(value: Any) -> Any:
+    kind = value.WhichOneof("parameter_choice")
+    return getattr(value, kind) if kind else None
+
+
+def _repository_parameter(value: Any) -> Any:
+    kind = value.WhichOneof("parameter_choice")
+    return getattr(value, kind) if kind else None
+
+
+def _request_flag(request: Any, key: str) -> bool:
+    return key in request.parameters and bool(_parameter(request.parameters[key]))
+
+
+def _json_parameter(name: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"parameter {name!r} is not valid JSON ({exc})",
+                              param=name) from None
+
+
+def _set_parameter(target: Any, value: Any) -> None:
+    if isinstance(value, bool | np.bool_):
+        target.bool_param = bool(value)
+    elif isinstance(value, int | np.integer):
+        target.int64_param = int(value)
+    elif isinstance(value, float | np.floating):
+        target.double_param = float(value)
+    else:
+        target.string_param = value if isinstance(value, str) else json.dumps(value)

@@ -1,0 +1,357 @@
+"""KServe v2 over HTTP (Triton-compatible): health, metadata, infer, generate, repository.
+
+Infer bodies are JSON, optionally followed by raw tensors (Triton's binary tensor extension:
+`Inference-Header-Content-Length` gives the JSON's length, each binary input carries
+`parameters.binary_data_size`). Errors are Triton-shaped: `{"error": "..."}` with the status
+of the `podium.errors` class.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
+
+from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
+from podium.backends.datatypes import NUMPY_DTYPES
+from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
+from podium.frontends import kserve_codec as codec
+from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
+from podium.server.repository import ModelRepository
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+class _KServeRoute(APIRoute):
+    """Every route answers Podium errors Triton's way, whatever app mounts the router."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except PodiumError as exc:
+                return error_response(exc)
+
+        return guarded
+
+
+def error_response(exc: PodiumError) -> JSONResponse:
+    """Triton's error body with the status the error class declares."""
+    return JSONResponse({"error": exc.message}, status_code=exc.http_status)
+
+
+def create_router(repository: ModelRepository, *, server_ready: Callable[[], bool]) -> APIRouter:
+    """Every `/v2` route of the KServe v2 HTTP protocol, served from `repository`."""
+    router = APIRouter(route_class=_KServeRoute)
+
+    # -- server ------------------------------------------------------------------------------
+    @router.get("/v2")
+    async def metadata() -> dict[str, Any]:
+        return server_metadata()
+
+    @router.get("/v2/health/live")
+    async def live() -> Response:
+        return Response(status_code=200)
+
+    @router.get("/v2/health/ready")
+    async def ready() -> Response:
+        return Response(status_code=200 if server_ready() else 503)
+
+    # -- repository --------------------------------------------------------------------------
+    @router.post("/v2/repository/index")
+    async def repository_index(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        return JSONResponse(repository.index(ready_only=bool(body.get("ready", False))))
+
+    @router.post("/v2/repository/models/{model}/load")
+    async def load(model: str, request: Request) -> Response:
+        body = await _json_body(request)
+        await repository.load_model(model, load_policy(body.get("parameters")))
+        return Response(status_code=200)
+
+    @router.post("/v2/repository/models/{model}/unload")
+    async def unload(model: str, request: Request) -> Response:
+        body = await _json_body(request)
+        unknown = sorted(set(body.get("parameters") or {}) - {"unload_dependents"})
+        if unknown:
+            raise InvalidArgument(f"unload parameters {unknown} are not supported",
+                                  param=unknown[0])
+        await repository.unload(model)
+        return Response(status_code=200)
+
+    # -- models ------------------------------------------------------------------------------
+    @router.get("/v2/models/stats")
+    async def all_stats() -> dict[str, Any]:
+        return {"model_stats": repository.statistics()}
+
+    for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+        router.add_api_route(prefix, _model_metadata(repository), methods=["GET"])
+        router.add_api_route(f"{prefix}/ready", _model_ready(repository), methods=["GET"])
+        router.add_api_route(f"{prefix}/config", _model_config(repository), methods=["GET"])
+        router.add_api_route(f"{prefix}/stats", _model_stats(repository), methods=["GET"])
+        router.add_api_route(f"{prefix}/infer", _infer(repository), methods=["POST"])
+        router.add_api_route(f"{prefix}/generate", _generate(repository, stream=False),
+                             methods=["POST"])
+        router.add_api_route(f"{prefix}/generate_stream", _generate(repository, stream=True),
+                             methods=["POST"])
+    return router
+
+
+# -- model routes (one handler each, shared by the versioned and unversioned paths) ------------
+def _model_metadata(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
+    async def handler(model: str, version: str | None = None) -> dict[str, Any]:
+        return model_metadata(repository, model, version)
+    return handler
+
+
+def _model_ready(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
+    async def handler(model: str, version: str | None = None) -> Response:
+        try:
+            state = repository.find(model, version).state
+        except (NotFound, Unavailable):
+            state = "UNAVAILABLE"
+        return Response(status_code=200 if state == "READY" else 400)
+    return handler
+
+
+def _model_config(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
+    async def handler(model: str, version: str | None = None) -> dict[str, Any]:
+        return repository.get(model, version).config()
+    return handler
+
+
+def _model_stats(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
+    async def handler(model: str, version: str | None = None) -> dict[str, Any]:
+        return {"model_stats": repository.statistics(model, version)}
+    return handler
+
+
+def _infer(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
+    async def handler(model: str, request: Request, version: str | None = None) -> Response:
+        body = await _body(request)
+        header, binary_outputs, infer_request = parse_infer_request(
+            body, request.headers.get(HEADER_LENGTH))
+        served = repository.get(model, version).version
+        response = await repository.infer(model, served, infer_request)
+        return encode_infer_response(response, model=model, version=served,
+                                     binary_outputs=binary_outputs,
+                                     default_binary=bool(header.get("parameters", {})
+                                                         .get("binary_data_output", False)))
+    return handler
+
+
+def _generate(repository: ModelRepository, *, stream: bool) -> Callable[..., Awaitable[Any]]:
+    async def handler(model: str, request: Request, version: str | None = None) -> Response:
+        body = await _json_body(request)
+        backend = repository.get(model, version)
+        served = backend.version
+        infer_request = generate_request(body, backend.inputs(), backend.max_batch_size,
+                                         stream=stream)
+        if not stream:
+            response = await repository.infer(model, served, infer_request)
+            return JSONResponse(generate_response(response, model, served))
+        responses = repository.infer_stream(model, served, infer_request)
+        # the first response (or the bad-request error) comes before the 200 status is sent
+        first = await anext(responses)
+        return StreamingResponse(_sse(first, responses, model, served),
+                                 media_type="text/event-stream")
+    return handler
+
+
+async def _sse(first: InferenceResponse, responses: AsyncIterator[InferenceResponse],
+               model: str, version: str) -> AsyncIterator[bytes]:
+    yield f"data: {json.dumps(generate_response(first, model, version))}\n\n".encode()
+    try:
+        async for response in responses:
+            yield f"data: {json.dumps(generate_response(response, model, version))}\n\n".encode()
+    except PodiumError as exc:  # headers are gone: the error travels as the last event
+        yield f"data: {json.dumps({'error': exc.message})}\n\n".encode()
+
+
+# -- infer body ------------------------------------------------------------------------------
+def parse_infer_request(body: bytes, header_length: str | None
+                        ) -> tuple[dict[str, Any], dict[str, bool], InferenceRequest]:
+    """Split JSON header and binary tensors; returns (header, per-output binary flags, request)."""
+    if header_length is not None:
+        try:
+            length = int(header_length)
+        except ValueError:
+            raise InvalidArgument(f"{HEADER_LENGTH}={header_length!r} is not an integer") from None
+        if not 0 <= length <= len(body):
+            raise InvalidArgument(f"{HEADER_LENGTH}={length} is past the end of the "
+                                  f"{len(body)}-byte body")
+    else:
+        length = len(body)
+    header = _loads(body[:length])
+    binary = memoryview(body)[length:]
+    inputs: dict[str, Tensor] = {}
+    offset = 0
+    for item in _list_field(header, "inputs"):
+        name, datatype, shape = _tensor_header(item)
+        if name in inputs:
+            raise InvalidArgument(f"input {name!r} is given twice", param=name)
+        size = (item.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+                raise InvalidArgument(f"input {name!r}: binary_data_size={size} is past the end "
+                                      f"of the {len(binary)} binary bytes sent", param=name)
+            inputs[name] = codec.tensor_from_raw(name, datatype, shape,
+                                                 binary[offset:offset + size])
+            offset += size
+        elif "data" in item:
+            inputs[name] = codec.tensor_from_json(name, datatype, shape, item["data"])
+        else:
+            raise InvalidArgument(f"input {name!r} has neither 'data' nor "
+                                  "parameters.binary_data_size", param=name)
+    if offset != len(binary):
+        raise InvalidArgument(f"{len(binary) - offset} bytes of binary data follow the last "
+                              "binary input; check binary_data_size")
+    binary_outputs: dict[str, bool] = {}
+    requested: list[str] | None = None
+    if "outputs" in header:
+        requested = []
+        for item in _list_field(header, "outputs"):
+            name = item.get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
+                raise InvalidArgument(f"each requested output needs a 'name', got {item!r}")
+            requested.append(name)
+            flag = (item.get("parameters") or {}).get("binary_data")
+            if flag is not None:
+                binary_outputs[name] = bool(flag)
+    parameters = dict(header.get("parameters") or {})
+    parameters.pop("binary_data_output", None)
+    request = InferenceRequest(inputs=inputs, id=str(header.get("id", "")),
+                               parameters=parameters, requested_outputs=requested)
+    return header, binary_outputs, request
+
+
+def encode_infer_response(response: InferenceResponse, *, model: str, version: str,
+                          binary_outputs: dict[str, bool], default_binary: bool) -> Response:
+    """JSON outputs, or JSON header + raw tensors for outputs asked for in binary."""
+    outputs, chunks = [], []
+    for tensor in response.outputs:
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype,
+                                 "shape": tensor.shape}
+        if binary_outputs.get(tensor.name, default_binary):
+            raw = codec.tensor_to_raw(tensor)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = codec.tensor_to_json(tensor)
+        outputs.append(entry)
+    body: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": outputs}
+    if response.id:
+        body["id"] = response.id
+    if response.parameters:
+        body["parameters"] = response.parameters
+    header = json.dumps(body).encode()
+    if not chunks:
+        return Response(header, media_type="application/json")
+    return Response(b"".join([header, *chunks]), media_type="application/octet-stream",
+                    headers={HEADER_LENGTH: str(len(header))})
+
+
+# -- generate extension ----------------------------------------------------------------------
+def generate_request(body: dict[str, Any], specs: list[Any], max_batch_size: int, *,
+                     stream: bool) -> InferenceRequest:
+    """Triton's generate body: top-level fields (and `parameters` entries) that name inputs
+    become one-element tensors; other `parameters` stay request parameters."""
+    by_name = {spec.name: spec for spec in specs}
+    parameters = dict(body.get("parameters") or {})
+    fields = {k: v for k, v in body.items() if k not in ("id", "parameters")}
+    for key in list(parameters):
+        if key in by_name and key not in fields:
+            fields[key] = parameters.pop(key)
+    if "stream" in by_name:
+        fields["stream"] = stream  # the route decides, as Triton's generate_stream does
+    inputs = {}
+    for name, value in fields.items():
+        spec = by_name.get(name)
+        if spec is None:
+            raise InvalidArgument(f"field {name!r} is not an input of the model (inputs: "
+                                  f"{', '.join(by_name)}); put options in 'parameters'",
+                                  param=name)
+        values = value if isinstance(value, list) else [value]
+        if spec.datatype == "BYTES":
+            values = [v if isinstance(v, str) else json.dumps(v) for v in values]
+        shape = [1, len(values)] if max_batch_size > 0 else [len(values)]
+        inputs[name] = codec.tensor_from_json(name, spec.datatype, shape, values)
+    return InferenceRequest(inputs=inputs, id=str(body.get("id", "")), parameters=parameters)
+
+
+def generate_response(response: InferenceResponse, model: str, version: str) -> dict[str, Any]:
+    """Outputs as top-level fields: a scalar for one element, else a flat list."""
+    body: dict[str, Any] = {"model_name": model, "model_version": version}
+    if response.id:
+        body["id"] = response.id
+    for tensor in response.outputs:
+        data = codec.tensor_to_json(tensor)
+        body[tensor.name] = data[0] if len(data) == 1 else data
+    return body
+
+
+# -- helpers ---------------------------------------------------------------------------------
+async def _body(request: Request) -> bytes:
+    body = await request.body()
+    encoding = request.headers.get("content-encoding", "").lower()
+    try:
+        if encoding == "gzip":
+            return gzip.decompress(body)
+        if encoding == "deflate":
+            return zlib.decompress(body)
+    except (OSError, zlib.error) as exc:
+        raise InvalidArgument(f"body is not valid {encoding} ({exc})") from None
+    if encoding not in ("", "identity"):
+        raise InvalidArgument(f"Content-Encoding {encoding!r} is not supported; use gzip, "
+                              "deflate or none")
+    return body
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    body = await _body(request)
+    if not body.strip():
+        return {}
+    return _loads(body)
+
+
+def _loads(raw: bytes | memoryview) -> dict[str, Any]:
+    try:
+        data = json.loads(bytes(raw))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"request body is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument("request body must be a JSON object")
+    return data
+
+
+def _list_field(header: dict[str, Any], key: str) -> list[Any]:
+    value = header.get(key, [])
+    if not isinstance(value, list):
+        raise InvalidArgument(f"'{key}' must be a list, got {type(value).__name__}", param=key)
+    return value
+
+
+def _tensor_header(item: Any) -> tuple[str, str, list[int]]:
+    if not isinstance(item, dict):
+        raise InvalidArgument(f"each input must be an object, got {item!r}")
+    name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
+    if not isinstance(name, str):
+        raise InvalidArgument(f"an input has no 'name' ({item!r})")
+    if datatype not in NUMPY_DTYPES:
+        raise InvalidArgument(f"input {name!r}: datatype {datatype!r} is not supported (use one "
+                              f"of {', '.join(NUMPY_DTYPES)})", param=name)
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise InvalidArgument(f"input {name!r}: shape {shape!r} must be a list of non-negative "
+                              "integers", param=name)
+    return name, datatype, shape
+
+
+__all__ = ["create_router", "encode_infer_response", "error_response", "parse_infer_request"]

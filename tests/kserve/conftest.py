@@ -1,0 +1,100 @@
+"""A real instance for the protocol tests: uvicorn + gRPC on loopback ports, serving the
+example repository (classic backends) and a fake-engine LLM."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Coroutine, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from podium.examples import create_examples
+from podium.frontends.kserve_grpc import create_server
+from podium.frontends.kserve_http import create_router
+from podium.package.package import write_manifest
+from podium.server.repository import ModelRepository, scan_repository
+
+from .fake_llm import FakeLlmBackend
+
+CLASSIC = ["xgb-example", "torch-example", "onnx-example", "python-example"]
+LLM = "fake-llm"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Instance:
+    """A running instance and a way to run coroutines on its event loop."""
+
+    repository: ModelRepository
+    http_url: str
+    grpc_url: str
+    loop: asyncio.AbstractEventLoop
+    llm: FakeLlmBackend | None = None
+
+    def call(self, coroutine: Coroutine[Any, Any, Any], timeout: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+
+@pytest.fixture(scope="session")
+def examples_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("repository")
+    create_examples(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def instance(examples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
+    repository = ModelRepository(root=examples_dir)
+    http_port, grpc_port = free_port(), free_port()
+    llm_dir = tmp_path_factory.mktemp("fake-llm")
+    llm_package = write_manifest(llm_dir, {
+        "name": LLM, "version": "1", "backend": "vllm",
+        "weights": {"source": "path", "path": "/nonexistent/fake.gguf"}})
+    state: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
+        repository.register(scan_repository(examples_dir))
+        for name in CLASSIC:
+            await repository.load_model(name)
+        state["llm"] = FakeLlmBackend(llm_package)
+        await repository.load(llm_package, backend=state["llm"])
+        grpc_server = create_server(repository, port=grpc_port, host="127.0.0.1",
+                                    server_ready=repository.all_ready)
+        await grpc_server.start()
+        state["loop"] = asyncio.get_running_loop()
+        yield
+        await grpc_server.stop(grace=1)
+        await repository.unload_all(timeout_s=5)
+
+    app = FastAPI(lifespan=lifespan)
+    app.include_router(create_router(repository, server_ready=repository.all_ready))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(600):
+        if server.started:
+            break
+        if not thread.is_alive():
+            raise RuntimeError("the test instance failed to start")
+        threading.Event().wait(0.05)
+    else:
+        raise RuntimeError("the test instance did not start within 30 s")
+    yield Instance(repository, f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}",
+                   state["loop"], state["llm"])
+    server.should_exit = True
+    thread.join(timeout=15)

@@ -1,0 +1,121 @@
+"""A stand-in for vLLM's AsyncLLM and an LLM backend over it, for protocol tests.
+
+The fake engine "generates" a fixed reply word by word (cumulative text, like vLLM's default
+output kind) and computes deterministic prompt logprobs, with a simulated prefix cache whose
+cached positions come back without logprobs, as vLLM's do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from podium.backends import vllm_tensors
+from podium.backends.base import Backend, InferenceRequest, InferenceResponse
+from podium.package.manifest import TensorSpec
+
+BOS = 1
+BLOCK = 4
+REPLY = ["Paris", " is", " the", " capital", "."]
+
+
+class FakeSamplingParams(dict):
+    """Records the keyword arguments a real SamplingParams would get."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        unknown = set(kwargs) - vllm_tensors.SAMPLING_FIELDS - {"skip_reading_prefix_cache"}
+        assert not unknown, f"not SamplingParams fields: {unknown}"
+        super().__init__(kwargs)
+
+
+class FakeTokenizer:
+    """Words to ids: stable, so tests can compute expected logprobs."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = [self.vocab.setdefault(w, 10 + len(self.vocab)) for w in text.split()]
+        return [BOS, *ids] if add_special_tokens else ids
+
+
+def token_logprob(position: int, token_id: int) -> float:
+    """The fake model's log-probability of `token_id` at `position`."""
+    return -0.01 * ((token_id * 7 + position * 3) % 50 + 1)
+
+
+@dataclass
+class FakeEngine:
+    """AsyncLLM's `generate` and `get_tokenizer`, with a prefix cache of BLOCK-token blocks."""
+
+    tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
+    calls: list[tuple[Any, dict[str, Any], str]] = field(default_factory=list)
+    cached_prefixes: set[tuple[int, ...]] = field(default_factory=set)
+
+    def get_tokenizer(self) -> FakeTokenizer:
+        return self.tokenizer
+
+    async def generate(self, prompt: Any, sampling_params: dict[str, Any], request_id: str
+                       ) -> AsyncIterator[Any]:
+        self.calls.append((prompt, dict(sampling_params), request_id))
+        if isinstance(prompt, dict):
+            ids = prompt["prompt_token_ids"]
+            num_cached = 0
+            if not sampling_params.get("skip_reading_prefix_cache", False):
+                for end in range(BLOCK, len(ids), BLOCK):  # the last token is never cached
+                    if tuple(ids[:end]) in self.cached_prefixes:
+                        num_cached = end
+            for end in range(BLOCK, len(ids) + 1, BLOCK):
+                self.cached_prefixes.add(tuple(ids[:end]))
+            logprobs: list[Any] = [None]
+            for pos in range(1, len(ids)):
+                logprobs.append(None if pos < num_cached else
+                                {ids[pos]: SimpleNamespace(logprob=token_logprob(pos, ids[pos]))})
+            yield SimpleNamespace(prompt_logprobs=logprobs, num_cached_tokens=num_cached,
+                                  outputs=[SimpleNamespace(text="x")], finished=True)
+            return
+        limit = sampling_params.get("max_tokens") or len(REPLY)
+        words = REPLY[:limit]
+        n = sampling_params.get("n") or 1
+        for i in range(1, len(words) + 1):
+            text = "".join(words[:i])
+            yield SimpleNamespace(outputs=[SimpleNamespace(text=text) for _ in range(n)],
+                                  finished=i == len(words), prompt_logprobs=None)
+
+
+class FakeLlmBackend(Backend):
+    """What the real VllmBackend does with vllm_tensors, over the fake engine."""
+
+    decoupled = True
+    optional_inputs = vllm_tensors.LLM_OPTIONAL_INPUTS
+
+    def __init__(self, package: Any, engine: FakeEngine | None = None) -> None:
+        super().__init__(package)
+        self.engine = engine or FakeEngine()
+
+    async def load(self) -> None:
+        pass
+
+    async def unload(self) -> None:
+        pass
+
+    def inputs(self) -> list[TensorSpec]:
+        return vllm_tensors.LLM_INPUTS
+
+    def outputs(self) -> list[TensorSpec]:
+        return vllm_tensors.LLM_OUTPUTS
+
+    @property
+    def max_batch_size(self) -> int:
+        return 0
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        return await vllm_tensors.infer(self.engine, request,
+                                        sampling_params=FakeSamplingParams)
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        async for response in vllm_tensors.infer_stream(self.engine, request,
+                                                        sampling_params=FakeSamplingParams):
+            yield response
