@@ -1,0 +1,151 @@
+"""The control-plane REST API (FastAPI, OpenAPI at /docs and /openapi.json; port 8080).
+
+Request bodies are strict pydantic models: an unknown or bad field is a 400 naming it, and
+nothing is changed. Errors from the control plane map to their status through `podium.errors`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from podium.control.plane import ControlPlane, rollout_summary
+from podium.control.rollout_config import RolloutConfig
+from podium.errors import PodiumError
+
+NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+VERSION = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
+ModelName = Annotated[str, Path(pattern=NAME, description="Model name.")]
+VersionName = Annotated[str, Path(pattern=VERSION, description="Model version.")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AnnounceRequest(_Strict):
+    """Register a package directory or .tar.gz found on the control plane's machine."""
+
+    path: str = Field(min_length=1, description="Package directory or .tar.gz path.")
+
+
+class DeployRequest(_Strict):
+    """Roll model@version out with a strategy."""
+
+    model: str = Field(pattern=NAME, description="Model name.")
+    version: str = Field(pattern=VERSION, description="Version to roll out (announced).")
+    strategy: Literal["red-black", "versioned"] = "red-black"
+    stages: list[int] | None = Field(default=None, description="Red-Black stages in percent.")
+    num_instances: int | None = Field(default=None, description="Instances at 100% (1-64).")
+    ready_timeout_ms: int | None = None
+    analysis_window_ms: int | None = None
+    min_requests: int | None = None
+    max_error_rate_increase: float | None = None
+    max_p99_ratio: float | None = None
+    warm_delay_ms: int | None = None
+
+    def config(self) -> RolloutConfig:
+        """The validated rollout config (InvalidArgument names a bad field)."""
+        given = self.model_dump(exclude={"model", "version"}, exclude_none=True)
+        if "stages" in given:
+            given["stages"] = tuple(given["stages"])
+        return RolloutConfig(**given)
+
+
+class ScalingRequest(_Strict):
+    """Autoscaling bounds of one deployment."""
+
+    min_instances: int = Field(description="0..64")
+    max_instances: int = Field(description="min_instances..64")
+
+
+def create_app(plane: ControlPlane) -> FastAPI:
+    """The API app over one control plane."""
+    app = FastAPI(title="Podium control plane", version="1",
+                  description="Announce packages, deploy with Red-Black or Versioned rollouts, "
+                              "roll back, and read status.")
+    _install_errors(app)
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/packages", status_code=201)
+    def announce(body: AnnounceRequest) -> dict[str, Any]:
+        return plane.announce(body.path)
+
+    @app.get("/v1/packages")
+    def packages() -> list[dict[str, Any]]:
+        return [{"name": p.name, "version": p.version, "backend": p.backend,
+                 "location": p.location} for p in plane.store.list_packages()]
+
+    @app.get("/v1/deployments")
+    def deployments() -> dict[str, Any]:
+        return plane.status()["models"]
+
+    @app.put("/v1/deployments/{model}/{version}/scaling")
+    def scaling(model: ModelName, version: VersionName, body: ScalingRequest) -> dict[str, Any]:
+        row = plane.store.set_scaling(model, version, body.min_instances, body.max_instances)
+        return {"model": model, "version": version, "min_instances": row.min_instances,
+                "max_instances": row.max_instances, "num_desired": row.num_desired}
+
+    @app.post("/v1/rollouts", status_code=201)
+    def deploy(body: DeployRequest) -> dict[str, Any]:
+        config = body.config()  # validated before anything is written
+        rollout_id = plane.deploy(body.model, body.version, config)
+        return rollout_summary(plane.store.get_rollout(rollout_id))
+
+    @app.get("/v1/rollouts")
+    def rollouts(model: Annotated[str | None, Query(pattern=NAME)] = None,
+                 status: Annotated[Literal["running", "succeeded", "rolled_back", "failed"]
+                                   | None, Query()] = None) -> list[dict[str, Any]]:
+        return [rollout_summary(r) for r in plane.store.list_rollouts(model, status=status)]
+
+    @app.get("/v1/rollouts/{rollout_id}")
+    def rollout(rollout_id: int) -> dict[str, Any]:
+        return plane.rollout(rollout_id)
+
+    @app.post("/v1/models/{model}/rollback")
+    def rollback(model: ModelName) -> dict[str, Any]:
+        return rollout_summary(plane.store.get_rollout(plane.rollback(model)))
+
+    @app.get("/v1/status")
+    def status() -> dict[str, Any]:
+        return plane.status()
+
+    return app
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(PodiumError)
+    async def podium_error(_request: Request, exc: PodiumError) -> JSONResponse:
+        return JSONResponse({"error": {"message": exc.message, "type": type(exc).__name__,
+                                       "param": exc.param}}, status_code=exc.http_status)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors():
+            loc = _field(err["loc"])
+            msg = {"extra_forbidden": "is not a known field; remove it",
+                   "missing": "is required"}.get(err["type"], err["msg"])
+            got = "" if err["type"] in ("missing", "extra_forbidden") else (
+                f" (got {err.get('input')!r})")
+            problems.append(f"{loc or 'body'}: {msg}{got}")
+        first = exc.errors()[0]["loc"] if exc.errors() else ()
+        param = _field(first) or None
+        return JSONResponse({"error": {"message": "; ".join(problems),
+                                       "type": "InvalidArgument", "param": param}},
+                            status_code=400)
+
+
+def _field(loc: tuple | list) -> str:
+    """`body.stages.1` → `stages.1`: the field as the client named it."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "path", "query"):
+        parts = parts[1:]
+    return ".".join(str(p) for p in parts)

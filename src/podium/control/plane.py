@@ -1,0 +1,129 @@
+"""The control plane as one object: store + rollout driver + the world it acts on.
+
+The REST API, the CLI and `podium up` all go through these methods; each validates its input
+fully before it changes anything, so a bad request leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from podium.control.driver import RolloutDriver, World
+from podium.control.rollout import LATEST, SUCCEEDED
+from podium.control.rollout_config import RolloutConfig
+from podium.control.store import RolloutRecord, Store
+from podium.errors import Conflict, NotFound
+from podium.package.package import Package, open_package
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: rollout timers must survive a control-plane restart."""
+    return int(time.time() * 1000)
+
+
+def materialize_weights(package: Package) -> None:
+    """Put an LLM package's weights into the model cache (classic packages need nothing)."""
+    if package.manifest.backend == "vllm":
+        from podium.package.cache import ModelCache
+
+        ModelCache().materialize(package)
+
+
+class ControlPlane:
+    """Announce packages, start and roll back rollouts, report status; tick drives rollouts."""
+
+    def __init__(self, store: Store, world: World, *, clock: Clock = wall_clock_ms,
+                 materialize: Callable[[Package], None] = materialize_weights) -> None:
+        self.store = store
+        self.world = world
+        self.clock = clock
+        self.materialize = materialize
+        self.driver = RolloutDriver(store, world)
+
+    def announce(self, location: str) -> dict[str, Any]:
+        """Validate a package, materialize its weights, then record it (in that order)."""
+        package = open_package(location)
+        manifest = package.manifest
+        if any(p.version == manifest.version for p in self.store.list_packages()
+               if p.name == manifest.name):
+            raise Conflict(f"{package.key} is already announced; bump the version in "
+                           "podium.json", param="version")
+        self.materialize(package)
+        self.store.announce_package(manifest.name, manifest.version, manifest.backend,
+                                    str(package.root), manifest.model_dump(mode="json"))
+        return {"name": manifest.name, "version": manifest.version,
+                "backend": manifest.backend, "location": str(package.root)}
+
+    def deploy(self, model: str, version: str, config: RolloutConfig) -> int:
+        """Start a rollout of model@version; returns the rollout id."""
+        rollout_id = self.driver.start(model, version, config, self.clock())
+        self.driver.tick(self.clock())  # take the first step now rather than at the next tick
+        return rollout_id
+
+    def rollback(self, model: str) -> int:
+        """Roll back the running rollout, or roll back to the version before the last one."""
+        now = self.clock()
+        aborted = self.driver.abort(model, "by operator", now)
+        if aborted is not None:
+            return aborted
+        previous = self._previous_success(model)
+        if previous is None or previous.state.from_version is None:
+            known = {d.model for d in self.store.list_deployments()}
+            if model not in known:
+                raise NotFound(f"model {model!r} has no deployment", param="model")
+            raise Conflict(f"{model} has no running rollout and no earlier version to roll "
+                           "back to", param="model")
+        state = previous.state
+        config = state.config
+        return self.deploy(model, state.from_version, config)
+
+    def tick(self) -> None:
+        """Advance every running rollout by at most one step."""
+        self.driver.tick(self.clock())
+
+    def rollout(self, rollout_id: int) -> dict[str, Any]:
+        """One rollout with its steps."""
+        record = self.store.get_rollout(rollout_id)
+        steps = self.store.rollout_steps(rollout_id)
+        return {**rollout_summary(record),
+                "steps": [{"seq": s.seq, "at_ms": s.at_ms, "phase": s.phase, "note": s.note,
+                           "actions": s.actions} for s in steps]}
+
+    def status(self) -> dict[str, Any]:
+        """Deployments with instances, splits and aliases, plus running rollouts."""
+        models: dict[str, dict[str, Any]] = {}
+        instances = self.store.list_instances()
+        for dep in self.store.list_deployments():
+            entry = models.setdefault(dep.model, {
+                "splits": self.store.splits(dep.model), "aliases": self.store.aliases(dep.model),
+                "versions": {}})
+            entry["versions"][dep.version] = {
+                "strategy": dep.strategy, "state": dep.state, "num_desired": dep.num_desired,
+                "min_instances": dep.min_instances, "max_instances": dep.max_instances,
+                "instances": [{"id": i.id, "state": i.state, "http_port": i.http_port,
+                               "grpc_port": i.grpc_port, "pid": i.pid,
+                               "num_restarts": i.num_restarts}
+                              for m, v, i in instances if (m, v) == (dep.model, dep.version)]}
+        running = [rollout_summary(r) for r in self.store.list_rollouts(status="running")]
+        return {"models": models, "rollouts": running}
+
+    def _previous_success(self, model: str) -> RolloutRecord | None:
+        for record in self.store.list_rollouts(model):
+            if record.status == SUCCEEDED and record.state.config.strategy == "red-black":
+                return record
+        return None
+
+
+def rollout_summary(record: RolloutRecord) -> dict[str, Any]:
+    """The public shape of a rollout (API and CLI)."""
+    state = record.state
+    return {"id": record.id, "model": state.model, "from_version": state.from_version,
+            "to_version": state.to_version, "strategy": state.config.strategy,
+            "status": record.status, "phase": state.phase, "weight_new": state.weight_new,
+            "stage": f"{state.stage_index + 1}/{len(state.config.stages)}",
+            "reason": record.reason, "num_steps": record.num_steps,
+            "config": state.config.to_dict(), LATEST: state.latest}

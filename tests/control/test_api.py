@@ -1,0 +1,194 @@
+"""The control-plane REST API: every bad request is a clear 4xx and changes nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from podium.control.api import create_app
+from podium.control.plane import ControlPlane
+from podium.control.store import Store
+
+from .fakes import FakeWorld
+
+FAST = {"ready_timeout_ms": 5_000, "analysis_window_ms": 1_000, "warm_delay_ms": 1_000,
+        "min_requests": 5}
+
+
+def _package(root: Path, name: str, version: str, **extra: object) -> str:
+    folder = root / f"{name}-{version}"
+    folder.mkdir()
+    (folder / "podium.json").write_text(json.dumps(
+        {"name": name, "version": version, "backend": "python", **extra}))
+    return str(folder)
+
+
+class Env:
+    """A control plane on a SQLite store and a fake world with a fake clock."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.world = FakeWorld()
+        self.store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+        self.plane = ControlPlane(self.store, self.world, clock=lambda: self.world.now_ms,
+                                  materialize=lambda _p: None)
+        self.client = TestClient(create_app(self.plane))
+
+    def run_until_done(self, limit_ms: int = 60_000) -> None:
+        while self.store.list_rollouts(status="running") and self.world.now_ms < limit_ms:
+            self.plane.tick()
+            self.world.now_ms += 250
+
+    def snapshot(self) -> tuple:
+        """Everything a bad request must leave untouched."""
+        return ([(p.name, p.version) for p in self.store.list_packages()],
+                [(r.id, r.status, r.num_steps) for r in self.store.list_rollouts()],
+                [(d.model, d.version, d.num_desired, d.min_instances, d.max_instances)
+                 for d in self.store.list_deployments()])
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path)
+    yield e
+    e.store.close()
+
+
+def _deployed(env: Env) -> None:
+    for version in ("1", "2"):
+        r = env.client.post("/v1/packages", json={"path": _package(env.tmp, "iris", version)})
+        assert r.status_code == 201, r.text
+    r = env.client.post("/v1/rollouts", json={"model": "iris", "version": "1", **FAST})
+    assert r.status_code == 201, r.text
+    env.run_until_done()
+
+
+def test_announce_deploy_and_roll_out_a_new_version(env: Env) -> None:
+    _deployed(env)
+    r = env.client.post("/v1/rollouts", json={"model": "iris", "version": "2",
+                                              "stages": [50, 100], **FAST})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert (body["from_version"], body["to_version"], body["status"]) == ("1", "2", "running")
+    env.run_until_done()
+    detail = env.client.get(f"/v1/rollouts/{body['id']}").json()
+    assert detail["status"] == "succeeded"
+    assert [s["phase"] for s in detail["steps"]][-1] == "done"
+    status = env.client.get("/v1/status").json()
+    assert status["models"]["iris"]["splits"] == {"2": 100}
+    assert status["models"]["iris"]["aliases"] == {"latest": "2"}
+    assert env.world.split["iris"] == {"2": 100}
+
+
+def test_second_rollout_of_a_model_while_one_runs_is_409(env: Env) -> None:
+    _deployed(env)
+    first = env.client.post("/v1/rollouts", json={"model": "iris", "version": "2", **FAST})
+    assert first.status_code == 201
+    before = env.snapshot()
+    second = env.client.post("/v1/rollouts", json={"model": "iris", "version": "2", **FAST})
+    assert second.status_code == 409
+    assert second.json()["error"]["param"] == "model"
+    assert "still running" in second.json()["error"]["message"]
+    assert env.snapshot() == before
+
+
+def test_rollback_of_a_running_rollout_returns_all_traffic_to_old(env: Env) -> None:
+    _deployed(env)
+    rid = env.client.post("/v1/rollouts", json={"model": "iris", "version": "2", **FAST}).json()
+    env.world.now_ms += 1_500
+    env.plane.tick()
+    r = env.client.post("/v1/models/iris/rollback")
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == rid["id"] and r.json()["status"] == "rolled_back"
+    assert env.world.split["iris"] == {"1": 100, "2": 0}
+
+
+def test_rollback_after_success_rolls_out_the_previous_version(env: Env) -> None:
+    _deployed(env)
+    env.client.post("/v1/rollouts", json={"model": "iris", "version": "2", **FAST})
+    env.run_until_done()
+    r = env.client.post("/v1/models/iris/rollback")
+    assert r.status_code == 200, r.text
+    assert (r.json()["from_version"], r.json()["to_version"]) == ("2", "1")
+    env.run_until_done()
+    assert env.store.splits("iris") == {"1": 100}
+
+
+BAD_REQUESTS = [
+    ("post", "/v1/packages", {"path": "/nonexistent/pkg"}, 400, None, "no such package"),
+    ("post", "/v1/packages", {"paht": "/x"}, 400, "path",
+     "path: is required; paht: is not a known field"),
+    ("post", "/v1/packages", {"path": "x", "force": True}, 400, "force", "not a known field"),
+    ("post", "/v1/rollouts", {"model": "iris", "version": "9"}, 404, "version",
+     "iris@9 is not announced; announced versions: 1, 2"),
+    ("post", "/v1/rollouts", {"model": "nope", "version": "1"}, 404, "version",
+     "announce it first"),
+    ("post", "/v1/rollouts", {"model": "iris", "version": "2", "stages": [50, 10, 100]}, 400,
+     "stages", "must be increasing"),
+    ("post", "/v1/rollouts", {"model": "iris", "version": "2", "strategy": "canary"}, 400,
+     "strategy", "red-black"),
+    ("post", "/v1/rollouts", {"model": "iris", "version": "2", "num_instances": 0}, 400,
+     "num_instances", "num_instances=0 is out of range"),
+    ("post", "/v1/rollouts", {"model": "Bad Name!", "version": "2"}, 400, "model",
+     "should match pattern"),
+    ("post", "/v1/rollouts", {"model": "iris", "version": "1"}, 400, "version",
+     "already takes all"),
+    ("put", "/v1/deployments/iris/1/scaling", {"min_instances": 2, "max_instances": 65}, 400,
+     "max_instances", "max_instances=65 is out of range"),
+    ("put", "/v1/deployments/iris/1/scaling", {"min_instances": 3, "max_instances": 2}, 400,
+     "min_instances", "exceeds max_instances"),
+    ("put", "/v1/deployments/iris/7/scaling", {"min_instances": 1, "max_instances": 2}, 404,
+     "version", "no deployment of iris@7"),
+    ("post", "/v1/models/ghost/rollback", None, 404, "model", "has no deployment"),
+    ("get", "/v1/rollouts/999", None, 404, "rollout_id", "no rollout 999"),
+]
+
+
+@pytest.mark.parametrize(("method", "url", "body", "status", "param", "message"), BAD_REQUESTS,
+                         ids=["missing-package", "misspelt-path", "unknown-field",
+                              "unknown-version", "unknown-model", "bad-stages", "bad-strategy",
+                              "zero-instances",
+                              "bad-model-name", "same-version", "max-too-large", "min-above-max",
+                              "scaling-unknown-version", "rollback-unknown-model",
+                              "unknown-rollout"])
+def test_bad_request_is_a_clear_4xx_and_changes_nothing_then_a_good_one_works(
+        env: Env, method: str, url: str, body: dict | None, status: int, param: str | None,
+        message: str) -> None:
+    _deployed(env)
+    before = env.snapshot()
+    r = env.client.request(method, url, json=body)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert message in error["message"]
+    assert error["param"] == param
+    assert env.snapshot() == before
+    # the same API still takes a good request right after
+    good = env.client.post("/v1/rollouts", json={"model": "iris", "version": "2", **FAST})
+    assert good.status_code == 201, good.text
+
+
+def test_announcing_the_same_version_twice_is_409(env: Env) -> None:
+    path = _package(env.tmp, "iris", "1")
+    assert env.client.post("/v1/packages", json={"path": path}).status_code == 201
+    r = env.client.post("/v1/packages", json={"path": path})
+    assert r.status_code == 409 and r.json()["error"]["param"] == "version"
+    assert len(env.store.list_packages()) == 1
+
+
+def test_invalid_manifest_is_400_naming_the_field(env: Env) -> None:
+    path = _package(env.tmp, "iris", "1", max_batch_size=-3)
+    r = env.client.post("/v1/packages", json={"path": path})
+    assert r.status_code == 400
+    assert "max_batch_size" in r.json()["error"]["message"]
+    assert env.store.list_packages() == []
+
+
+def test_openapi_documents_every_route(env: Env) -> None:
+    paths = env.client.get("/openapi.json").json()["paths"]
+    assert {"/v1/packages", "/v1/rollouts", "/v1/rollouts/{rollout_id}",
+            "/v1/models/{model}/rollback", "/v1/status",
+            "/v1/deployments/{model}/{version}/scaling"} <= set(paths)
