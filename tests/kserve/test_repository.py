@@ -1,0 +1,153 @@
+"""The model repository: scanning layouts, version policies, load/unload with requests in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from podium.backends.base import InferenceRequest, Tensor
+from podium.errors import InvalidArgument, NotFound, PackageError
+from podium.package.package import build_package, write_manifest
+from podium.server.repository import ModelRepository, VersionPolicy, scan_repository
+
+MODEL_PY = '''
+import time
+import numpy as np
+
+class Model:
+    def initialize(self, config):
+        self.version = float(config["model_version"])
+        self.delay = config["parameters"].get("delay_s", 0)
+
+    def execute(self, requests):
+        time.sleep(self.delay)
+        return [{"version": np.full((len(r["x"]), 1), self.version)} for r in requests]
+'''
+
+
+def write_versioned(directory: Path, name: str, version: str, delay_s: float = 0.0) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "model.py").write_text(MODEL_PY)
+    write_manifest(directory, {
+        "name": name, "version": version, "backend": "python",
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}],
+        "outputs": [{"name": "version", "datatype": "FP32", "shape": [1]}],
+        "parameters": {"delay_s": delay_s}})
+    return directory
+
+
+def request() -> InferenceRequest:
+    return InferenceRequest({"x": Tensor("x", "FP32", np.zeros((1, 1), dtype=np.float32))})
+
+
+async def served_version(repository: ModelRepository, name: str,
+                         version: str | None = None) -> float:
+    response = await repository.infer(name, version, request())
+    return float(response.outputs[0].data[0, 0])
+
+
+def test_scan_finds_every_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PODIUM_HOME", str(tmp_path / "home"))
+    repo = tmp_path / "repo"
+    write_versioned(repo / "flat", "flat", "1")
+    write_versioned(repo / "nested" / "1", "nested", "1")
+    write_versioned(repo / "nested" / "2", "nested", "2")
+    build_package(write_versioned(tmp_path / "src", "packed", "3"), repo / "packed.tar.gz")
+    keys = [p.key for p in scan_repository(repo)]
+    assert keys == ["flat@1", "nested@1", "nested@2", "packed@3"]
+
+
+def test_scan_rejects_duplicates_and_non_directories(tmp_path: Path) -> None:
+    write_versioned(tmp_path / "a", "same", "1")
+    write_versioned(tmp_path / "b", "same", "1")
+    with pytest.raises(PackageError, match="same@1 is packaged twice"):
+        scan_repository(tmp_path)
+    with pytest.raises(PackageError, match="must be a directory"):
+        scan_repository(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(("policy", "available", "expected"), [
+    ({}, ["1", "2", "10"], ["10"]),
+    ({"latest": {"num_versions": 2}}, ["1", "2", "10"], ["2", "10"]),
+    ({"specific": {"versions": [1, "2"]}}, ["1", "2", "10"], ["1", "2"]),
+    ({"all": {}}, ["10", "1"], ["1", "10"]),
+], ids=["default-newest", "latest-2", "specific", "all"])
+def test_version_policy_selects(policy: dict, available: list[str], expected: list[str]) -> None:
+    assert VersionPolicy.parse(policy).select(available) == expected
+
+
+@pytest.mark.parametrize("policy", [{"latest": {"num_versions": 0}}, {"newest": {}},
+                                    {"specific": {"versions": []}}, {"all": {}, "latest": {}}],
+                         ids=["zero", "unknown-kind", "empty-specific", "two-kinds"])
+def test_bad_version_policy_is_rejected(policy: dict) -> None:
+    with pytest.raises(InvalidArgument, match="version_policy"):
+        VersionPolicy.parse(policy)
+
+
+def test_load_by_name_follows_the_policy(tmp_path: Path) -> None:
+    for version in ("1", "2", "3"):
+        write_versioned(tmp_path / "m" / version, "m", version)
+
+    async def run() -> None:
+        repository = ModelRepository(root=tmp_path)
+        await repository.load_model("m", VersionPolicy.parse({"latest": {"num_versions": 2}}))
+        assert await served_version(repository, "m") == 3  # no version: the latest ready
+        assert await served_version(repository, "m", "2") == 2
+        with pytest.raises(NotFound, match="no version '1'"):
+            await served_version(repository, "m", "1")
+        # a new policy loads what it adds and unloads what it drops
+        await repository.load_model("m", VersionPolicy.parse({"specific": {"versions": ["1"]}}))
+        assert await served_version(repository, "m") == 1
+        states = {(r["version"]): r["state"] for r in repository.index()}
+        assert states == {"1": "READY", "2": "UNAVAILABLE", "3": "UNAVAILABLE"}
+        # packages dropped into the directory later are found at the next load
+        write_versioned(tmp_path / "m" / "4", "m", "4")
+        await repository.load_model("m")
+        assert await served_version(repository, "m") == 4
+        with pytest.raises(NotFound, match="no package for model 'x'"):
+            await repository.load_model("x")
+        await repository.unload_all()
+
+    asyncio.run(run())
+
+
+def test_unload_lets_in_flight_requests_finish(tmp_path: Path) -> None:
+    write_versioned(tmp_path / "slow", "slow", "1", delay_s=0.3)
+
+    async def run() -> None:
+        repository = ModelRepository(root=tmp_path)
+        await repository.load_model("slow")
+        in_flight = asyncio.create_task(served_version(repository, "slow"))
+        await asyncio.sleep(0.05)  # the request is inside execute now
+        started = time.perf_counter()
+        await repository.unload("slow")
+        assert time.perf_counter() - started > 0.15  # unload waited for the request
+        assert await in_flight == 1.0
+        with pytest.raises(NotFound):
+            await served_version(repository, "slow")
+
+    asyncio.run(run())
+
+
+def test_statistics_count_failures(tmp_path: Path) -> None:
+    write_versioned(tmp_path / "m", "m", "1")
+
+    async def run() -> dict:
+        repository = ModelRepository(root=tmp_path)
+        await repository.load_model("m")
+        await served_version(repository, "m")
+        with pytest.raises(InvalidArgument):
+            await repository.infer("m", None, InferenceRequest({}))
+        stats = repository.statistics("m")[0]
+        await repository.unload_all()
+        return stats
+
+    stats = asyncio.run(run())
+    assert stats["inference_stats"]["success"]["count"] == 1
+    assert stats["inference_stats"]["fail"]["count"] == 1
+    assert stats["inference_count"] == 1
+    assert stats["execution_count"] == 1
