@@ -195,6 +195,20 @@ def test_scoring_over_http_json(instance: Instance) -> None:
     assert rows[1, 1] == 0  # padding past the candidate's one token
 
 
+def test_scoring_route(instance: Instance) -> None:
+    base = f"http://{instance.http_url}/v2/models/{LLM}"
+    reply = httpx.post(f"{base}/score", json={"context": "a b c d e",
+                                              "candidates": ["f g", "h"]})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert [len(row) for row in body["token_logprobs"]] == [2, 1]
+    np.testing.assert_allclose(body["logprob_sum"], [sum(r) for r in body["token_logprobs"]],
+                               rtol=1e-5)
+    bad = httpx.post(f"{base}/score", json={"context": "a", "candidates": "b"})
+    assert bad.status_code == 400
+    assert "'candidates' must be a list" in bad.json()["error"]
+
+
 def test_repository_index_load_unload(client: httpclient.InferenceServerClient) -> None:
     index = {(row["name"], row["version"]): row for row in client.get_model_repository_index()}
     assert index[("xgb-example", "1")]["state"] == "READY"

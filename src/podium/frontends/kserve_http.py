@@ -102,6 +102,7 @@ def create_router(repository: ModelRepository, *, server_ready: Callable[[], boo
                              methods=["POST"])
         router.add_api_route(f"{prefix}/generate_stream", _generate(repository, stream=True),
                              methods=["POST"])
+        router.add_api_route(f"{prefix}/score", _score(repository), methods=["POST"])
     return router
 
 
@@ -164,6 +165,38 @@ def _generate(repository: ModelRepository, *, stream: bool) -> Callable[..., Awa
         return StreamingResponse(_sse(first, responses, model, served),
                                  media_type="text/event-stream")
     return handler
+
+
+def _score(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
+    async def handler(model: str, request: Request, version: str | None = None) -> Response:
+        body = await _json_body(request)
+        unknown = sorted(set(body) - {"context", "candidates", "id"})
+        if unknown:
+            raise InvalidArgument(f"score fields {unknown} are unknown; send context and "
+                                  "candidates", param=unknown[0])
+        context, candidates = body.get("context"), body.get("candidates")
+        if not isinstance(context, str):
+            raise InvalidArgument("'context' must be a string", param="context")
+        if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
+            raise InvalidArgument("'candidates' must be a list of strings", param="candidates")
+        inputs = {"context": codec.tensor_from_json("context", "BYTES", [1], [context]),
+                  "candidates": codec.tensor_from_json("candidates", "BYTES",
+                                                       [len(candidates)], candidates)}
+        served = repository.get(model, version).version
+        response = await repository.infer(model, served, InferenceRequest(
+            inputs=inputs, id=str(body.get("id", ""))))
+        return JSONResponse(score_response(response, model, served))
+    return handler
+
+
+def score_response(response: InferenceResponse, model: str, version: str) -> dict[str, Any]:
+    """Scores as JSON: per candidate, the summed and the per-token log-probabilities."""
+    out = {tensor.name: tensor.data for tensor in response.outputs}
+    lengths = out["num_tokens"].tolist()
+    return {"model_name": model, "model_version": version,
+            "logprob_sum": out["logprob_sum"].tolist(),
+            "token_logprobs": [row[:n].tolist()
+                               for row, n in zip(out["token_logprobs"], lengths, strict=True)]}
 
 
 async def _sse(first: InferenceResponse, responses: AsyncIterator[InferenceResponse],
