@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from podium.backends.base import InferenceRequest, Tensor
-from podium.errors import InvalidArgument, NotFound, PackageError
+from podium.errors import BackendError, InvalidArgument, NotFound, PackageError
 from podium.package.package import build_package, write_manifest
 from podium.server.repository import ModelRepository, VersionPolicy, scan_repository
 
@@ -151,3 +151,25 @@ def test_statistics_count_failures(tmp_path: Path) -> None:
     assert stats["inference_stats"]["fail"]["count"] == 1
     assert stats["inference_count"] == 1
     assert stats["execution_count"] == 1
+
+
+def test_a_failed_load_reports_why_and_leaves_the_rest_serving(tmp_path: Path) -> None:
+    write_versioned(tmp_path / "good", "good", "1")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "model.json").write_text("not a booster")
+    write_manifest(broken, {"name": "broken", "backend": "xgboost"})
+
+    async def run() -> None:
+        repository = ModelRepository(root=tmp_path)
+        await repository.load_model("good")
+        with pytest.raises(BackendError, match=r"loading broken@1 failed"):
+            await repository.load_model("broken")
+        rows = {row["name"]: row for row in repository.index()}
+        assert rows["broken"]["state"] == "UNAVAILABLE"
+        assert "XGBoost" in rows["broken"]["reason"] or "Error" in rows["broken"]["reason"]
+        assert repository.all_ready()  # the failure does not hold readiness back
+        assert await served_version(repository, "good") == 1
+        await repository.unload_all()
+
+    asyncio.run(run())

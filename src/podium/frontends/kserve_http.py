@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -26,6 +27,7 @@ from podium.frontends.kserve_common import load_policy, model_metadata, server_m
 from podium.server.repository import ModelRepository
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+logger = logging.getLogger(__name__)
 
 
 class _KServeRoute(APIRoute):
@@ -39,6 +41,10 @@ class _KServeRoute(APIRoute):
                 return await handler(request)
             except PodiumError as exc:
                 return error_response(exc)
+            except Exception as exc:  # still Triton-shaped, so clients can read it
+                logger.exception("KServe %s %s failed", request.method, request.url.path)
+                return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"},
+                                    status_code=500)
 
         return guarded
 

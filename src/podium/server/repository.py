@@ -23,7 +23,15 @@ from typing import Any
 from podium.backends import create_backend
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
 from podium.backends.validation import check_inputs
-from podium.errors import Conflict, InvalidArgument, NotFound, PackageError, Unavailable
+from podium.errors import (
+    BackendError,
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    PackageError,
+    PodiumError,
+    Unavailable,
+)
 from podium.package.manifest import MANIFEST_NAME
 from podium.package.package import Package, open_package
 from podium.server.model_stats import ModelStats
@@ -128,6 +136,8 @@ class ModelRepository:
         self.root = root
         """The `--repository` directory, rescanned when a model is loaded by name."""
         self._changes = asyncio.Lock()
+        self._failures: dict[tuple[str, str], str] = {}
+        """Why the last load of name@version failed, for the repository index."""
 
     def register(self, packages: list[Package]) -> None:
         """Make packages known (loadable by name) without loading them."""
@@ -196,10 +206,20 @@ class ModelRepository:
             bind(self)
         self._entries.setdefault(name, {})[version] = entry
         self.packages[package.key] = package
+        self._failures.pop((name, version), None)
         try:
             await entry.backend.load()
         except BaseException as exc:
             entry.state, entry.reason = "UNAVAILABLE", str(exc)
+            # a failed version does not serve and must not hold the instance's readiness back;
+            # the index keeps the reason
+            self._entries[name].pop(version, None)
+            if not self._entries[name]:
+                self._entries.pop(name)
+            self._failures[(name, version)] = str(exc) or type(exc).__name__
+            if isinstance(exc, Exception) and not isinstance(exc, PodiumError):
+                raise BackendError(f"loading {package.key} failed: {type(exc).__name__}: "
+                                   f"{exc}") from exc
             raise
         entry.state, entry.loaded_at = "READY", time.time()
         return entry
@@ -254,7 +274,7 @@ class ModelRepository:
         for package in self.packages.values():
             key = (package.manifest.name, package.manifest.version)
             rows[key] = {"name": key[0], "version": key[1], "state": "UNAVAILABLE",
-                         "reason": "unloaded"}
+                         "reason": self._failures.get(key, "unloaded")}
         for entry in self.entries():
             key = (entry.backend.name, entry.backend.version)
             rows[key] = {"name": key[0], "version": key[1], "state": entry.state,
