@@ -1,0 +1,64 @@
+"""Which model and version a request names: OpenAI `model` field or the KServe v2 path."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from podium.errors import InvalidArgument, NotFound
+
+_KSERVE = re.compile(
+    r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?P<rest>/.*)?$")
+
+
+@dataclass(frozen=True)
+class RequestRoute:
+    """The model a request is for, the version it asked for (None: any), and how to forward it."""
+
+    model: str
+    version: str | None
+    body: bytes
+    kind: str
+    """`openai` or `kserve`: decides how the path is rewritten for a resolved version."""
+
+    def upstream_path(self, path: str, version: str) -> str:
+        """The path to send upstream once the version is resolved (aliases replaced)."""
+        if self.kind == "kserve" and self.version is not None:
+            match = _KSERVE.match(path)
+            assert match is not None
+            return f"/v2/models/{self.model}/versions/{version}{match['rest'] or ''}"
+        return path
+
+
+def route_of(method: str, path: str, body: bytes) -> RequestRoute:
+    """Read the model (and version) from the KServe path or the OpenAI JSON body."""
+    match = _KSERVE.match(path)
+    if match:
+        return RequestRoute(match["model"], match["version"], body, "kserve")
+    if path.startswith("/v1/") and method == "POST":
+        return _openai(body)
+    raise NotFound(f"{method} {path} is not routed by the gateway; use /v1 (OpenAI) or "
+                   "/v2/models/{model} (KServe v2)", param="path")
+
+
+def _openai(body: bytes) -> RequestRoute:
+    try:
+        data = json.loads(body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"request body is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument("request body must be a JSON object")
+    name = data.get("model")
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument("field 'model' is required: the model name, or name@version",
+                              param="model")
+    model, _, version = name.partition("@")
+    if "@" in name:
+        if not model or not version:
+            raise InvalidArgument(f"model={name!r}: use name@version, e.g. iris@2",
+                                  param="model")
+        # the instance knows the model by its name: the version was only for routing
+        data["model"] = model
+        body = json.dumps(data).encode()
+    return RequestRoute(model, version or None, body, "openai")

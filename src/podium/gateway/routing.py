@@ -1,0 +1,146 @@
+"""Where a request goes: model → version (explicit, alias or weighted split) → instance.
+
+Pure and synchronous: the control plane changes splits, aliases and endpoints live; the proxy
+asks `pick` once per attempt. Versions are chosen by smooth weighted round robin, so a 10% split
+sends exactly 1 request in 10, not 10% on average; instances by least in-flight requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from podium.errors import NotFound, Unavailable
+
+LATEST = "latest"
+
+
+@dataclass
+class Endpoint:
+    """One instance of model@version the gateway may send requests to."""
+
+    id: str
+    url: str
+    healthy: bool = True
+    """False after a failed connection or health check; no requests until it recovers."""
+    draining: bool = False
+    """True once the control plane wants it stopped: no new requests, in-flight ones finish."""
+    num_in_flight: int = 0
+
+    @property
+    def can_take(self) -> bool:
+        """Whether a new request may go here."""
+        return self.healthy and not self.draining
+
+
+@dataclass
+class _Model:
+    splits: dict[str, int] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    endpoints: dict[str, list[Endpoint]] = field(default_factory=dict)
+    wrr: dict[str, int] = field(default_factory=dict)
+    turn: int = 0
+
+
+class RouteTable:
+    """Models, their versions' endpoints, splits and aliases; changed live by the control plane."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, _Model] = {}
+        self._by_id: dict[str, Endpoint] = {}
+
+    # written by the control plane ------------------------------------------------------
+
+    def set_split(self, model: str, weights: dict[str, int]) -> None:
+        """Route the model's unversioned traffic by these weights."""
+        entry = self._models.setdefault(model, _Model())
+        entry.splits = {v: w for v, w in weights.items() if w > 0}
+        entry.wrr = {v: entry.wrr.get(v, 0) for v in entry.splits}
+
+    def set_alias(self, model: str, alias: str, version: str) -> None:
+        """Point an alias (e.g. `latest`) at a version."""
+        self._models.setdefault(model, _Model()).aliases[alias] = version
+
+    def add_endpoint(self, model: str, version: str, endpoint: Endpoint) -> None:
+        """Start routing to a (ready) instance."""
+        entry = self._models.setdefault(model, _Model())
+        entry.endpoints.setdefault(version, []).append(endpoint)
+        self._by_id[endpoint.id] = endpoint
+
+    def remove_endpoint(self, endpoint_id: str) -> None:
+        """Forget an instance (after it drained)."""
+        endpoint = self._by_id.pop(endpoint_id, None)
+        for entry in self._models.values():
+            for endpoints in entry.endpoints.values():
+                if endpoint in endpoints:
+                    endpoints.remove(endpoint)
+
+    def endpoint(self, endpoint_id: str) -> Endpoint:
+        """The endpoint with this id (KeyError when unknown)."""
+        return self._by_id[endpoint_id]
+
+    def endpoints(self) -> list[Endpoint]:
+        """Every endpoint."""
+        return list(self._by_id.values())
+
+    def drain(self, endpoint_id: str) -> Endpoint:
+        """Stop sending new requests to an instance; its in-flight requests finish."""
+        endpoint = self._by_id[endpoint_id]
+        endpoint.draining = True
+        return endpoint
+
+    def models(self) -> dict[str, list[str]]:
+        """Model name → versions that have endpoints."""
+        return {m: sorted(v for v, eps in e.endpoints.items() if eps)
+                for m, e in self._models.items()}
+
+    # read per request ------------------------------------------------------------------
+
+    def resolve(self, model: str, version: str | None, *,
+                exclude: frozenset[str] = frozenset()) -> tuple[str, Endpoint]:
+        """The version and instance for one attempt of a request."""
+        entry = self._models.get(model)
+        if entry is None:
+            raise NotFound(f"model {model!r} is not deployed; deployed: "
+                           f"{', '.join(sorted(self._models)) or 'none'}", param="model")
+        if version is not None:
+            version = entry.aliases.get(version, version)
+            if version not in entry.endpoints:
+                raise NotFound(f"{model}@{version} is not deployed; versions: "
+                               f"{', '.join(sorted(entry.endpoints)) or 'none'}",
+                               param="version")
+            return version, self._instance(model, version, entry, exclude)
+        candidates = {v: w for v, w in entry.splits.items()
+                      if any(e.can_take and e.id not in exclude
+                             for e in entry.endpoints.get(v, []))}
+        if candidates:
+            chosen = self._weighted(entry, candidates)
+        elif LATEST in entry.aliases:
+            chosen = entry.aliases[LATEST]
+        elif entry.splits:
+            chosen = max(entry.splits, key=lambda v: entry.splits[v])
+        else:
+            raise Unavailable(f"model {model!r} has no version taking traffic")
+        return chosen, self._instance(model, chosen, entry, exclude)
+
+    @staticmethod
+    def _weighted(entry: _Model, candidates: dict[str, int]) -> str:
+        # smooth weighted round robin (nginx): exact proportions, interleaved
+        total = sum(candidates.values())
+        for version, weight in candidates.items():
+            entry.wrr[version] = entry.wrr.get(version, 0) + weight
+        chosen = max(candidates, key=lambda v: entry.wrr[v])
+        entry.wrr[chosen] -= total
+        return chosen
+
+    @staticmethod
+    def _instance(model: str, version: str, entry: _Model,
+                  exclude: frozenset[str]) -> Endpoint:
+        usable = [e for e in entry.endpoints.get(version, [])
+                  if e.can_take and e.id not in exclude]
+        if not usable:
+            raise Unavailable(f"{model}@{version} has no ready instance")
+        # least in-flight; ties go round robin so every instance is used (and checked)
+        entry.turn += 1
+        start = entry.turn % len(usable)
+        rotated = usable[start:] + usable[:start]
+        return min(rotated, key=lambda e: e.num_in_flight)

@@ -1,0 +1,50 @@
+"""Per-version request outcomes the rollout analysis reads: count, errors, p99 latency."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from podium.control.rollout import VersionHealth
+
+MAX_SAMPLES = 100_000
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One finished request."""
+
+    at_ms: int
+    latency_ms: float
+    ok: bool
+
+
+class VersionStats:
+    """A bounded window of outcomes per (model, version)."""
+
+    def __init__(self, max_samples: int = MAX_SAMPLES) -> None:
+        self._samples: dict[tuple[str, str], deque[Outcome]] = {}
+        self._max = max_samples
+
+    def record(self, model: str, version: str, outcome: Outcome) -> None:
+        """Count one finished request (error: 5xx or connection failure)."""
+        key = (model, version)
+        if key not in self._samples:
+            self._samples[key] = deque(maxlen=self._max)
+        self._samples[key].append(outcome)
+
+    def last_request_ms(self, model: str, version: str) -> int:
+        """When model@version last finished a request (0: never)."""
+        samples = self._samples.get((model, version))
+        return samples[-1].at_ms if samples else 0
+
+    def health(self, model: str, version: str, since_ms: int) -> VersionHealth:
+        """Requests, errors and p99 latency of model@version since `since_ms`."""
+        window = [o for o in self._samples.get((model, version), ()) if o.at_ms >= since_ms]
+        if not window:
+            return VersionHealth()
+        latencies = sorted(o.latency_ms for o in window)
+        p99 = latencies[min(len(latencies) - 1, math.ceil(0.99 * len(latencies)) - 1)]
+        return VersionHealth(num_requests=len(window),
+                             num_errors=sum(1 for o in window if not o.ok), p99_ms=p99)

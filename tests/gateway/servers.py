@@ -1,0 +1,109 @@
+"""Small real servers on loopback for gateway tests: uvicorn in a thread, raw sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+class Served:
+    """An ASGI app served by uvicorn on 127.0.0.1 (a free port) in a daemon thread."""
+
+    def __init__(self, app: Any) -> None:
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                lifespan="on", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def upstream(version: str) -> Starlette:
+    """An instance stand-in: echoes what it got and which version answered."""
+    seen: list[dict[str, Any]] = []
+
+    async def echo(request: Request) -> Response:
+        body = await request.body()
+        record = {"version": version, "path": request.url.path, "query": request.url.query,
+                  "body": json.loads(body) if body else None,
+                  "auth": request.headers.get("authorization")}
+        seen.append(record)
+        path = request.url.path
+        if path.endswith("/fail"):
+            return JSONResponse({"error": "boom"}, status_code=500)
+        if path.endswith("/slow"):
+            await asyncio.sleep(float(request.query_params.get("s", "0.5")))
+        if path.endswith("/sse"):
+            return StreamingResponse(_events(version), media_type="text/event-stream")
+        return JSONResponse(record)
+
+    async def ready(_request: Request) -> Response:
+        return JSONResponse({"ready": True})
+
+    app = Starlette(routes=[Route("/health/ready", ready),
+                            Route("/{path:path}", echo, methods=["GET", "POST"])])
+    app.state.seen = seen
+    return app
+
+
+async def _events(version: str) -> AsyncIterator[str]:
+    for i in range(3):
+        yield f"data: {json.dumps({'i': i, 'version': version, 't': time.monotonic()})}\n\n"
+        await asyncio.sleep(0.3)
+    yield "data: [DONE]\n\n"
+
+
+class Dropper:
+    """Accepts a connection, reads the request, then closes without answering."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.num_requests = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            data = conn.recv(65536)
+            if data:
+                self.num_requests += 1
+            conn.close()
+
+    def stop(self) -> None:
+        self.sock.close()
+
+
+def closed_port_url() -> str:
+    """A loopback URL nothing listens on: connecting fails before anything is sent."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}"
