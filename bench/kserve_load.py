@@ -1,0 +1,75 @@
+"""A closed-loop KServe load generator: N concurrent clients, batch-1 requests, for T seconds.
+
+Uses the asyncio flavours of the real tritonclient (HTTP and gRPC), as users would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class LoadResult:
+    """Throughput and latency of one run."""
+
+    protocol: str
+    concurrency: int
+    requests: int
+    seconds: float
+    latencies_s: list[float]
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.seconds
+
+    def percentile_ms(self, q: float) -> float:
+        return float(np.percentile(self.latencies_s, q) * 1000)
+
+    def row(self, server: str) -> str:
+        return (f"{server:<8} {self.protocol:<5} c={self.concurrency:<3} "
+                f"{self.throughput:9.1f} req/s  p50 {self.percentile_ms(50):7.2f} ms  "
+                f"p99 {self.percentile_ms(99):7.2f} ms  (n={self.requests})")
+
+
+async def run_load(url: str, protocol: str, model: str, input_name: str, features: np.ndarray,
+                   *, concurrency: int, seconds: float, warmup_s: float = 1.0) -> LoadResult:
+    """Drive `model` with one-row requests from `features` for `seconds` after a warm-up."""
+    if protocol == "http":
+        import tritonclient.http.aio as client_module
+
+        client = client_module.InferenceServerClient(url, conn_limit=concurrency)
+    else:
+        import tritonclient.grpc.aio as client_module
+
+        client = client_module.InferenceServerClient(url)
+    latencies: list[float] = []
+    measuring = False
+    stop_at = 0.0
+
+    async def worker(offset: int) -> None:
+        i = offset
+        while time.perf_counter() < stop_at:
+            row = features[i % len(features)][None]
+            tensor = client_module.InferInput(input_name, list(row.shape), "FP32")
+            tensor.set_data_from_numpy(row)
+            started = time.perf_counter()
+            await client.infer(model, [tensor])
+            if measuring:
+                latencies.append(time.perf_counter() - started)
+            i += concurrency
+
+    try:
+        stop_at = time.perf_counter() + warmup_s
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+        measuring = True
+        started = time.perf_counter()
+        stop_at = started + seconds
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    finally:
+        await client.close()
+    return LoadResult(protocol, concurrency, len(latencies), elapsed, latencies)
