@@ -7,6 +7,7 @@ sends exactly 1 request in 10, not 10% on average; instances by least in-flight 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from podium.errors import NotFound, Unavailable
@@ -47,32 +48,38 @@ class RouteTable:
     def __init__(self) -> None:
         self._models: dict[str, _Model] = {}
         self._by_id: dict[str, Endpoint] = {}
+        # the control plane changes the table from its own thread while the proxy reads it
+        self._lock = threading.RLock()
 
     # written by the control plane ------------------------------------------------------
 
     def set_split(self, model: str, weights: dict[str, int]) -> None:
         """Route the model's unversioned traffic by these weights."""
-        entry = self._models.setdefault(model, _Model())
-        entry.splits = {v: w for v, w in weights.items() if w > 0}
-        entry.wrr = {v: entry.wrr.get(v, 0) for v in entry.splits}
+        with self._lock:
+            entry = self._models.setdefault(model, _Model())
+            entry.splits = {v: w for v, w in weights.items() if w > 0}
+            entry.wrr = {v: entry.wrr.get(v, 0) for v in entry.splits}
 
     def set_alias(self, model: str, alias: str, version: str) -> None:
         """Point an alias (e.g. `latest`) at a version."""
-        self._models.setdefault(model, _Model()).aliases[alias] = version
+        with self._lock:
+            self._models.setdefault(model, _Model()).aliases[alias] = version
 
     def add_endpoint(self, model: str, version: str, endpoint: Endpoint) -> None:
         """Start routing to a (ready) instance."""
-        entry = self._models.setdefault(model, _Model())
-        entry.endpoints.setdefault(version, []).append(endpoint)
-        self._by_id[endpoint.id] = endpoint
+        with self._lock:
+            entry = self._models.setdefault(model, _Model())
+            entry.endpoints.setdefault(version, []).append(endpoint)
+            self._by_id[endpoint.id] = endpoint
 
     def remove_endpoint(self, endpoint_id: str) -> None:
         """Forget an instance (after it drained)."""
-        endpoint = self._by_id.pop(endpoint_id, None)
-        for entry in self._models.values():
-            for endpoints in entry.endpoints.values():
-                if endpoint in endpoints:
-                    endpoints.remove(endpoint)
+        with self._lock:
+            endpoint = self._by_id.pop(endpoint_id, None)
+            for entry in self._models.values():
+                for endpoints in entry.endpoints.values():
+                    if endpoint in endpoints:
+                        endpoints.remove(endpoint)
 
     def endpoint(self, endpoint_id: str) -> Endpoint:
         """The endpoint with this id (KeyError when unknown)."""
@@ -80,7 +87,8 @@ class RouteTable:
 
     def endpoints(self) -> list[Endpoint]:
         """Every endpoint."""
-        return list(self._by_id.values())
+        with self._lock:
+            return list(self._by_id.values())
 
     def drain(self, endpoint_id: str) -> Endpoint:
         """Stop sending new requests to an instance; its in-flight requests finish."""
@@ -90,37 +98,39 @@ class RouteTable:
 
     def models(self) -> dict[str, list[str]]:
         """Model name → versions that have endpoints."""
-        return {m: sorted(v for v, eps in e.endpoints.items() if eps)
-                for m, e in self._models.items()}
+        with self._lock:
+            return {m: sorted(v for v, eps in e.endpoints.items() if eps)
+                    for m, e in self._models.items()}
 
     # read per request ------------------------------------------------------------------
 
     def resolve(self, model: str, version: str | None, *,
                 exclude: frozenset[str] = frozenset()) -> tuple[str, Endpoint]:
         """The version and instance for one attempt of a request."""
-        entry = self._models.get(model)
-        if entry is None:
-            raise NotFound(f"model {model!r} is not deployed; deployed: "
-                           f"{', '.join(sorted(self._models)) or 'none'}", param="model")
-        if version is not None:
-            version = entry.aliases.get(version, version)
-            if version not in entry.endpoints:
-                raise NotFound(f"{model}@{version} is not deployed; versions: "
-                               f"{', '.join(sorted(entry.endpoints)) or 'none'}",
-                               param="version")
-            return version, self._instance(model, version, entry, exclude)
-        candidates = {v: w for v, w in entry.splits.items()
-                      if any(e.can_take and e.id not in exclude
-                             for e in entry.endpoints.get(v, []))}
-        if candidates:
-            chosen = self._weighted(entry, candidates)
-        elif LATEST in entry.aliases:
-            chosen = entry.aliases[LATEST]
-        elif entry.splits:
-            chosen = max(entry.splits, key=lambda v: entry.splits[v])
-        else:
-            raise Unavailable(f"model {model!r} has no version taking traffic")
-        return chosen, self._instance(model, chosen, entry, exclude)
+        with self._lock:
+            entry = self._models.get(model)
+            if entry is None:
+                raise NotFound(f"model {model!r} is not deployed; deployed: "
+                               f"{', '.join(sorted(self._models)) or 'none'}", param="model")
+            if version is not None:
+                version = entry.aliases.get(version, version)
+                if version not in entry.endpoints:
+                    raise NotFound(f"{model}@{version} is not deployed; versions: "
+                                   f"{', '.join(sorted(entry.endpoints)) or 'none'}",
+                                   param="version")
+                return version, self._instance(model, version, entry, exclude)
+            candidates = {v: w for v, w in entry.splits.items()
+                          if any(e.can_take and e.id not in exclude
+                                 for e in entry.endpoints.get(v, []))}
+            if candidates:
+                chosen = self._weighted(entry, candidates)
+            elif LATEST in entry.aliases:
+                chosen = entry.aliases[LATEST]
+            elif entry.splits:
+                chosen = max(entry.splits, key=lambda v: entry.splits[v])
+            else:
+                raise Unavailable(f"model {model!r} has no version taking traffic")
+            return chosen, self._instance(model, chosen, entry, exclude)
 
     @staticmethod
     def _weighted(entry: _Model, candidates: dict[str, int]) -> str:

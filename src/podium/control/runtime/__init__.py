@@ -1,0 +1,1 @@
+"""Runtimes start, watch and stop instances: `local` (processes on this machine)."""

@@ -1,0 +1,42 @@
+"""What the control plane needs from a runtime, so the controller is testable without one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+STARTING, READY, DRAINING, STOPPED, FAILED = "starting", "ready", "draining", "stopped", "failed"
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    """A read-only snapshot of one instance."""
+
+    id: str
+    model: str
+    version: str
+    state: str
+    url: str
+    pid: int | None
+    num_restarts: int
+    log_path: str | None
+
+
+class Runtime(Protocol):
+    """Keeps the desired number of instances per model@version running and healthy."""
+
+    def scale(self, model: str, version: str, count: int) -> None:
+        """Start or drain instances until `count` of model@version are wanted."""
+
+    def poll(self) -> None:
+        """Check every instance once: readiness, crashes (restart), finished drains (stop)."""
+
+    def instances(self, model: str | None = None,
+                  version: str | None = None) -> list[InstanceView]:
+        """Instances that are not stopped."""
+
+    def num_crashes(self, model: str, version: str) -> int:
+        """How many times instances of model@version exited without being asked to."""
+
+    def close(self) -> None:
+        """Drain and stop every instance."""

@@ -1,0 +1,43 @@
+"""The real world a rollout acts on: a runtime for instances, a gateway for traffic."""
+
+from __future__ import annotations
+
+from podium.control.actions import Action, MoveAlias, Scale, SetSplit
+from podium.control.rollout import Observation, RolloutState, VersionHealth
+from podium.control.runtime.base import READY, Runtime
+from podium.gateway.routing import RouteTable
+from podium.gateway.stats import VersionStats
+
+
+class RuntimeWorld:
+    """Scale goes to the runtime, splits and aliases to the gateway's route table; health comes
+    from the runtime (readiness, crashes) and the gateway (errors, latency)."""
+
+    def __init__(self, runtime: Runtime, table: RouteTable, stats: VersionStats) -> None:
+        self.runtime = runtime
+        self.table = table
+        self.stats = stats
+
+    def apply(self, actions: list[Action]) -> None:
+        """Carry out idempotent actions."""
+        for action in actions:
+            if isinstance(action, Scale):
+                self.runtime.scale(action.model, action.version, action.count)
+            elif isinstance(action, SetSplit):
+                self.table.set_split(action.model, action.weights)
+            elif isinstance(action, MoveAlias):
+                self.table.set_alias(action.model, action.alias, action.version)
+
+    def observe(self, state: RolloutState, since_ms: int) -> Observation:
+        """Health of both versions; request stats since the analysis window began."""
+        old = (self._health(state.model, state.from_version, since_ms)
+               if state.from_version else VersionHealth())
+        return Observation(new=self._health(state.model, state.to_version, since_ms), old=old)
+
+    def _health(self, model: str, version: str, since_ms: int) -> VersionHealth:
+        traffic = self.stats.health(model, version, since_ms)
+        num_ready = sum(1 for i in self.runtime.instances(model, version) if i.state == READY)
+        return VersionHealth(num_ready=num_ready,
+                             num_crashes=self.runtime.num_crashes(model, version),
+                             num_requests=traffic.num_requests, num_errors=traffic.num_errors,
+                             p99_ms=traffic.p99_ms)

@@ -1,0 +1,136 @@
+"""The local runtime with real (tiny) processes standing in for `podium serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from podium.control.runtime.base import READY
+from podium.control.runtime.local import LocalRuntime
+from podium.control.store import Store
+from podium.gateway.routing import RouteTable
+
+FAKE = Path(__file__).with_name("fake_instance.py")
+
+
+def fake_command(package: str, http_port: int, _grpc_port: int) -> list[str]:
+    return [sys.executable, str(FAKE), package, str(http_port)]
+
+
+def wait_for(condition: Callable[[], bool], runtime: LocalRuntime, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        runtime.poll()
+        time.sleep(0.05)
+
+
+class Env:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+        self.table = RouteTable()
+        self.runtimes: list[LocalRuntime] = []
+
+    def package(self, version: str, **behaviour: object) -> None:
+        folder = self.tmp / f"iris-{version}"
+        folder.mkdir()
+        (folder / "behaviour.json").write_text(json.dumps(behaviour))
+        self.store.announce_package("iris", version, "python", str(folder), {})
+        self.store.ensure_deployment("iris", version, "red-black")
+
+    def runtime(self, **kwargs: object) -> LocalRuntime:
+        runtime = LocalRuntime(self.store, self.table, self.tmp / "work",
+                               command=fake_command, **kwargs)  # type: ignore[arg-type]
+        self.runtimes.append(runtime)
+        return runtime
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path)
+    yield e
+    for runtime in e.runtimes:
+        runtime.close()
+    e.store.close()
+
+
+def test_instances_start_become_ready_and_get_routed(env: Env) -> None:
+    env.package("1", ready_after_s=0.5)
+    runtime = env.runtime()
+    runtime.scale("iris", "1", 2)
+    assert [i.state for i in runtime.instances()] == ["starting", "starting"]
+    assert env.table.models() == {}  # not routed before ready
+    wait_for(lambda: all(i.state == READY for i in runtime.instances()), runtime)
+    assert env.table.models() == {"iris": ["1"]}
+    urls = {i.url for i in runtime.instances()}
+    pids = {httpx.get(url + "/x").json()["pid"] for url in urls}
+    assert pids == {i.pid for i in runtime.instances()}
+    rows = env.store.list_instances("iris")
+    assert [r.state for _, _, r in rows] == ["ready", "ready"]
+    log = Path(runtime.instances()[0].log_path or "")
+    assert "fake instance listening" in log.read_text()
+
+
+def test_a_crashed_instance_is_counted_and_restarted(env: Env) -> None:
+    env.package("1", crash_after_s=0.8)
+    runtime = env.runtime(max_restarts=1)
+    runtime.scale("iris", "1", 1)
+    first_pid = runtime.instances()[0].pid
+    wait_for(lambda: runtime.num_crashes("iris", "1") >= 1, runtime)
+    [instance] = runtime.instances()
+    assert instance.pid != first_pid and instance.num_restarts == 1
+    # after max_restarts it is given up on (and reported), not restarted forever
+    wait_for(lambda: runtime.num_crashes("iris", "1") >= 2, runtime)
+    assert runtime.instances() == []
+    events = [e.message for e in env.store.list_events("iris")]
+    assert any("exited with status 3" in m for m in events)
+
+
+def test_scale_down_drains_before_stopping(env: Env) -> None:
+    env.package("1")
+    runtime = env.runtime(drain_timeout_s=5)
+    runtime.scale("iris", "1", 2)
+    wait_for(lambda: sum(i.state == READY for i in runtime.instances()) == 2, runtime)
+    runtime.scale("iris", "1", 1)
+    draining = [i for i in runtime.instances() if i.state == "draining"]
+    assert len(draining) == 1
+    endpoint = env.table.endpoint(draining[0].id)
+    endpoint.num_in_flight = 1  # the gateway still has a request on it
+    for _ in range(5):
+        runtime.poll()
+        time.sleep(0.05)
+    assert os.path.exists(f"/proc/{draining[0].pid}")  # still running: request in flight
+    assert not endpoint.can_take
+    endpoint.num_in_flight = 0
+    wait_for(lambda: len(runtime.instances()) == 1, runtime)
+    for _ in range(10):  # a stopped instance stays stopped: it is not a crash to restart
+        runtime.poll()
+        time.sleep(0.05)
+    assert [i.state for i in runtime.instances()] == [READY]
+    assert not os.path.exists(f"/proc/{draining[0].pid}")
+    assert env.table.models() == {"iris": ["1"]} and len(env.table.endpoints()) == 1
+    states = sorted(r.state for _, _, r in env.store.list_instances(include_stopped=True))
+    assert states == ["ready", "stopped"]
+
+
+def test_a_restarted_control_plane_adopts_running_instances(env: Env) -> None:
+    env.package("1")
+    first = env.runtime()
+    first.scale("iris", "1", 1)
+    wait_for(lambda: first.instances()[0].state == READY, first)
+    pid = first.instances()[0].pid
+    env.runtimes.remove(first)  # "kill -9": the old runtime object simply disappears
+    second = env.runtime()
+    [adopted] = second.instances()
+    assert adopted.pid == pid
+    second.scale("iris", "1", 1)  # the desired state re-applied: nothing new started
+    wait_for(lambda: second.instances()[0].state == READY, second)
+    assert [i.pid for i in second.instances()] == [pid]
