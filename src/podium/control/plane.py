@@ -6,6 +6,7 @@ fully before it changes anything, so a bad request leaves the store as it was.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +44,8 @@ class ControlPlane:
         self.clock = clock
         self.materialize = materialize
         self.driver = RolloutDriver(store, world)
+        # API threads and the control loop thread take turns: one change at a time
+        self.lock = threading.RLock()
 
     def announce(self, location: str) -> dict[str, Any]:
         """Validate a package, materialize its weights, then record it (in that order)."""
@@ -60,16 +63,17 @@ class ControlPlane:
 
     def deploy(self, model: str, version: str, config: RolloutConfig) -> int:
         """Start a rollout of model@version; returns the rollout id."""
-        rollout_id = self.driver.start(model, version, config, self.clock())
-        self.driver.tick(self.clock())  # take the first step now rather than at the next tick
-        return rollout_id
+        with self.lock:
+            rollout_id = self.driver.start(model, version, config, self.clock())
+            self.driver.tick(self.clock())  # take the first step now, not at the next pass
+            return rollout_id
 
     def rollback(self, model: str) -> int:
         """Roll back the running rollout, or roll back to the version before the last one."""
-        now = self.clock()
-        aborted = self.driver.abort(model, "by operator", now)
-        if aborted is not None:
-            return aborted
+        with self.lock:
+            aborted = self.driver.abort(model, "by operator", self.clock())
+            if aborted is not None:
+                return aborted
         previous = self._previous_success(model)
         if previous is None or previous.state.from_version is None:
             known = {d.model for d in self.store.list_deployments()}
@@ -83,7 +87,8 @@ class ControlPlane:
 
     def tick(self) -> None:
         """Advance every running rollout by at most one step."""
-        self.driver.tick(self.clock())
+        with self.lock:
+            self.driver.tick(self.clock())
 
     def rollout(self, rollout_id: int) -> dict[str, Any]:
         """One rollout with its steps."""

@@ -1,0 +1,113 @@
+"""The control plane's periodic work, one pass at a time: instances → rollouts → scale → GC.
+
+Runs in its own thread under `podium up` (the store and the runtime probes are blocking); every
+pass holds the plane's lock so API calls never interleave with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from podium.control.actions import Scale
+from podium.control.autoscale import AutoscalePolicy, AutoscaleState, decide
+from podium.control.gc import VersionUsage, idle_versions
+from podium.control.plane import ControlPlane
+from podium.control.rollout import LATEST
+from podium.control.runtime.base import Runtime
+from podium.gateway.routing import RouteTable
+from podium.gateway.stats import VersionStats
+
+log = logging.getLogger("podium.control")
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """How often the loop runs and what it manages besides rollouts."""
+
+    interval_s: float = 0.5
+    """Seconds between passes."""
+    target_in_flight: float = 8.0
+    """Autoscaler target of in-flight requests per instance."""
+    scale_down_cooldown_ms: int = 60_000
+    """Autoscaler scale-down cooldown."""
+    version_ttl_ms: int = 3_600_000
+    """Versioned deployments idle this long are stopped (never the latest)."""
+
+
+class ControlLoop:
+    """One `step()` = poll instances, advance rollouts, autoscale idle models, collect versions."""
+
+    def __init__(self, plane: ControlPlane, runtime: Runtime, table: RouteTable,
+                 stats: VersionStats, config: LoopConfig | None = None) -> None:
+        self.plane = plane
+        self.runtime = runtime
+        self.table = table
+        self.stats = stats
+        self.config = config or LoopConfig()
+        self._scale_states: dict[tuple[str, str], AutoscaleState] = {}
+        self._stop = threading.Event()
+
+    def step(self) -> None:
+        """One pass."""
+        with self.plane.lock:
+            self.runtime.poll()
+            self.plane.tick()
+            now = self.plane.clock()
+            busy = {r.state.model for r in self.plane.store.list_rollouts(status="running")}
+            self._autoscale(now, busy)
+            self._collect(now, busy)
+
+    def run_forever(self) -> None:
+        """Step until `stop()`; an error in one pass is logged, the next pass still runs."""
+        self.plane.driver.reconcile()
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:  # a bad pass must not stop rollouts for good
+                log.exception("control loop pass failed")
+            self._stop.wait(self.config.interval_s)
+
+    def stop(self) -> None:
+        """Ask `run_forever` to return after its current pass."""
+        self._stop.set()
+
+    def _autoscale(self, now_ms: int, busy: set[str]) -> None:
+        for dep in self.plane.store.list_deployments():
+            if dep.model in busy or dep.num_desired == 0 or dep.min_instances >= dep.max_instances:
+                continue  # rollouts own their scale; fixed-size deployments need no policy
+            policy = AutoscalePolicy(min_instances=max(1, dep.min_instances),
+                                     max_instances=dep.max_instances,
+                                     target_in_flight=self.config.target_in_flight,
+                                     scale_down_cooldown_ms=self.config.scale_down_cooldown_ms)
+            key = (dep.model, dep.version)
+            state = self._scale_states.get(key) or AutoscaleState(dep.num_desired, now_ms)
+            in_flight = sum(e.num_in_flight for e in self.table.endpoints()
+                            if e.id.startswith(f"{dep.model}-{dep.version}-"))
+            state = decide(policy, state, in_flight, now_ms)
+            self._scale_states[key] = state
+            if state.num_instances != dep.num_desired:
+                self._scale(dep.model, dep.version, state.num_instances, "autoscale")
+
+    def _collect(self, now_ms: int, busy: set[str]) -> None:
+        by_model: dict[str, list[VersionUsage]] = {}
+        for dep in self.plane.store.list_deployments():
+            if dep.strategy == "versioned" and dep.num_desired > 0:
+                deployed_ms = int(dep.created_at.timestamp() * 1000)
+                last = max(dep.last_request_ms, self.stats.last_request_ms(dep.model, dep.version))
+                by_model.setdefault(dep.model, []).append(
+                    VersionUsage(dep.version, last, deployed_ms))
+        for model, usages in by_model.items():
+            latest = self.plane.store.aliases(model).get(LATEST)
+            # while a rollout of the model runs, none of its versions is collected
+            held = {u.version for u in usages} if model in busy else set()
+            for version in idle_versions(usages, latest=latest, busy=held, now_ms=now_ms,
+                                         ttl_ms=self.config.version_ttl_ms):
+                self._scale(model, version, 0, f"idle longer than {self.config.version_ttl_ms} ms")
+
+    def _scale(self, model: str, version: str, count: int, why: str) -> None:
+        action = Scale(model, version, count)
+        self.plane.store.apply([action])  # written before acted on, like rollout steps
+        self.plane.world.apply([action])
+        self.plane.store.record_event("scale", f"{model}@{version} -> {count} ({why})", model)

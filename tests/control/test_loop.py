@@ -1,0 +1,102 @@
+"""The control loop: autoscaling and idle-version collection through the store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from podium.control.actions import MoveAlias, Scale
+from podium.control.loop import ControlLoop, LoopConfig
+from podium.control.plane import ControlPlane
+from podium.control.runtime.base import READY, InstanceView
+from podium.control.store import Store
+from podium.control.world import RuntimeWorld
+from podium.gateway.routing import Endpoint, RouteTable
+from podium.gateway.stats import Outcome, VersionStats
+
+
+class FakeRuntime:
+    """Instances are ready the moment they are asked for."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def scale(self, model: str, version: str, count: int) -> None:
+        self.counts[(model, version)] = count
+
+    def poll(self) -> None:
+        pass
+
+    def instances(self, model: str | None = None,
+                  version: str | None = None) -> list[InstanceView]:
+        return [InstanceView(f"{m}-{v}-{n}", m, v, READY, "http://x", None, 0, None)
+                for (m, v), count in self.counts.items() for n in range(count)
+                if model in (None, m) and version in (None, v)]
+
+    def num_crashes(self, model: str, version: str) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class Env:
+    def __init__(self, tmp_path: Path) -> None:
+        self.offset_ms = 0
+        self.store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+        self.table, self.stats, self.runtime = RouteTable(), VersionStats(), FakeRuntime()
+        world = RuntimeWorld(self.runtime, self.table, self.stats)
+        self.plane = ControlPlane(self.store, world, clock=self.now,
+                                  materialize=lambda _p: None)
+        self.loop = ControlLoop(self.plane, self.runtime, self.table, self.stats, LoopConfig(
+            scale_down_cooldown_ms=10_000, version_ttl_ms=60_000, target_in_flight=8))
+
+    def now(self) -> int:
+        return int(time.time() * 1000) + self.offset_ms
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path)
+    yield e
+    e.store.close()
+
+
+def test_busy_deployment_scales_up_then_back_down_after_cooldown(env: Env) -> None:
+    env.store.apply([Scale("iris", "1", 1)])
+    env.store.set_scaling("iris", "1", 1, 4)
+    endpoint = Endpoint("iris-1-1", "http://x", num_in_flight=30)
+    env.table.add_endpoint("iris", "1", endpoint)
+    env.loop.step()
+    assert env.store.get_deployment("iris", "1").num_desired == 4
+    assert env.runtime.counts[("iris", "1")] == 4
+    endpoint.num_in_flight = 0
+    env.loop.step()
+    assert env.store.get_deployment("iris", "1").num_desired == 4  # cooling down
+    env.offset_ms += 10_001
+    env.loop.step()
+    assert env.store.get_deployment("iris", "1").num_desired == 3
+    assert any("autoscale" in e.message for e in env.store.list_events("iris"))
+
+
+def test_fixed_size_deployment_is_left_alone(env: Env) -> None:
+    env.store.apply([Scale("iris", "1", 2)])
+    env.store.set_scaling("iris", "1", 2, 2)
+    env.table.add_endpoint("iris", "1", Endpoint("iris-1-1", "http://x", num_in_flight=100))
+    env.loop.step()
+    assert env.store.get_deployment("iris", "1").num_desired == 2
+    assert env.runtime.counts == {("iris", "1"): 2}  # the stored size, reconciled, unchanged
+
+
+def test_idle_versioned_versions_are_stopped_but_latest_is_kept(env: Env) -> None:
+    env.store.apply([Scale("iris", "1", 1), Scale("iris", "2", 1), Scale("iris", "3", 1),
+                     MoveAlias("iris", "latest", "3")], strategy="versioned")
+    env.offset_ms = 120_000
+    env.stats.record("iris", "2", Outcome(env.now() - 1_000, 5.0, True))  # recently used
+    env.loop.step()
+    desired = {d.version: d.num_desired for d in env.store.list_deployments("iris")}
+    assert desired == {"1": 0, "2": 1, "3": 1}
+    assert env.runtime.counts == {("iris", "1"): 0, ("iris", "2"): 1, ("iris", "3"): 1}
