@@ -1,0 +1,72 @@
+"""`podium top` arithmetic: rates and quantiles computed as PromQL would."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from podium.top import stats
+from podium.top.snapshot import parse
+
+from .fake_instance import exposition
+
+INF = math.inf
+
+
+@pytest.mark.parametrize(
+    ("q", "buckets", "expected"),
+    [
+        (0.5, {0.1: 10, 0.2: 10, INF: 10}, 0.05),  # interpolate inside the first bucket from 0
+        (0.5, {0.1: 0, 0.2: 10, INF: 10}, 0.15),
+        (0.99, {0.1: 90, 0.5: 100, INF: 100}, 0.1 + 0.4 * 0.9),
+        (0.99, {0.1: 50, 0.5: 50, INF: 100}, 0.5),  # in +Inf: the last finite bound
+        (0.5, {0.1: 0, INF: 0}, None),  # no observations in the window
+        (0.5, {}, None),
+    ],
+    ids=["first-bucket", "second-bucket", "p99", "overflow", "empty-window", "no-histogram"],
+)
+def test_quantile_matches_histogram_quantile(
+    q: float, buckets: dict, expected: float | None
+) -> None:
+    result = stats.quantile(q, buckets)
+    assert result == (None if expected is None else pytest.approx(expected))
+
+
+def test_counter_reset_counts_from_zero() -> None:
+    assert stats.rate(100, 130, 2) == 15
+    assert stats.rate(100, 30, 2) == 15  # restarted instance: 30 since the restart
+
+
+def test_row_over_an_interval() -> None:
+    before, after = parse(exposition(10), 100.0), parse(exposition(12), 102.0)
+    row = stats.row(before, after)
+    assert row.requests_per_s == pytest.approx(4)
+    assert row.generated_per_s == pytest.approx(100)
+    assert row.prompt_per_s == pytest.approx(250)
+    assert row.ttft_p50_s == pytest.approx(0.05 + 0.05 * 0.5 / 0.9)
+    assert row.ttft_p99_s == pytest.approx(0.38)
+    assert (row.kv_cache_perc, row.running, row.waiting, row.ready) == (0.42, 3, 1, True)
+
+
+def test_first_scrape_shows_gauges_but_no_rates() -> None:
+    row = stats.row(None, parse(exposition(5), 1.0))
+    assert row.requests_per_s is None and row.ttft_p50_s is None
+    assert row.running == 3 and row.kv_cache_perc == 0.42
+
+
+def test_total_sums_rates_and_merges_latency() -> None:
+    pair = (parse(exposition(10), 100.0), parse(exposition(12), 102.0))
+    total = stats.total([pair, pair])
+    assert total.generated_per_s == pytest.approx(200)
+    assert total.running == 6
+    assert total.ttft_p99_s == pytest.approx(0.38)
+
+
+def test_bare_vllm_counts_finished_requests() -> None:
+    text = (
+        "# TYPE vllm:request_success counter\n"
+        'vllm:request_success_total{finished_reason="stop"} 5\n'
+        'vllm:request_success_total{finished_reason="length"} 2\n'
+    )
+    assert parse(text, 0).requests == 7
