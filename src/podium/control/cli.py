@@ -1,0 +1,149 @@
+"""`podium up | announce | deploy | status | rollouts | rollback`: the control plane's CLI.
+
+Every command but `up` is a client of the REST API (PODIUM_CONTROL_URL, default
+http://127.0.0.1:8080). A rejected request prints the API's message and exits 2; an API that
+cannot be reached exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEFAULT_API = "http://127.0.0.1:8080"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the control-plane subcommands to `podium`."""
+    p = subparsers.add_parser("up", help="run control plane + gateway + instances")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--http-port", type=int, default=8000, help="gateway HTTP port")
+    p.add_argument("--api-port", type=int, default=8080, help="control-plane API port")
+    p.add_argument("--database", default=os.environ.get("PODIUM_DATABASE_URL"),
+                   help="SQLAlchemy URL (default: SQLite file under PODIUM_HOME)")
+    p.add_argument("--version-ttl", type=float, default=3600.0,
+                   help="seconds before an idle versioned deployment is stopped")
+    p.set_defaults(func=_up)
+
+    p = subparsers.add_parser("announce", help="register + materialize a package")
+    p.add_argument("package", type=Path)
+    _api_arg(p)
+    p.set_defaults(func=_announce)
+
+    p = subparsers.add_parser("deploy", help="roll MODEL@VERSION out")
+    p.add_argument("target", metavar="MODEL@VERSION")
+    p.add_argument("--strategy", choices=["red-black", "versioned"], default="red-black")
+    p.add_argument("--stages", help="Red-Black traffic stages in percent, e.g. 10,25,50,100")
+    p.add_argument("--instances", type=int, help="instances of the new version at 100%%")
+    p.add_argument("--analysis-window", type=float, help="seconds each stage is observed")
+    p.add_argument("--warm-delay", type=float, help="seconds old instances stay warm")
+    p.add_argument("--ready-timeout", type=float, help="seconds a new instance may take")
+    _api_arg(p)
+    p.set_defaults(func=_deploy)
+
+    p = subparsers.add_parser("status", help="deployments, instances, splits")
+    _api_arg(p)
+    p.set_defaults(func=lambda a: _show(a, "GET", "/v1/status"))
+
+    p = subparsers.add_parser("rollouts", help="rollouts, newest first")
+    p.add_argument("model", nargs="?")
+    _api_arg(p)
+    p.set_defaults(func=lambda a: _show(a, "GET", "/v1/rollouts",
+                                        params={"model": a.model} if a.model else None))
+
+    p = subparsers.add_parser("rollback", help="roll MODEL back")
+    p.add_argument("model")
+    _api_arg(p)
+    p.set_defaults(func=lambda a: _show(a, "POST", f"/v1/models/{a.model}/rollback"))
+
+
+def _api_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--api", default=os.environ.get("PODIUM_CONTROL_URL", DEFAULT_API),
+                   help="control-plane API URL (env PODIUM_CONTROL_URL)")
+    p.add_argument("--json", action="store_true", help="print the raw JSON answer")
+
+
+def _up(args: argparse.Namespace) -> int:
+    from podium.control.loop import LoopConfig
+    from podium.control.up import UpConfig, run_up
+
+    return run_up(UpConfig(host=args.host, http_port=args.http_port, api_port=args.api_port,
+                           database_url=args.database,
+                           loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
+
+
+def _announce(args: argparse.Namespace) -> int:
+    return _show(args, "POST", "/v1/packages", body={"path": str(args.package.resolve())})
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    model, sep, version = args.target.partition("@")
+    if not sep or not model or not version:
+        print(f"podium deploy: {args.target!r} must be MODEL@VERSION, e.g. iris@2",
+              file=sys.stderr)
+        return 2
+    body: dict[str, Any] = {"model": model, "version": version, "strategy": args.strategy}
+    if args.stages:
+        try:
+            body["stages"] = [int(s) for s in args.stages.split(",")]
+        except ValueError:
+            print(f"podium deploy: --stages={args.stages!r} must be integers like 10,25,50,100",
+                  file=sys.stderr)
+            return 2
+    for flag, key in (("analysis_window", "analysis_window_ms"), ("warm_delay", "warm_delay_ms"),
+                      ("ready_timeout", "ready_timeout_ms")):
+        if getattr(args, flag) is not None:
+            body[key] = int(getattr(args, flag) * 1000)
+    if args.instances is not None:
+        body["num_instances"] = args.instances
+    return _show(args, "POST", "/v1/rollouts", body=body)
+
+
+def _show(args: argparse.Namespace, method: str, path: str, *, body: Any = None,
+          params: dict[str, str] | None = None) -> int:
+    try:
+        response = httpx.request(method, args.api.rstrip("/") + path, json=body, params=params,
+                                 timeout=600)
+    except httpx.HTTPError as exc:
+        print(f"podium: cannot reach the control plane at {args.api} ({exc}); is `podium up` "
+              "running?", file=sys.stderr)
+        return 1
+    data = response.json()
+    if response.status_code >= 400:
+        error = data.get("error", data)
+        message = error.get("message", error) if isinstance(error, dict) else error
+        print(f"podium: {message}", file=sys.stderr)
+        return 2 if response.status_code < 500 else 1
+    print(json.dumps(data, indent=2) if args.json else _human(path, data))
+    return 0
+
+
+def _human(path: str, data: Any) -> str:
+    if path == "/v1/status":
+        lines = []
+        for model, entry in data["models"].items():
+            lines.append(f"{model}  split={entry['splits']}  aliases={entry['aliases']}")
+            for version, info in entry["versions"].items():
+                states = ",".join(i["state"] for i in info["instances"]) or "-"
+                lines.append(f"  @{version}  {info['strategy']:<10} wanted={info['num_desired']}"
+                             f"  instances={states}")
+        for r in data["rollouts"]:
+            lines.append(_rollout_line(r))
+        return "\n".join(lines) or "nothing deployed"
+    if isinstance(data, list):
+        return "\n".join(_rollout_line(r) for r in data) or "no rollouts"
+    if "to_version" in data:
+        return _rollout_line(data)
+    return json.dumps(data, indent=2)
+
+
+def _rollout_line(r: dict[str, Any]) -> str:
+    reason = f"  ({r['reason']})" if r.get("reason") else ""
+    return (f"#{r['id']} {r['model']} {r['from_version'] or '-'} -> {r['to_version']} "
+            f"{r['strategy']} {r['status']} {r['phase']} {r['weight_new']}%{reason}")

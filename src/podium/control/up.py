@@ -1,0 +1,83 @@
+"""`podium up`: control plane (API on :8080) + gateway (:8000) + local instances, one process.
+
+The gateway and the API share one event loop; the control loop (store, process probes) runs in
+its own thread. Stopping `podium up` drains and stops every instance it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+
+from podium import env
+from podium.control.api import create_app
+from podium.control.loop import ControlLoop, LoopConfig
+from podium.control.plane import ControlPlane
+from podium.control.runtime.local import LocalRuntime
+from podium.control.store import Store, default_url
+from podium.control.world import RuntimeWorld
+from podium.gateway.health import run_health_checks
+from podium.gateway.proxy import Gateway
+
+log = logging.getLogger("podium.control")
+
+
+@dataclass(frozen=True)
+class UpConfig:
+    """Where `podium up` listens and keeps its state."""
+
+    host: str = "0.0.0.0"
+    """Interface the gateway and the API bind to."""
+    http_port: int = 8000
+    """Gateway HTTP port (OpenAI + KServe v2)."""
+    api_port: int = 8080
+    """Control-plane REST API port."""
+    database_url: str | None = None
+    """SQLAlchemy URL; default a SQLite file under PODIUM_HOME."""
+    home: Path | None = None
+    """State directory (instance logs, default database); default PODIUM_HOME."""
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    """Control loop timing, autoscaling and version TTL."""
+
+
+def run_up(config: UpConfig) -> int:
+    """Serve until interrupted; returns the exit code."""
+    home = config.home or env.home()
+    store = Store.open(config.database_url or default_url(home))
+    gateway = Gateway()
+    runtime = LocalRuntime(store, gateway.table, home / "instances")
+    world = RuntimeWorld(runtime, gateway.table, gateway.stats)
+    plane = ControlPlane(store, world)
+    loop = ControlLoop(plane, runtime, gateway.table, gateway.stats, config.loop)
+    thread = threading.Thread(target=loop.run_forever, name="podium-control", daemon=True)
+    thread.start()
+    try:
+        asyncio.run(_serve(config, plane, gateway))
+    finally:
+        loop.stop()
+        thread.join(timeout=30)
+        with plane.lock:
+            runtime.close()
+        store.close()
+    return 0
+
+
+async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> None:
+    servers = [
+        uvicorn.Server(uvicorn.Config(gateway.app(), host=config.host, port=config.http_port,
+                                      log_level="warning", access_log=False)),
+        uvicorn.Server(uvicorn.Config(create_app(plane), host=config.host,
+                                      port=config.api_port, log_level="info")),
+    ]
+    # the gateway's own active probes cover the gap between two control-loop passes
+    health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0))
+    log.info("gateway on :%d, control-plane API on :%d", config.http_port, config.api_port)
+    try:
+        await asyncio.gather(*(s.serve() for s in servers))
+    finally:
+        health.cancel()

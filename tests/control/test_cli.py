@@ -1,0 +1,81 @@
+"""The control-plane CLI against a live API: exit codes and messages."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from podium.control.api import create_app
+from podium.control.cli import register
+from podium.control.plane import ControlPlane
+from podium.control.store import Store
+
+from ..gateway.servers import Served, closed_port_url
+from .fakes import FakeWorld
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[str]:
+    world = FakeWorld()
+    store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+    plane = ControlPlane(store, world, clock=lambda: world.now_ms, materialize=lambda _p: None)
+    served = Served(create_app(plane))
+    yield served.url
+    served.stop()
+    store.close()
+
+
+def podium(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="podium")
+    register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def _package(root: Path, version: str) -> Path:
+    folder = root / f"iris-{version}"
+    folder.mkdir()
+    (folder / "podium.json").write_text(json.dumps(
+        {"name": "iris", "version": version, "backend": "python"}))
+    return folder
+
+
+def test_announce_deploy_status_and_rollouts(api: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert podium("announce", str(_package(tmp_path, "1")), "--api", api) == 0
+    assert podium("deploy", "iris@1", "--stages", "100", "--api", api) == 0
+    assert "#1 iris - -> 1 red-black running" in capsys.readouterr().out
+    assert podium("status", "--api", api) == 0
+    out = capsys.readouterr().out
+    assert "iris" in out and "@1" in out
+    assert podium("rollouts", "iris", "--api", api, "--json") == 0
+    assert json.loads(capsys.readouterr().out)[0]["to_version"] == "1"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("deploy", "iris"), "must be MODEL@VERSION"),
+    (("deploy", "iris@9"), "iris@9 is not announced"),
+    (("deploy", "iris@1", "--stages", "10,x"), "--stages='10,x' must be integers"),
+    (("deploy", "iris@1", "--stages", "50,10,100"), "must be increasing"),
+    (("deploy", "iris@1", "--instances", "99"), "num_instances=99 is out of range"),
+    (("rollback", "ghost"), "has no deployment"),
+], ids=["no-version", "unknown-version", "stages-not-numbers", "stages-decreasing",
+        "too-many-instances", "rollback-unknown"])
+def test_bad_input_exits_2_with_the_api_message(
+        api: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
+        message: str) -> None:
+    assert podium("announce", str(_package(tmp_path, "1")), "--api", api) == 0
+    capsys.readouterr()
+    assert podium(*argv, "--api", api) == 2
+    assert message in capsys.readouterr().err
+    assert podium("rollouts", "--api", api, "--json") == 0
+    assert json.loads(capsys.readouterr().out) == []  # nothing was started
+
+
+def test_unreachable_api_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert podium("status", "--api", closed_port_url()) == 1
+    assert "is `podium up` running?" in capsys.readouterr().err
