@@ -36,8 +36,13 @@ class LoadResult:
 
 
 async def run_load(url: str, protocol: str, model: str, input_name: str, features: np.ndarray,
-                   *, concurrency: int, seconds: float, warmup_s: float = 1.0) -> LoadResult:
-    """Drive `model` with one-row requests from `features` for `seconds` after a warm-up."""
+                   *, concurrency: int, seconds: float, warmup_s: float = 1.0,
+                   output_name: str | None = None, binary: bool = True) -> LoadResult:
+    """Drive `model` with one-row requests from `features` for `seconds` after a warm-up.
+
+    `binary=False` sends and asks for JSON tensors over HTTP (for servers without Triton's
+    binary extension); it needs `output_name`.
+    """
     if protocol == "http":
         import tritonclient.http.aio as client_module
 
@@ -55,9 +60,18 @@ async def run_load(url: str, protocol: str, model: str, input_name: str, feature
         while time.perf_counter() < stop_at:
             row = features[i % len(features)][None]
             tensor = client_module.InferInput(input_name, list(row.shape), "FP32")
-            tensor.set_data_from_numpy(row)
+            outputs, headers = None, None
+            if protocol == "http":
+                # FastAPI servers (MLServer) answer 422 to a JSON body without its content type
+                headers = None if binary else {"Content-Type": "application/json"}
+                tensor.set_data_from_numpy(row, binary_data=binary)
+                if output_name is not None:
+                    outputs = [client_module.InferRequestedOutput(output_name,
+                                                                   binary_data=binary)]
+            else:
+                tensor.set_data_from_numpy(row)
             started = time.perf_counter()
-            await client.infer(model, [tensor])
+            await client.infer(model, [tensor], outputs=outputs, headers=headers)
             if measuring:
                 latencies.append(time.perf_counter() - started)
             i += concurrency

@@ -54,3 +54,28 @@ def podium_command(repository: Path, http_port: int, grpc_port: int, models: lis
                    ) -> list[str]:
     return [sys.executable, str(BENCH / "kserve_server.py"), "--repository", str(repository),
             "--http-port", str(http_port), "--grpc-port", str(grpc_port), *models]
+
+
+@contextlib.contextmanager
+def serve_openai(command: list[str], port: int, *, timeout_s: float = 600) -> Iterator[None]:
+    """Run an OpenAI-compatible server until the block ends; ready means GET /health is 200."""
+    process = subprocess.Popen(command, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{command[0]} exited with {process.returncode}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{' '.join(command)} not ready after {timeout_s} s")
+            time.sleep(1)
+        yield
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

@@ -5,7 +5,9 @@
 The model is xgb-example (100 trees, depth 6, 20 FP32 features). Both servers batch
 adaptively (MLServer: max_batch_size 64, max_batch_time 0.5 ms, `parallel_workers: 0`, which
 MLServer 1.7.1 needs on this machine kind). Load: the asyncio tritonclient over HTTP and gRPC,
-batch-1 requests, closed loop at each concurrency. Prints each run and Podium/MLServer ratios.
+batch-1 requests, closed loop at each concurrency. MLServer's HTTP side has no binary tensor
+extension, so HTTP runs send and receive JSON tensors on both servers. Prints each run and the
+Podium/MLServer ratios.
 """
 
 from __future__ import annotations
@@ -63,9 +65,11 @@ def main() -> None:
                     for server in ("podium", "mlserver"):
                         http_port, grpc_port = ports[server]
                         url = f"127.0.0.1:{http_port if protocol == 'http' else grpc_port}"
+                        output = "probability" if server == "podium" else "predict"
                         result = asyncio.run(run_load(url, protocol, "xgb-example", "features",
                                                       features, concurrency=concurrency,
-                                                      seconds=args.seconds))
+                                                      seconds=args.seconds, output_name=output,
+                                                      binary=False))
                         results[(server, protocol, concurrency)] = result
                         print(result.row(server), flush=True)
     print("\nPodium / MLServer (throughput: higher is better; latency: lower is better)")

@@ -74,6 +74,15 @@ def test_statistics_and_repository(client: grpcclient.InferenceServerClient) -> 
     with pytest.raises(InferenceServerException) as err:
         client.load_model("nope")
     assert err.value.status() == "StatusCode.NOT_FOUND"
+    # tritonclient's config override: only the version policy may change at load
+    client.load_model("torch-example", config=json.dumps(
+        {"version_policy": {"specific": {"versions": ["1"]}}}))
+    assert client.is_model_ready("torch-example", "1")
+    with pytest.raises(InferenceServerException) as err:
+        client.load_model("torch-example", config=json.dumps({"max_batch_size": 4}))
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "max_batch_size" in err.value.message()
+    assert client.is_model_ready("torch-example")
 
 
 def _llm_inputs(prompt: str, *, stream: bool, params: dict | None = None
