@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -70,3 +72,15 @@ def test_bare_vllm_counts_finished_requests() -> None:
         'vllm:request_success_total{finished_reason="length"} 2\n'
     )
     assert parse(text, 0).requests == 7
+
+
+def test_registering_top_does_not_import_prometheus_client() -> None:
+    # `podium` registers `top` before `serve` prepares the metrics directory; importing
+    # prometheus_client that early would fix it in single-process mode for the whole instance.
+    code = (
+        "import argparse, sys; from podium.top import register; "
+        "register(argparse.ArgumentParser().add_subparsers()); "
+        "print(sorted(m for m in ('prometheus_client', 'httpx', 'rich') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
