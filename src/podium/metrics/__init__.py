@@ -1,0 +1,11 @@
+"""Metrics of an instance: `podium:*` server metrics, vLLM's `vllm:*`, one `/metrics`.
+
+Modules, in boot order:
+  multiproc     prepare_multiproc_dir(): first thing in `podium serve`, before anything
+                imports prometheus_client (this package's other modules, vLLM)
+  server        podium:* metrics and recording helpers
+  exposition    render() / create_router(): the merged /metrics
+  request_log   X-Request-Id middleware and one log line per request
+
+This package's __init__ imports nothing, so importing `podium.metrics.multiproc` stays safe.
+"""
