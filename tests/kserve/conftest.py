@@ -26,6 +26,7 @@ from .fake_llm import FakeLlmBackend
 
 CLASSIC = ["xgb-example", "torch-example", "onnx-example", "python-example"]
 LLM = "fake-llm"
+EMBEDDER = "fake-embedder"
 
 
 def free_port() -> int:
@@ -63,6 +64,9 @@ def instance(examples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     llm_package = write_manifest(llm_dir, {
         "name": LLM, "version": "1", "backend": "vllm",
         "weights": {"source": "path", "path": "/nonexistent/fake.gguf"}})
+    embed_package = write_manifest(tmp_path_factory.mktemp("fake-embedder"), {
+        "name": EMBEDDER, "version": "1", "backend": "vllm", "task": "embed",
+        "weights": {"source": "path", "path": "/nonexistent/embedder"}})
     state: dict[str, Any] = {}
 
     @asynccontextmanager
@@ -72,6 +76,7 @@ def instance(examples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
             await repository.load_model(name)
         state["llm"] = FakeLlmBackend(llm_package)
         await repository.load(llm_package, backend=state["llm"])
+        await repository.load(embed_package, backend=FakeLlmBackend(embed_package))
         grpc_server = create_server(repository, port=grpc_port, host="127.0.0.1",
                                     server_ready=repository.all_ready)
         await grpc_server.start()

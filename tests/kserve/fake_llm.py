@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+
 from podium.backends import vllm_tensors
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
 from podium.package.manifest import TensorSpec
@@ -57,6 +59,14 @@ class FakeEngine:
     def get_tokenizer(self) -> FakeTokenizer:
         return self.tokenizer
 
+    async def encode(self, prompt: str, pooling_params: Any, request_id: str
+                     ) -> AsyncIterator[Any]:
+        """A 4-d "embedding": word count, length, first and last character codes."""
+        self.calls.append((prompt, {"pooling": pooling_params}, request_id))
+        vector = np.array([len(prompt.split()), len(prompt), ord(prompt[0]), ord(prompt[-1])],
+                          dtype=np.float64)
+        yield SimpleNamespace(outputs=SimpleNamespace(data=vector), finished=True)
+
     async def generate(self, prompt: Any, sampling_params: dict[str, Any], request_id: str
                        ) -> AsyncIterator[Any]:
         self.calls.append((prompt, dict(sampling_params), request_id))
@@ -86,10 +96,10 @@ class FakeEngine:
 
 
 class FakeLlmBackend(Backend):
-    """What the real VllmBackend does with vllm_tensors, over the fake engine."""
+    """What the real VllmBackend does with vllm_tensors, over the fake engine (no
+    `optional_inputs`: the repository knows the vLLM contract's optional tensors itself)."""
 
     decoupled = True
-    optional_inputs = vllm_tensors.LLM_OPTIONAL_INPUTS
 
     def __init__(self, package: Any, engine: FakeEngine | None = None) -> None:
         super().__init__(package)
@@ -102,20 +112,23 @@ class FakeLlmBackend(Backend):
         pass
 
     def inputs(self) -> list[TensorSpec]:
-        return vllm_tensors.LLM_INPUTS
+        return vllm_tensors.input_specs(self.manifest.task)
 
     def outputs(self) -> list[TensorSpec]:
-        return vllm_tensors.LLM_OUTPUTS
+        return vllm_tensors.output_specs(self.manifest.task)
 
     @property
     def max_batch_size(self) -> int:
         return 0
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        return await vllm_tensors.infer(self.engine, request,
-                                        sampling_params=FakeSamplingParams)
+        return await vllm_tensors.infer(self.engine, request, task=self.manifest.task,
+                                        sampling_params=FakeSamplingParams,
+                                        pooling_params=dict)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         async for response in vllm_tensors.infer_stream(self.engine, request,
-                                                        sampling_params=FakeSamplingParams):
+                                                        task=self.manifest.task,
+                                                        sampling_params=FakeSamplingParams,
+                                                        pooling_params=dict):
             yield response

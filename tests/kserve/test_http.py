@@ -209,6 +209,18 @@ def test_scoring_route(instance: Instance) -> None:
     assert "'candidates' must be a list" in bad.json()["error"]
 
 
+def test_embeddings_over_infer(client: httpclient.InferenceServerClient) -> None:
+    from .conftest import EMBEDDER
+
+    metadata = client.get_model_metadata(EMBEDDER)
+    assert metadata["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": [-1, -1]}]
+    texts = httpclient.InferInput("text_input", [2], "BYTES")
+    texts.set_data_from_numpy(np.array([b"hello world", b"ok"], dtype=object))
+    vectors = client.infer(EMBEDDER, [texts]).as_numpy("embedding")
+    assert vectors.dtype == np.float32
+    assert vectors.tolist() == [[2, 11, ord("h"), ord("d")], [1, 2, ord("o"), ord("k")]]
+
+
 def test_repository_index_load_unload(client: httpclient.InferenceServerClient) -> None:
     index = {(row["name"], row["version"]): row for row in client.get_model_repository_index()}
     assert index[("xgb-example", "1")]["state"] == "READY"

@@ -18,9 +18,15 @@ computed once and shared through prefix caching):
     → token_logprobs         FP32  [-1, -1] per candidate and token, zero-padded
     → num_tokens             INT32 [-1]     tokens per candidate (the unpadded row length)
 
+Embedding models (task "embed"):
+
+    text_input               BYTES [-1] N texts
+    → embedding              FP32  [-1, -1] one vector per text
+
 The engine needs `generate(prompt, sampling_params, request_id)` (an async iterator of vLLM
-`RequestOutput`s) and, for scoring, `get_tokenizer()`. Nothing here imports vLLM until a
-`SamplingParams` is built, and tests pass a stand-in.
+`RequestOutput`s), for scoring `get_tokenizer()`, and for embeddings `encode(prompt,
+pooling_params, request_id)`. Nothing here imports vLLM until a `SamplingParams` or
+`PoolingParams` is built, and tests pass stand-ins.
 """
 
 from __future__ import annotations
@@ -61,6 +67,23 @@ LLM_OUTPUTS = GENERATE_OUTPUTS + SCORE_OUTPUTS
 """Outputs an LLM backend declares; a response carries those of its mode."""
 LLM_OPTIONAL_INPUTS = frozenset(spec.name for spec in LLM_INPUTS)
 """Every LLM input is optional to the generic checks; `infer` checks each mode's own."""
+EMBED_INPUTS = [TensorSpec(name="text_input", datatype="BYTES", shape=[-1])]
+EMBED_OUTPUTS = [TensorSpec(name="embedding", datatype="FP32", shape=[-1, -1])]
+
+
+def input_specs(task: str = "generate") -> list[TensorSpec]:
+    """The inputs a vLLM model of `task` ("generate" or "embed") declares."""
+    return EMBED_INPUTS if task == "embed" else LLM_INPUTS
+
+
+def output_specs(task: str = "generate") -> list[TensorSpec]:
+    """The outputs a vLLM model of `task` declares."""
+    return EMBED_OUTPUTS if task == "embed" else LLM_OUTPUTS
+
+
+def optional_inputs(task: str = "generate") -> frozenset[str]:
+    """Inputs the generic checks let a request omit (each mode checks its own)."""
+    return frozenset() if task == "embed" else LLM_OPTIONAL_INPUTS
 
 # SamplingParams fields a request may set, by how a string value converts (Triton's rule)
 _INT_FIELDS = {"n", "top_k", "max_tokens", "min_tokens", "seed", "logprobs", "prompt_logprobs"}
@@ -88,10 +111,19 @@ def _vllm_sampling_params(**kwargs: Any) -> Any:
     return SamplingParams(**kwargs)
 
 
+def _vllm_pooling_params() -> Any:
+    from vllm import PoolingParams
+
+    return PoolingParams(task="embed")
+
+
 # -- entry points for an LLM backend ---------------------------------------------------------
-async def infer(engine: EngineClient, request: InferenceRequest, *,
-                sampling_params: SamplingFactory = _vllm_sampling_params) -> InferenceResponse:
-    """One response: generation (stream must be false) or scoring."""
+async def infer(engine: EngineClient, request: InferenceRequest, *, task: str = "generate",
+                sampling_params: SamplingFactory = _vllm_sampling_params,
+                pooling_params: Callable[[], Any] = _vllm_pooling_params) -> InferenceResponse:
+    """One response: generation (stream must be false), scoring, or embeddings."""
+    if task == "embed":
+        return await embed(engine, request, pooling_params=pooling_params)
     if "candidates" in request.inputs or "context" in request.inputs:
         return await score(engine, request, sampling_params=sampling_params)
     if _flag(request, "stream"):
@@ -105,9 +137,14 @@ async def infer(engine: EngineClient, request: InferenceRequest, *,
 
 
 async def infer_stream(engine: EngineClient, request: InferenceRequest, *,
-                       sampling_params: SamplingFactory = _vllm_sampling_params
+                       task: str = "generate",
+                       sampling_params: SamplingFactory = _vllm_sampling_params,
+                       pooling_params: Callable[[], Any] = _vllm_pooling_params
                        ) -> AsyncIterator[InferenceResponse]:
     """Decoupled: deltas while generating when stream=true, else one response."""
+    if task == "embed":
+        yield await embed(engine, request, pooling_params=pooling_params)
+        return
     if "candidates" in request.inputs or "context" in request.inputs:
         yield await score(engine, request, sampling_params=sampling_params)
         return
@@ -293,6 +330,37 @@ def _candidate_logprobs(prompt_logprobs: Any, candidate_ids: list[int]) -> list[
             return None
         values.append(value)
     return values
+
+
+# -- embeddings -------------------------------------------------------------------------------
+async def embed(engine: Any, request: InferenceRequest, *,
+                pooling_params: Callable[[], Any] = _vllm_pooling_params) -> InferenceResponse:
+    """One vector per `text_input` string, encoded concurrently."""
+    tensor = request.inputs.get("text_input")
+    if tensor is None:
+        raise InvalidArgument("input 'text_input' is missing; send BYTES [N] texts",
+                              param="text_input")
+    texts = [v.decode() if isinstance(v, bytes) else str(v) for v in tensor.data.reshape(-1)]
+    if not texts:
+        raise InvalidArgument("input 'text_input' is empty; send at least one text",
+                              param="text_input")
+    if request.parameters:
+        raise InvalidArgument(f"embedding requests take no parameters (got "
+                              f"{sorted(request.parameters)})", param=sorted(request.parameters)[0])
+    base = request.id or uuid.uuid4().hex
+
+    async def one(index: int) -> np.ndarray:
+        final = None
+        async for output in engine.encode(texts[index], pooling_params(), f"{base}-{index}"):
+            final = output
+        data = final.outputs.data
+        if hasattr(data, "float"):  # a torch tensor
+            data = data.float().cpu().numpy()
+        return np.asarray(data, dtype=np.float32).reshape(-1)
+
+    vectors = await asyncio.gather(*(one(i) for i in range(len(texts))))
+    return InferenceResponse(outputs=[Tensor("embedding", "FP32", np.stack(vectors))],
+                             id=request.id)
 
 
 # -- tensor helpers ---------------------------------------------------------------------------

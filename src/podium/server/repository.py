@@ -350,7 +350,7 @@ def version_key(version: str) -> tuple[int, int | str]:
 
 def _check(backend: Backend, request: InferenceRequest) -> None:
     check_inputs(request, backend.inputs(), backend.max_batch_size,
-                 optional=getattr(backend, "optional_inputs", ()))
+                 optional=_optional_inputs(backend))
     if request.requested_outputs is not None:
         names = {spec.name for spec in backend.outputs()}
         for output in request.requested_outputs:
@@ -358,6 +358,19 @@ def _check(backend: Backend, request: InferenceRequest) -> None:
                 raise InvalidArgument(f"requested output {output!r} is not an output of model "
                                       f"{backend.name!r} (outputs: {', '.join(sorted(names))})",
                                       param=output)
+
+
+def _optional_inputs(backend: Backend) -> frozenset[str]:
+    """Inputs a request may omit: the backend's `optional_inputs`, else for vLLM models the
+    optional tensors of Triton's vLLM contract (stream, sampling_parameters, …)."""
+    declared = getattr(backend, "optional_inputs", None)
+    if declared is not None:
+        return frozenset(declared)
+    if backend.manifest.backend == "vllm":
+        from podium.backends import vllm_tensors
+
+        return vllm_tensors.optional_inputs(getattr(backend.manifest, "task", "generate"))
+    return frozenset()
 
 
 def _select_outputs(backend: Backend, request: InferenceRequest,
