@@ -1,0 +1,47 @@
+"""Validation of a request's ``constraint`` field at admission, before it reaches the engine."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from podium.errors import InvalidArgument
+
+XARGS_KEY = "podium_constraint"
+"""Key in ``SamplingParams.extra_args`` (``vllm_xargs``) carrying the normalized spec JSON."""
+
+
+def validate_constraint(spec: object) -> dict[str, Any]:
+    """Check a request's ``constraint`` and return it normalized (JSON-able).
+
+    Raises :class:`~podium.errors.InvalidArgument` naming the problem (``param`` points at
+    the offending field, e.g. ``constraint.min``): unknown type, empty candidate set,
+    ``min > max``, invalid regex, wrong types.
+    """
+    from podium.constraints.registry import constraint_type, constraint_type_names
+
+    if not isinstance(spec, dict):
+        raise InvalidArgument(
+            f"constraint must be an object with a 'type', got {type(spec).__name__}",
+            param="constraint")
+    name = spec.get("type")
+    if not isinstance(name, str):
+        raise InvalidArgument("constraint.type is required (a string)", param="constraint.type")
+    ct = constraint_type(name)
+    if ct is None:
+        raise InvalidArgument(
+            f"unknown constraint type {name!r}; known: {', '.join(constraint_type_names())}",
+            param="constraint.type")
+    try:
+        normalized = ct.validate(dict(spec))
+    except ValueError as e:
+        field = e.args[1] if len(e.args) > 1 and isinstance(e.args[1], str) else None
+        raise InvalidArgument(f"constraint ({name}): {e.args[0]}",
+                              param=f"constraint.{field}" if field else "constraint") from None
+    normalized["type"] = name
+    return normalized
+
+
+def to_vllm_xargs(normalized: dict[str, Any]) -> dict[str, str]:
+    """The ``vllm_xargs`` entry that carries a normalized constraint to the engine."""
+    return {XARGS_KEY: json.dumps(normalized, ensure_ascii=False, separators=(",", ":"))}

@@ -1,0 +1,197 @@
+"""Per-slot constraint state of a whole batch, kept in arrays and stepped together.
+
+The engine owns the token history; this class only remembers, per slot, how many output
+tokens it has consumed and the last one. Each step it compares that with the history's
+current length, so every case the engine produces falls out of one rule:
+
+- one new token (decode): advance, vectorized over the slots of each distinct constraint;
+- no new token (a chunk of prefill, or a step without this request): nothing to do;
+- several new tokens (a request resumed with history, a late add): replay them, stepping all
+  such slots together one token position at a time;
+- fewer tokens than consumed, or a different last token (preemption, discarded tokens):
+  reset the state machine and replay the history as it now is.
+
+Python loops here run over distinct constraints and token positions, never over requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from podium.constraints.base import Constraint
+from podium.constraints.table import DEAD
+
+FetchTokens = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""``fetch(positions, indices)``: output token ``indices[i]`` of the i-th synced slot
+(``positions`` index into the ``slots`` array given to ``sync``); -1 where not yet known."""
+
+_NONE = -1
+
+
+class _Released(Constraint):
+    """Placeholder for a group whose requests have all left."""
+
+    def start(self, handles: np.ndarray) -> np.ndarray:
+        raise AssertionError("released constraint group used")
+
+    advance = allowed = is_accepting = start  # type: ignore[assignment]
+
+
+_RELEASED = _Released()
+
+
+class ConstraintBatch:
+    """Constraint state for up to ``capacity`` slots (batch rows or request slots)."""
+
+    def __init__(self, eos_token_ids: tuple[int, ...], capacity: int = 8) -> None:
+        self.eos = np.asarray(eos_token_ids, dtype=np.int64)
+        self._constraints: list[Constraint] = []  # group id -> constraint
+        self._group_of: dict[int, int] = {}  # id(constraint) -> group id
+        self._free_handles: dict[int, list[int]] = {}  # group id -> recycled handles
+        self._num_handles: dict[int, int] = {}
+        self._grow(capacity)
+
+    def _grow(self, capacity: int) -> None:
+        def grown(old: np.ndarray | None, fill: int) -> np.ndarray:
+            new = np.full(capacity, fill, dtype=np.int64)
+            if old is not None:
+                new[: len(old)] = old
+            return new
+
+        g = getattr
+        self.group = grown(g(self, "group", None), _NONE)
+        self.handle = grown(g(self, "handle", None), _NONE)
+        self.state = grown(g(self, "state", None), DEAD)
+        self.consumed = grown(g(self, "consumed", None), 0)
+        self.last_token = grown(g(self, "last_token", None), _NONE)
+
+    # --- batch makeup (called when the engine changes the batch, not every step) ---
+
+    def add(self, slot: int, constraint: Constraint) -> None:
+        """Put a new request in ``slot`` (replacing any occupant), at its start state."""
+        if slot >= len(self.group):
+            self._grow(max(slot + 1, 2 * len(self.group)))
+        self.remove(slot)
+        gid = self._group_of.get(id(constraint))
+        if gid is None:
+            gid = self._group_of[id(constraint)] = len(self._constraints)
+            self._constraints.append(constraint)
+            self._free_handles[gid], self._num_handles[gid] = [], 0
+        free = self._free_handles[gid]
+        if free:
+            h = free.pop()
+        else:
+            h = self._num_handles[gid]
+            self._num_handles[gid] += 1
+        self.group[slot], self.handle[slot] = gid, h
+        self._restart(np.array([slot]))
+
+    def remove(self, slot: int) -> None:
+        """Empty ``slot``; a no-op if it holds no constrained request."""
+        if slot >= len(self.group) or self.group[slot] == _NONE:
+            return
+        gid, h = int(self.group[slot]), int(self.handle[slot])
+        self._constraints[gid].release(np.array([h]))
+        self._free_handles[gid].append(h)
+        self.group[slot] = self.handle[slot] = _NONE
+        if len(self._free_handles[gid]) == self._num_handles[gid]:
+            # last request of this constraint left: let the compiled constraint be freed
+            self._group_of.pop(id(self._constraints[gid]), None)
+            self._constraints[gid] = _RELEASED
+
+    def move(self, src: int, dst: int) -> None:
+        """One-way move: ``dst`` takes ``src``'s request (its occupant is dropped)."""
+        if max(src, dst) >= len(self.group):
+            self._grow(max(src, dst) + 1)
+        self.remove(dst)
+        for a in (self.group, self.handle, self.state, self.consumed, self.last_token):
+            a[dst] = a[src]
+        self.group[src] = self.handle[src] = _NONE
+
+    def swap(self, a: int, b: int) -> None:
+        if max(a, b) >= len(self.group):
+            self._grow(max(a, b) + 1)
+        for arr in (self.group, self.handle, self.state, self.consumed, self.last_token):
+            arr[[a, b]] = arr[[b, a]]
+
+    def active_slots(self) -> np.ndarray:
+        """Slots holding a constrained request, ascending."""
+        return np.flatnonzero(self.group != _NONE)
+
+    # --- per step ---
+
+    def sync(self, slots: np.ndarray, lengths: np.ndarray, fetch: FetchTokens) -> None:
+        """Bring the state of ``slots`` up to their histories' current ``lengths``."""
+        consumed = self.consumed[slots]
+        delta = lengths - consumed
+        # a history that shrank, or whose last consumed token changed, was rewritten
+        check = np.flatnonzero((delta >= 0) & (consumed > 0) & (lengths > 0))
+        rewritten = delta < 0
+        if len(check):
+            tail = fetch(check, consumed[check] - 1)
+            rewritten[check] |= (tail != self.last_token[slots[check]]) & (tail != -1)
+        if rewritten.any():
+            self._restart(slots[rewritten])
+            consumed = self.consumed[slots]
+        # replay every missing token; usually one pass with one token per slot
+        pending = np.flatnonzero(lengths > consumed)
+        while len(pending):
+            pos = slots[pending]
+            tokens = fetch(pending, self.consumed[pos])
+            known = tokens >= 0  # -1: a placeholder the engine has not filled in yet
+            pending, pos, tokens = pending[known], pos[known], tokens[known]
+            self._advance(pos, tokens)
+            pending = pending[lengths[pending] > self.consumed[pos]]
+
+    def allowed(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Allowed ``(position into slots, token)`` pairs; EOS where the constraint may end,
+        EOS alone where nothing else is allowed (complete, or left the language)."""
+        rows_parts, tok_parts = [], []
+        need_eos = np.zeros(len(slots), dtype=bool)
+        has_any = np.zeros(len(slots), dtype=bool)
+        groups = self.group[slots]
+        for gid in np.unique(groups):
+            if gid == _NONE:
+                continue
+            c = self._constraints[gid]
+            at = np.flatnonzero(groups == gid)
+            s = self.state[slots[at]]
+            h = self.handle[slots[at]]
+            live = s != DEAD
+            r, t = c.allowed(h[live], s[live])
+            live_at = at[live]
+            rows_parts.append(live_at[r])
+            tok_parts.append(t)
+            has_any[live_at[r]] = True
+            need_eos[live_at] |= c.is_accepting(h[live], s[live])
+        constrained = groups != _NONE
+        need_eos |= constrained & ~has_any
+        eos_rows = np.flatnonzero(need_eos)
+        rows_parts.append(np.repeat(eos_rows, len(self.eos)))
+        tok_parts.append(np.tile(self.eos, len(eos_rows)))
+        return np.concatenate(rows_parts), np.concatenate(tok_parts)
+
+    def _restart(self, slots: np.ndarray) -> None:
+        groups = self.group[slots]
+        for gid in np.unique(groups):
+            at = slots[groups == gid]
+            self.state[at] = self._constraints[gid].start(self.handle[at])
+        self.consumed[slots] = 0
+        self.last_token[slots] = _NONE
+
+    def _advance(self, slots: np.ndarray, tokens: np.ndarray) -> None:
+        groups = self.group[slots]
+        for gid in np.unique(groups):
+            m = groups == gid
+            at = slots[m]
+            s = self.state[at]
+            live = s != DEAD
+            nxt = np.full(len(at), DEAD, dtype=np.int64)
+            if live.any():
+                nxt[live] = self._constraints[gid].advance(
+                    self.handle[at][live], s[live], tokens[m][live])
+            self.state[at] = nxt
+        self.consumed[slots] += 1
+        self.last_token[slots] = tokens

@@ -1,0 +1,148 @@
+"""``distinct_items``: a JSON array of ``min..max`` strings from a candidate set, none twice.
+
+A grammar cannot say "no repeats" without listing every ordering; a state machine can: the
+token graph is fixed (``[`` item (``, `` item)* ``]``, each item a trie of its JSON string's
+tokens), and each request additionally keeps, for every trie node, how many of its unused
+items lie below it. An edge into a node with none left is masked; finishing an item
+subtracts one along that item's path. Each segment (``[``, ``, ``, ``]``, every item) is
+tokenized on its own, so the output is their concatenation, byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from podium.constraints.base import Constraint
+from podium.constraints.table import DEAD, TokenTable, ragged_ranges
+from podium.constraints.vocab import TokenizerInfo
+
+OPEN, SEPARATOR, CLOSE = "[", ", ", "]"
+_PLAIN, _ITEM, _SEP, _CLOSE = 0, 1, 2, 3  # edge guards
+
+
+def render(items: list[str]) -> str:
+    """The exact text a ``distinct_items`` constraint produces for ``items``."""
+    return OPEN + SEPARATOR.join(json.dumps(i, ensure_ascii=False) for i in items) + CLOSE
+
+
+class DistinctItemsConstraint(Constraint):
+    """Output a JSON array of ``min_items..max_items`` distinct strings from ``items``."""
+
+    def __init__(self, items: list[str], min_items: int, max_items: int,
+                 tok: TokenizerInfo) -> None:
+        if len(set(items)) != len(items):
+            raise ValueError("distinct_items candidates must be unique")
+        self.items, self.min_items = items, min_items
+        self.max_items = min(max_items, len(items))
+        texts = [json.dumps(i, ensure_ascii=False) for i in items] + [OPEN, SEPARATOR, CLOSE]
+        encoded = tok.encode_exact(texts)
+        item_seqs, (open_seq, sep_seq, close_seq) = encoded[:-3], encoded[-3:]
+        self._build(item_seqs, open_seq, sep_seq, close_seq, tok.vocab_size)
+        self._alive = np.zeros((0, self.table.num_states), dtype=np.int32)
+        self._count = np.zeros(0, dtype=np.int64)
+
+    def _build(self, item_seqs: list[list[int]], open_seq: list[int], sep_seq: list[int],
+               close_seq: list[int], vocab_size: int) -> None:
+        edges: list[tuple[int, int, int, int]] = []  # (source, token, target, guard)
+        n = 0
+
+        def new() -> int:
+            nonlocal n
+            n += 1
+            return n - 1
+
+        def path(src: int, seq: list[int], dst: int, first_guard: int) -> None:
+            for i, tok in enumerate(seq):
+                nxt = dst if i == len(seq) - 1 else new()
+                edges.append((src, tok, nxt, first_guard if i == 0 else _PLAIN))
+                src = nxt
+
+        start, after_open, item_start, after_item, done = (new() for _ in range(5))
+        path(start, open_seq, after_open, _PLAIN)
+        path(after_open, close_seq, done, _CLOSE)
+        path(after_item, sep_seq, item_start, _SEP)
+        path(after_item, close_seq, done, _CLOSE)
+        # the item trie; its first level hangs off both after_open and item_start
+        children: dict[tuple[int, int], int] = {}
+        item_path: list[list[int]] = []
+        for seq in item_seqs:
+            node, nodes = -1, []
+            for tok in seq:
+                child = children.get((node, tok))
+                if child is None:
+                    child = children[(node, tok)] = new()
+                    for src in ((after_open, item_start) if node == -1 else (node,)):
+                        edges.append((src, tok, child, _ITEM))
+                node = child
+                nodes.append(node)
+            item_path.append(nodes)
+        arr = np.array(edges, dtype=np.int64).reshape(-1, 4)
+        self.table = TokenTable.from_edges(n, arr[:, :3], [done], start, vocab_size)
+        self._guard = np.zeros(self.table.num_edges, dtype=np.int8)
+        self._guard[self.table.edge_index(arr[:, 0], arr[:, 1])] = arr[:, 3]
+        self._after_item = after_item
+        leaves = np.array([p[-1] for p in item_path], dtype=np.int64)
+        self._item_of_node = np.full(n, -1, dtype=np.int64)
+        self._item_of_node[leaves] = np.arange(len(item_path))
+        lengths = np.array([len(p) for p in item_path], dtype=np.int64)
+        self._path_offsets = np.concatenate([[0], np.cumsum(lengths)])
+        self._path_nodes = np.concatenate([np.asarray(p, dtype=np.int64) for p in item_path])
+        self._base_alive = np.bincount(self._path_nodes, minlength=n).astype(np.int32)
+
+    def _ensure(self, handles: np.ndarray) -> None:
+        need = int(handles.max()) + 1 if len(handles) else 0
+        if need > len(self._count):
+            cap = max(need, 2 * len(self._count), 8)
+            alive = np.zeros((cap, self.table.num_states), dtype=np.int32)
+            alive[: len(self._alive)] = self._alive
+            count = np.zeros(cap, dtype=np.int64)
+            count[: len(self._count)] = self._count
+            self._alive, self._count = alive, count
+
+    def start(self, handles: np.ndarray) -> np.ndarray:
+        self._ensure(handles)
+        self._alive[handles] = self._base_alive
+        self._count[handles] = 0
+        return np.full(len(handles), self.table.start, dtype=np.int64)
+
+    def advance(self, handles: np.ndarray, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        e = self.table.edge_index(states, tokens)
+        ok = e >= 0
+        ec = np.maximum(e, 0)
+        targets = self.table.targets[ec]
+        guard = self._guard[ec]
+        ok &= self._permits(handles, guard, targets)
+        nxt = np.where(ok, targets, DEAD)
+        item = np.where(ok, self._item_of_node[np.maximum(nxt, 0)], -1)
+        done = item >= 0
+        if done.any():
+            # an item completed: it is used up along its whole path
+            h = handles[done]
+            k = item[done]
+            rows, idx = ragged_ranges(self._path_offsets[k],
+                                      self._path_offsets[k + 1] - self._path_offsets[k])
+            np.subtract.at(self._alive, (h[rows], self._path_nodes[idx]), 1)
+            self._count[h] += 1
+            nxt[done] = self._after_item
+        return nxt
+
+    def _permits(self, handles: np.ndarray, guard: np.ndarray, targets: np.ndarray
+                 ) -> np.ndarray:
+        count = self._count[handles]
+        can_sep = (count < self.max_items) & (count < len(self.items))
+        return (
+            (guard == _PLAIN)
+            | ((guard == _ITEM) & (self._alive[handles, targets] > 0))
+            | ((guard == _SEP) & can_sep)
+            | ((guard == _CLOSE) & (count >= self.min_items))
+        )
+
+    def allowed(self, handles: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows, edges = self.table.edges_of(states)
+        ok = self._permits(handles[rows], self._guard[edges], self.table.targets[edges])
+        return rows[ok], self.table.tokens[edges[ok]]
+
+    def is_accepting(self, handles: np.ndarray, states: np.ndarray) -> np.ndarray:
+        return self.table.is_accepting(states)

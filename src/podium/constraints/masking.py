@@ -1,0 +1,30 @@
+"""Writing a batch's allowed tokens into its logits, on the logits' own device."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def keep_only(logits: torch.Tensor, rows: np.ndarray, keep_rows: np.ndarray,
+              keep_tokens: np.ndarray) -> torch.Tensor:
+    """Set every logit of ``rows`` to -inf except the ``(keep_rows[i], keep_tokens[i])`` pairs.
+
+    One write pass over the constrained rows (the floor for any dense mask) plus a gather and
+    scatter of the kept entries; only the small index arrays travel to the device.
+    """
+    if len(rows) == 0:
+        return logits
+    width = logits.shape[1]
+    flat = torch.from_numpy(keep_rows * width + keep_tokens).to(logits.device, non_blocking=True)
+    target = logits if logits.is_contiguous() else logits.contiguous()
+    view = target.view(-1)
+    kept = view.index_select(0, flat)
+    if len(rows) == target.shape[0]:
+        target.fill_(float("-inf"))
+    else:
+        target.index_fill_(0, torch.from_numpy(rows).to(logits.device), float("-inf"))
+    view.index_copy_(0, flat, kept)
+    if target is not logits:
+        logits.copy_(target)
+    return logits

@@ -1,0 +1,196 @@
+"""The engine plugin: one batch-level logits processor for every constrained request.
+
+``ConstraintLogitsProcessor`` implements both of vLLM 0.32's interfaces, so one entry point
+serves CPU (V1 model runner: ``update_state(BatchUpdate)`` + ``apply(logits)``) and NVIDIA
+(Model Runner V2: ``add_request`` + ``apply(logits, ctx)``). A request opts in with
+``SamplingParams.extra_args["podium_constraint"]`` (the frontend's ``vllm_xargs``), holding
+the JSON of a spec normalized by :func:`podium.constraints.admission.validate_constraint`.
+
+Per step the processor reads each constrained request's output history (V1: the live list
+vLLM hands over in ``BatchUpdate.added``; V2: ``req_states.all_token_ids``), advances the
+state machines (see :class:`~podium.constraints.batch.ConstraintBatch`) and masks the logits
+in one pass. Requests without a constraint cost nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from vllm.v1.sample.logits_processor.interface import BatchUpdate, MoveDirectionality
+from vllm.v1.sample.logits_processor.interface import LogitsProcessor as V1LogitsProcessor
+from vllm.v1.worker.gpu.sample.logits_processor.interface import (
+    LogitsProcessor as V2LogitsProcessor,
+)
+
+from podium.constraints.admission import XARGS_KEY, validate_constraint
+from podium.constraints.base import TableConstraint
+from podium.constraints.batch import ConstraintBatch
+from podium.constraints.compiler import ConstraintCompiler
+from podium.constraints.masking import keep_only
+from podium.constraints.table import TokenTable
+from podium.constraints.vocab import TokenizerInfo
+from podium.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.worker.gpu.sample.logits_processor.interface import (
+        LogitsContext,
+        LogitsProcRequestState,
+    )
+
+log = logging.getLogger(__name__)
+
+
+def constraint_spec(params: SamplingParams) -> str | None:
+    """The constraint JSON a request carries, if any."""
+    extra = params.extra_args
+    return extra.get(XARGS_KEY) if extra else None
+
+
+class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
+    """Applies every request's ``podium_constraint`` to the batch's logits."""
+
+    def __init__(self, vllm_config: VllmConfig, *args: Any) -> None:
+        # V1 calls (vllm_config, device, is_pin_memory); V2 calls (vllm_config, req_states)
+        self._req_states: LogitsProcRequestState | None = args[0] if len(args) == 1 else None
+        self._model_config = vllm_config.model_config
+        self._compiler: ConstraintCompiler | None = None
+        self._batch: ConstraintBatch | None = None
+        self._lists: list[list[int] | None] = []  # V1: live output history per batch index
+
+    # --- shared ---
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        """Runs at admission in the frontend process; rejects a malformed constraint."""
+        spec = constraint_spec(sampling_params)
+        if spec is None:
+            return
+        try:
+            validate_constraint(json.loads(spec) if isinstance(spec, str) else spec)
+        except (InvalidArgument, json.JSONDecodeError) as e:
+            raise ValueError(f"{XARGS_KEY}: {e}") from None
+
+    def is_argmax_invariant(self) -> bool:
+        return False  # masking changes which token is the argmax
+
+    def _ensure_ready(self) -> ConstraintBatch:
+        if self._batch is None:
+            # loaded on first use so engines serving no constrained request never pay for it
+            mc = self._model_config
+            tok = TokenizerInfo.from_pretrained(mc.tokenizer, vocab_size=mc.get_vocab_size())
+            self._compiler = ConstraintCompiler(tok)
+            self._batch = ConstraintBatch(tok.eos_token_ids)
+        return self._batch
+
+    def _add(self, slot: int, params: SamplingParams) -> bool:
+        spec = constraint_spec(params)
+        if spec is None:
+            if self._batch is not None:
+                self._batch.remove(slot)
+            return False
+        batch = self._ensure_ready()
+        assert self._compiler is not None
+        try:
+            constraint = self._compiler.compile(spec)
+        except Exception:
+            # admission validates specs, so this is a bug or a plugin failure: fail the
+            # request closed (EOS only) rather than take the engine down
+            log.exception("constraint failed to compile; the request will end at once")
+            constraint = _END_AT_ONCE
+        batch.add(slot, constraint)
+        return True
+
+    # --- V1 model runner ---
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if batch_update is None:
+            return
+        for index in batch_update.removed:
+            if self._batch is not None:
+                self._batch.remove(index)
+            self._set_list(index, None)
+        for index, params, _prompt, output_ids in batch_update.added:
+            constrained = self._add(index, params)
+            # vLLM keeps appending to this very list: reading it later gives the live history
+            self._set_list(index, output_ids if constrained else None)
+        for a, b, direction in batch_update.moved:
+            self._grow_lists(max(a, b) + 1)
+            if direction == MoveDirectionality.SWAP:
+                if self._batch is not None:
+                    self._batch.swap(a, b)
+                self._lists[a], self._lists[b] = self._lists[b], self._lists[a]
+            else:
+                if self._batch is not None:
+                    self._batch.move(a, b)
+                self._lists[b], self._lists[a] = self._lists[a], None
+
+    def _set_list(self, index: int, value: list[int] | None) -> None:
+        self._grow_lists(index + 1)
+        self._lists[index] = value
+
+    def _grow_lists(self, size: int) -> None:
+        if size > len(self._lists):
+            self._lists.extend([None] * (size - len(self._lists)))
+
+    def apply(self, logits: torch.Tensor, ctx: LogitsContext | None = None) -> torch.Tensor:
+        if self._batch is None:
+            return logits
+        if ctx is not None:
+            return self._apply_v2(logits, ctx)
+        slots = self._batch.active_slots()
+        slots = slots[slots < logits.shape[0]]
+        if len(slots) == 0:
+            return logits
+        lists = [self._lists[i] for i in slots.tolist()]
+        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+
+        def fetch(pos: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            chosen = lists if len(pos) == len(lists) else [lists[p] for p in pos.tolist()]
+            return np.fromiter(map(list.__getitem__, chosen, idx.tolist()),
+                               dtype=np.int64, count=len(pos))
+
+        self._batch.sync(slots, lengths, fetch)
+        rows, tokens = self._batch.allowed(slots)
+        return keep_only(logits, slots, slots[rows], tokens)
+
+    # --- Model Runner V2 ---
+
+    def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
+        return self._add(req_idx, sampling_params)
+
+    def _apply_v2(self, logits: torch.Tensor, ctx: LogitsContext) -> torch.Tensor:
+        assert self._batch is not None and self._req_states is not None
+        batch_slots = np.asarray(ctx.idx_mapping_np, dtype=np.int64)
+        if logits.shape[0] != len(batch_slots):
+            raise RuntimeError("podium constraints do not support speculative decoding")
+        in_range = batch_slots < len(self._batch.group)
+        positions = np.flatnonzero(in_range)
+        positions = positions[self._batch.group[batch_slots[positions]] >= 0]
+        if len(positions) == 0:
+            return logits
+        slots = batch_slots[positions]
+        prompt_len = np.asarray(self._req_states.prompt_len.np, dtype=np.int64)[slots]
+        seq_len = np.asarray(ctx.seq_lens_upper_bound_np, dtype=np.int64)[positions]
+        # during (re)prefill the visible length is below prompt + output: that reads as a
+        # shrink and the replay catches up as the refill proceeds
+        lengths = np.maximum(seq_len - prompt_len, 0)
+        history = self._req_states.all_token_ids.gpu
+
+        def fetch(pos: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            s = torch.from_numpy(slots[pos]).to(history.device)
+            c = torch.from_numpy(prompt_len[pos] + idx).to(history.device)
+            return history[s, c].to(torch.int64).cpu().numpy()
+
+        self._batch.sync(slots, lengths, fetch)
+        rows, tokens = self._batch.allowed(slots)
+        return keep_only(logits, positions, positions[rows], tokens)
+
+
+# a constraint with no edges and no accepting state: the batch allows only EOS
+_END_AT_ONCE = TableConstraint(TokenTable.from_edges(1, np.zeros((0, 3)), [], 0, 1))

