@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -66,6 +67,8 @@ def test_one_json_line_per_request_with_the_returned_id() -> None:
     assert (line["status"], line["prompt_tokens"], line["completion_tokens"]) == (200, 7, 3)
     assert line["latency_s"] > 0
     assert line["path"] == "/v1/completions" and line["method"] == "POST"
+    assert (line["level"], line["logger"]) == ("info", "podium.request")
+    assert abs(line["ts"] - time.time()) < 60
 
 
 def test_client_request_id_is_kept() -> None:

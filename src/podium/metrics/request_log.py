@@ -19,7 +19,6 @@ import time
 import uuid
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -106,10 +105,17 @@ def format_line(ctx: RequestContext, log_format: LogFormat) -> str:
     record = asdict(ctx)
     del record["started"]
     if log_format == "json":
-        record = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), **record}
+        # The same envelope as the instance's other JSON log lines (podium.server.logs), so one
+        # log pipeline parses both.
+        envelope = {
+            "ts": round(time.time(), 3),
+            "level": "info",
+            "logger": LOGGER_NAME,
+            "message": f"{ctx.method} {ctx.path} {ctx.status}",
+        }
         if ctx.latency_s is not None:
             record["latency_s"] = round(ctx.latency_s, 6)
-        return json.dumps(record, separators=(",", ":"))
+        return json.dumps({**envelope, **record}, separators=(",", ":"), default=str)
     latency = f"{ctx.latency_s * 1000:.1f}ms" if ctx.latency_s is not None else "-"
     model = f"{ctx.model}@{ctx.version}" if ctx.model else "-"
     tokens = f"{ctx.prompt_tokens or 0}+{ctx.completion_tokens or 0}tok"
