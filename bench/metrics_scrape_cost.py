@@ -34,12 +34,19 @@ class Counters:
         self.completions: list[tuple[float, int]] = []
         self.scrapes: list[tuple[float, float, int]] = []  # (time, seconds, bytes)
         self.errors = 0
+        self.last_body = ""
 
 
-async def worker(client: httpx.AsyncClient, model: str, max_tokens: int, c: Counters,
-                 stop: asyncio.Event) -> None:
-    body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True}
+async def worker(
+    client: httpx.AsyncClient, model: str, max_tokens: int, c: Counters, stop: asyncio.Event
+) -> None:
+    body = {
+        "model": model,
+        "prompt": PROMPT,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
     while not stop.is_set():
         try:
             r = await client.post("/v1/completions", json=body)
@@ -50,14 +57,20 @@ async def worker(client: httpx.AsyncClient, model: str, max_tokens: int, c: Coun
             await asyncio.sleep(0.1)
 
 
-async def scraper(client: httpx.AsyncClient, interval: float, c: Counters,
-                  enabled: asyncio.Event, stop: asyncio.Event) -> None:
+async def scraper(
+    client: httpx.AsyncClient,
+    interval: float,
+    c: Counters,
+    enabled: asyncio.Event,
+    stop: asyncio.Event,
+) -> None:
     while not stop.is_set():
         await enabled.wait()
         start = time.monotonic()
         r = await client.get("/metrics", headers={"Accept": OPENMETRICS})
         r.raise_for_status()
         c.scrapes.append((start, time.monotonic() - start, len(r.content)))
+        c.last_body = r.text
         await asyncio.sleep(max(0.0, interval - (time.monotonic() - start)))
 
 
@@ -70,8 +83,10 @@ async def measure(args: argparse.Namespace, url: str) -> dict:
     limits = httpx.Limits(max_connections=args.concurrency + 2)
     c, stop, enabled = Counters(), asyncio.Event(), asyncio.Event()
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=600, limits=limits) as cl:
-        tasks = [asyncio.create_task(worker(cl, args.model, args.max_tokens, c, stop))
-                 for _ in range(args.concurrency)]
+        tasks = [
+            asyncio.create_task(worker(cl, args.model, args.max_tokens, c, stop))
+            for _ in range(args.concurrency)
+        ]
         tasks.append(asyncio.create_task(scraper(cl, args.scrape_interval, c, enabled, stop)))
         await asyncio.sleep(args.warmup_seconds)
         phases: list[dict] = []
@@ -82,8 +97,11 @@ async def measure(args: argparse.Namespace, url: str) -> dict:
             await asyncio.sleep(args.phase_seconds)
             end = time.monotonic()
             phases.append({"scraping": scraping, "tokens_per_s": tokens_per_s(c, start, end)})
-            print(f"phase {i + 1}: scraping={'on ' if scraping else 'off'} "
-                  f"{phases[-1]['tokens_per_s']:.1f} output tok/s", flush=True)
+            print(
+                f"phase {i + 1}: scraping={'on ' if scraping else 'off'} "
+                f"{phases[-1]['tokens_per_s']:.1f} output tok/s",
+                flush=True,
+            )
         stop.set()
         enabled.set()
         for task in tasks:
@@ -101,6 +119,13 @@ async def measure(args: argparse.Namespace, url: str) -> dict:
         "scrape_p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
         "scrape_max_ms": round(1000 * latencies[-1], 1),
         "scrape_bytes": c.scrapes[-1][2],
+        "vllm_families_exposed": len(
+            {
+                line.split()[2]
+                for line in c.last_body.splitlines()
+                if line.startswith("# TYPE vllm:")
+            }
+        ),
         "request_errors": c.errors,
         "settings": {k: v for k, v in vars(args).items() if k not in ("api_key",)},
         "phases": phases,
@@ -117,8 +142,20 @@ def instance(args: argparse.Namespace) -> Iterator[str]:
     from kserve_procs import free_port, serve
 
     port = free_port()
-    command = [sys.executable, "-m", "podium.cli", "serve", str(args.serve), "--http-port",
-               str(port), "--grpc-port", "-1", "--metrics-open", "--host", "127.0.0.1"]
+    command = [
+        sys.executable,
+        "-m",
+        "podium.cli",
+        "serve",
+        str(args.serve),
+        "--http-port",
+        str(port),
+        "--grpc-port",
+        "-1",
+        "--metrics-open",
+        "--host",
+        "127.0.0.1",
+    ]
     with serve(command, port, timeout_s=600):
         yield f"http://127.0.0.1:{port}"
 
@@ -132,8 +169,12 @@ def main() -> None:
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--scrape-interval", type=float, default=1.0,
-                        help="seconds between scrapes while on (Prometheus' default is 15)")
+    parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=1.0,
+        help="seconds between scrapes while on (Prometheus' default is 15)",
+    )
     parser.add_argument("--phase-seconds", type=float, default=20)
     parser.add_argument("--rounds", type=int, default=2, help="off/on pairs")
     parser.add_argument("--warmup-seconds", type=float, default=10)
