@@ -183,3 +183,19 @@ def test_scoring_over_grpc(client, instance: Instance) -> None:
     rows = result.as_numpy("token_logprobs")
     assert rows.shape == (3, 3)
     np.testing.assert_allclose(result.as_numpy("logprob_sum"), rows.sum(axis=1), rtol=1e-5)
+
+
+def test_stream_to_a_classic_model_answers_once_flagged_final(client, examples_dir) -> None:
+    responses: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    features = synthetic_features(2, seed=8)
+    tensor = grpcclient.InferInput("features", [2, 20], "FP32")
+    tensor.set_data_from_numpy(features)
+    client.async_stream_infer("xgb-example", [tensor], request_id="c1")
+    result, error = responses.get(timeout=10)
+    client.stop_stream()
+    assert error is None
+    assert result.get_response().parameters["triton_final_response"].bool_param
+    np.testing.assert_allclose(result.as_numpy("probability"),
+                               reference_xgb(examples_dir, features), rtol=1e-6)
+    assert responses.empty()
