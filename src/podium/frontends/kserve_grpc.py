@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -23,6 +24,8 @@ from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
 from podium.frontends import kserve_codec as codec
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
 from podium.server.repository import ModelRepository
+
+logger = logging.getLogger(__name__)
 
 # typed `contents` fields by datatype; FP16 and BF16 have none and must be sent raw
 _CONTENTS_FIELD = {
@@ -146,12 +149,14 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         tasks: set[asyncio.Task[None]] = set()
 
         async def read() -> None:
-            async for request in request_iterator:
-                task = asyncio.create_task(self._stream_one(request, queue))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-            await asyncio.gather(*list(tasks))
-            await queue.put(None)
+            try:
+                async for request in request_iterator:
+                    task = asyncio.create_task(self._stream_one(request, queue))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                await asyncio.gather(*list(tasks))
+            finally:  # the client half-closed or went away: end the response stream
+                await queue.put(None)
 
         reader = asyncio.create_task(read())
         try:
@@ -183,6 +188,10 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                                                 request, served.version, final=True))
         except PodiumError as exc:  # a bad request fails alone; the stream stays open
             await queue.put(service_pb2.ModelStreamInferResponse(error_message=exc.message))
+        except Exception as exc:  # never leave the client waiting for a response
+            logger.exception("stream request %r to %r failed", request.id, request.model_name)
+            await queue.put(service_pb2.ModelStreamInferResponse(
+                error_message=f"internal error: {type(exc).__name__}: {exc}"))
 
 
 # -- messages ------------------------------------------------------------------------------------

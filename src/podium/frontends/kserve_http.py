@@ -213,6 +213,10 @@ async def _sse(first: InferenceResponse, responses: AsyncIterator[InferenceRespo
             yield f"data: {json.dumps(generate_response(response, model, version))}\n\n".encode()
     except PodiumError as exc:  # headers are gone: the error travels as the last event
         yield f"data: {json.dumps({'error': exc.message})}\n\n".encode()
+    except Exception as exc:
+        logger.exception("generate_stream on %r failed", model)
+        message = f"internal error: {type(exc).__name__}: {exc}"
+        yield f"data: {json.dumps({'error': message})}\n\n".encode()
 
 
 # -- infer body ------------------------------------------------------------------------------
