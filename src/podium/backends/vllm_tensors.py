@@ -205,37 +205,52 @@ def parse_sampling_parameters(request: InferenceRequest) -> dict[str, Any]:
 
 
 def _convert(key: str, value: Any) -> Any:
-    try:
-        if key in _INT_FIELDS:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return None if value is None else int(value)
-        if key in _FLOAT_FIELDS:
-            return float(value)
-        if key in _BOOL_FIELDS:
-            if isinstance(value, str):
-                if value.lower() not in ("true", "false"):
-                    raise ValueError
-                return value.lower() == "true"
-            if not isinstance(value, bool):
-                raise ValueError
-            return value
-        if key in _LIST_FIELDS:
-            if key == "stop" and isinstance(value, str):
-                return [value]
-            if isinstance(value, str):
-                value = json.loads(value)
-            if not isinstance(value, list):
-                raise ValueError
-            return value
-    except (TypeError, ValueError, json.JSONDecodeError):
-        pass
-    else:
+    """A sampling parameter in its SamplingParams type; strings convert as Triton's do."""
+    if key not in SAMPLING_FIELDS:
         raise InvalidArgument(f"sampling parameter {key!r} is unknown (known: "
                               f"{', '.join(sorted(SAMPLING_FIELDS))})", param=key)
-    kind = ("an integer" if key in _INT_FIELDS else "a number" if key in _FLOAT_FIELDS
+    try:
+        return _CONVERTERS[_kind(key)](key, value)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"sampling parameter {key}={value!r} must be {_kind(key)}",
+                              param=key) from None
+
+
+def _kind(key: str) -> str:
+    return ("an integer" if key in _INT_FIELDS else "a number" if key in _FLOAT_FIELDS
             else "true or false" if key in _BOOL_FIELDS else "a list")
-    raise InvalidArgument(f"sampling parameter {key}={value!r} must be {kind}", param=key)
+
+
+def _to_int(key: str, value: Any) -> int | None:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(value)
+    return None if value is None else int(value)
+
+
+def _to_bool(key: str, value: Any) -> bool:
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if isinstance(value, bool):
+        return value
+    raise ValueError(value)
+
+
+def _to_list(key: str, value: Any) -> list[Any]:
+    if key == "stop" and isinstance(value, str):
+        return [value]
+    if isinstance(value, str):  # Triton clients send lists as JSON strings too
+        value = json.loads(value)  # JSONDecodeError is a ValueError
+    if not isinstance(value, list):
+        raise ValueError(value)
+    return value
+
+
+_CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
+    "an integer": _to_int,
+    "a number": lambda key, value: float(value),
+    "true or false": _to_bool,
+    "a list": _to_list,
+}
 
 
 def _text_response(texts: list[str], request: InferenceRequest, *, final: bool
