@@ -2,11 +2,16 @@
 
     python bench/metrics_scrape_cost.py --serve PACKAGE_DIR        # starts `podium serve`
     python bench/metrics_scrape_cost.py --url http://127.0.0.1:8000 --model NAME
+    python bench/metrics_scrape_cost.py --render-dir $PODIUM_HOME/run/prometheus/instance-PID
 
 A constant completion load (ignore_eos, fixed max_tokens) runs throughout; phases alternate
 scraping off / on (GET /metrics every --scrape-interval, asking for OpenMetrics as Prometheus
 does). Load is never restarted between phases, so the ratio compares like with like. Prints each
 phase, the scrape latency and size, and the on/off throughput ratio (issue 4 asks cost < 2%).
+
+On a shared or small machine the A/B ratio is dominated by noise; `--render-dir` measures what a
+scrape costs the instance directly: CPU time of `render()` over a copy of a real instance's
+multiprocess directory, in a fresh interpreter, and that as a share of one core per interval.
 """
 
 from __future__ import annotations
@@ -132,6 +137,36 @@ async def measure(args: argparse.Namespace, url: str) -> dict:
     }
 
 
+RENDER_SNIPPET = """
+import json, sys, time
+from podium.metrics import exposition
+out = {}
+for name, accept in (("text", None), ("openmetrics", "application/openmetrics-text")):
+    body, _ = exposition.render(accept)
+    start = time.process_time()
+    for _ in range(200):
+        exposition.render(accept)
+    out[name] = {"cpu_ms_per_render": round((time.process_time() - start) * 5, 3),
+                 "bytes": len(body)}
+print(json.dumps(out))
+"""
+
+
+def render_cost(directory: Path, intervals: list[float]) -> dict:
+    """CPU per render() of a real multiprocess directory, and its share of a core per interval."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    out = subprocess.run(
+        [sys.executable, "-c", RENDER_SNIPPET], env=env, check=True, capture_output=True, text=True
+    ).stdout
+    result = json.loads(out)
+    cpu_ms = result["openmetrics"]["cpu_ms_per_render"]
+    result["share_of_one_core"] = {f"every {i:g}s": f"{cpu_ms / (i * 10):.3f}%" for i in intervals}
+    return result
+
+
 @contextlib.contextmanager
 def instance(args: argparse.Namespace) -> Iterator[str]:
     """The URL of the instance to measure: given, or a `podium serve` started for the run."""
@@ -165,6 +200,7 @@ def main() -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="a running instance")
     where.add_argument("--serve", type=Path, help="package to serve with `podium serve`")
+    where.add_argument("--render-dir", type=Path, help="only time render() over this directory")
     parser.add_argument("--model", help="model to call (default: the package's name)")
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -179,6 +215,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="off/on pairs")
     parser.add_argument("--warmup-seconds", type=float, default=10)
     args = parser.parse_args()
+    if args.render_dir:
+        print(json.dumps(render_cost(args.render_dir, [1, 15, 60]), indent=2))
+        return
     if args.model is None:
         if args.serve is None:
             parser.error("--model is required with --url")
