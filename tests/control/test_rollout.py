@@ -201,3 +201,25 @@ def test_alias_moves_at_full_traffic_in_red_black() -> None:
     run(rollout.begin("iris", "2", "1", RolloutConfig(stages=(100,), **FAST), num_old=1), world,
         until_ms=3_500)
     assert MoveAlias("iris", "latest", "2") in world.applied
+
+
+@pytest.mark.parametrize(("new_p99", "status"), [(25.0, rollout.RUNNING),
+                                                 (90.0, rollout.ROLLED_BACK)],
+                         ids=["like-baseline", "slower-than-baseline"])
+def test_full_traffic_stage_is_judged_against_the_old_versions_last_window(
+        new_p99: float, status: str) -> None:
+    config = RolloutConfig(stages=(50, 100), min_requests=10, analysis_window_ms=1_000)
+    state = rollout.begin("iris", "2", "1", config, num_old=1)
+    both = Observation(new=VersionHealth(num_ready=1, num_requests=50, p99_ms=20.0),
+                       old=VersionHealth(num_ready=1, num_requests=50, p99_ms=20.0))
+    for now in (0, 10, 1_100, 1_200):  # start, ready at 50%, analysis passes, ready at 100%
+        decision = rollout.step(state, both, now)
+        assert decision is not None
+        state = decision.state
+    assert (state.weight_new, state.baseline) == (100, {"num_requests": 50, "num_errors": 0,
+                                                        "p99_ms": 20.0})
+    # at 100% the old version serves nothing: its empty window must not decide the verdict
+    alone = Observation(new=VersionHealth(num_ready=1, num_requests=50, p99_ms=new_p99),
+                        old=VersionHealth(num_ready=1))
+    decision = rollout.step(state, alone, 2_300)
+    assert decision is not None and decision.state.status == status

@@ -69,6 +69,9 @@ class RolloutState:
     split: dict[str, int] = field(default_factory=dict)
     latest: str | None = None
     """Where this rollout last pointed the `latest` alias (None: never touched it)."""
+    baseline: dict[str, Any] | None = None
+    """The old version's health over the last window where it had enough traffic: what the
+    new version is compared with once the old one no longer takes any (the 100% stage)."""
     reason: str = ""
 
     @property
@@ -198,9 +201,17 @@ def _finish_without_old(state: RolloutState, now_ms: int) -> Decision:
 def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
     if now_ms - state.phase_since_ms < state.config.analysis_window_ms:
         return None
-    failure = judge(state.config, obs)
+    enough = max(state.config.min_requests, 1)
+    old = obs.old
+    if old.num_requests < enough and state.baseline is not None:
+        old = VersionHealth(**state.baseline)
+    failure = judge(state.config, Observation(new=obs.new, old=old))
     if failure:
         return _roll_back(state, f"analysis failed at {state.weight_new}%: {failure}", now_ms)
+    if obs.old.num_requests >= enough:
+        state = replace(state, baseline={"num_requests": obs.old.num_requests,
+                                         "num_errors": obs.old.num_errors,
+                                         "p99_ms": obs.old.p99_ms})
     if state.stage_index + 1 < len(_stages(state)):
         index = state.stage_index + 1
         count = _num_new(state, index)

@@ -96,6 +96,12 @@ class RouteTable:
         endpoint.draining = True
         return endpoint
 
+    def split(self, model: str) -> dict[str, int]:
+        """The model's current split (versions with weight above 0)."""
+        with self._lock:
+            entry = self._models.get(model)
+            return dict(entry.splits) if entry else {}
+
     def models(self) -> dict[str, list[str]]:
         """Model name → versions that have endpoints."""
         with self._lock:
