@@ -7,8 +7,11 @@ its own thread. Stopping `podium up` drains and stops every instance it started.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,17 +70,35 @@ def run_up(config: UpConfig) -> int:
     return 0
 
 
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signals to `_serve`: two servers each installing their own
+    handlers would re-raise SIGTERM into a default handler and skip the instances' shutdown."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> None:
     servers = [
-        uvicorn.Server(uvicorn.Config(gateway.app(), host=config.host, port=config.http_port,
-                                      log_level="warning", access_log=False)),
-        uvicorn.Server(uvicorn.Config(create_app(plane), host=config.host,
-                                      port=config.api_port, log_level="info")),
+        _Server(uvicorn.Config(gateway.app(), host=config.host, port=config.http_port,
+                               log_level="warning", access_log=False)),
+        _Server(uvicorn.Config(create_app(plane), host=config.host, port=config.api_port,
+                               log_level="info")),
     ]
+
+    def stop_all() -> None:
+        for server in servers:
+            server.should_exit = True
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop_all)
     # the gateway's own active probes cover the gap between two control-loop passes
     health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0))
     log.info("gateway on :%d, control-plane API on :%d", config.http_port, config.api_port)
     try:
         await asyncio.gather(*(s.serve() for s in servers))
     finally:
+        stop_all()
         health.cancel()

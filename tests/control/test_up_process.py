@@ -1,0 +1,121 @@
+"""`podium up` as a real process: the CLI drives it, and `kill -9` mid-rollout then a restart
+ends in a consistent state (rollout resumed, instances adopted, none orphaned)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from podium.control.runtime.local import free_port
+
+from .platform import write_echo
+from .test_cli import podium
+
+BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}
+
+
+class Up:
+    """One `podium up` process on free ports with its own PODIUM_HOME."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.http_port, self.api_port = free_port(), free_port()
+        self.api = f"http://127.0.0.1:{self.api_port}"
+        self.gateway = f"http://127.0.0.1:{self.http_port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = (self.home / "up.log").open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1",
+             "--http-port", str(self.http_port), "--api-port", str(self.api_port)],
+            env={**os.environ, "PODIUM_HOME": str(self.home)}, stdout=log,
+            stderr=subprocess.STDOUT)
+        wait(lambda: _ok(self.api + "/health"), what="the control-plane API")
+
+    def get(self, path: str) -> object:
+        return httpx.get(self.api + path, timeout=10).json()
+
+    def status(self) -> dict:
+        return self.get("/v1/status")  # type: ignore[return-value]
+
+    def rollout(self, rollout_id: int) -> dict:
+        return self.get(f"/v1/rollouts/{rollout_id}")  # type: ignore[return-value]
+
+    def pids(self, version: str) -> list[int]:
+        versions = self.status()["models"].get("echo", {}).get("versions", {})
+        return [i["pid"] for i in versions.get(version, {}).get("instances", [])
+                if i["state"] == "ready"]
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait(condition: Callable[[], bool], *, what: str, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Up]:
+    u = Up(tmp_path)
+    yield u
+    if u.process is not None and u.process.poll() is None:
+        u.process.terminate()
+        u.process.wait(timeout=60)
+
+
+def test_kill_9_mid_rollout_then_restart_resumes_and_orphans_nothing(
+        up: Up, tmp_path: Path) -> None:
+    up.start()
+    for version in ("1", "2"):
+        assert podium("announce", str(write_echo(tmp_path / "pkgs", version)),
+                      "--api", up.api) == 0
+    assert podium("deploy", "echo@1", "--stages", "100", "--analysis-window", "0",
+                  "--warm-delay", "0", "--api", up.api) == 0
+    wait(lambda: up.rollout(1)["status"] == "succeeded", what="v1 deployed")
+    wait(lambda: len(up.pids("1")) == 1, what="v1 ready")
+    [v1_pid] = up.pids("1")
+    assert podium("deploy", "echo@2", "--stages", "50,100", "--analysis-window", "4",
+                  "--warm-delay", "1", "--api", up.api) == 0
+    wait(lambda: up.rollout(2)["phase"] == "analyze", what="the 50% stage")
+    [v2_pid] = up.pids("2")
+
+    assert up.process is not None
+    up.process.send_signal(signal.SIGKILL)
+    up.process.wait(timeout=10)
+    assert alive(v1_pid) and alive(v2_pid)  # instances outlive a control-plane crash
+
+    up.start()  # same PODIUM_HOME: same SQLite store
+    wait(lambda: up.rollout(2)["status"] == "succeeded", what="the resumed rollout")
+    wait(lambda: up.pids("1") == [] and not alive(v1_pid), what="v1 drained and stopped")
+    assert up.pids("2") == [v2_pid]  # adopted, not started twice
+    r = httpx.post(up.gateway + "/v2/models/echo/infer", json=BODY, timeout=10)
+    assert (r.status_code, r.json()["model_version"]) == (200, "2")
+
+    # a clean stop drains and stops every instance it runs
+    up.process.terminate()
+    assert up.process.wait(timeout=60) == 0
+    wait(lambda: not alive(v2_pid), what="v2 stopped with podium up", timeout_s=30)
