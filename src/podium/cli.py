@@ -13,6 +13,13 @@ from podium.errors import PodiumError
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        # prometheus_client fixes its storage when first imported (some subcommands' modules
+        # import it), so an instance claims its metrics directory before anything else
+        from podium.metrics.multiproc import prepare_multiproc_dir
+
+        prepare_multiproc_dir()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):

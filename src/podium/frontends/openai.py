@@ -123,6 +123,7 @@ def _parse(endpoint: Endpoint, body: dict[str, Any]) -> Any:
             "fields it cannot honour rather than ignoring them; remove "
             f"{'it' if len(unknown) == 1 else 'them'}.", param=unknown[0])
     _check_response_format(body.get("response_format"))
+    _check_top_logprobs(body.get("top_logprobs"))
     try:
         return model_cls.model_validate(body)
     except ValidationError as exc:
@@ -155,6 +156,13 @@ def _check_response_format(response_format: Any) -> None:
         raise InvalidArgument(f"response_format.json_schema.schema is not a valid JSON Schema: "
                               f"{exc.message}", param="response_format.json_schema.schema"
                               ) from None
+
+
+def _check_top_logprobs(value: Any) -> None:
+    # vLLM reads -1 as "the whole vocabulary"; the OpenAI API allows 0..20, and so do we
+    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= 20:
+        raise InvalidArgument(f"top_logprobs={value} is out of range; use an integer from 0 "
+                              "to 20", param="top_logprobs")
 
 
 async def _call(serving: Any, endpoint: Endpoint, request_model: Any, request: Request) -> Any:

@@ -55,12 +55,9 @@ def _add_health_routes(app: FastAPI, instance: Instance) -> None:
 
 def _include_optional_routers(app: FastAPI, instance: Instance) -> None:
     """KServe v2 over HTTP and /metrics."""
-    try:  # INTEGRATION: kserve lands separately
-        from podium.frontends.kserve_http import create_router as kserve_router
-    except ImportError:
-        kserve_router = None
-    if kserve_router is not None:
-        app.include_router(kserve_router(instance.repository, server_ready=instance.is_ready))
+    from podium.frontends.kserve_http import create_router as kserve_router
+
+    app.include_router(kserve_router(instance.repository, server_ready=instance.is_ready))
     try:
         from podium.metrics.exposition import create_router as metrics_router
     except ImportError:  # metrics land separately; the instance serves without them

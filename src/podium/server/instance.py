@@ -22,6 +22,10 @@ class Instance:
 
     config: ServerConfig
     repository: ModelRepository = field(default_factory=ModelRepository)
+
+    def __post_init__(self) -> None:
+        # a load over the API rescans --repository, finding packages added after boot
+        self.repository.root = self.config.repository
     booted: bool = False
     draining: bool = False
     boot_error: str | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,6 +33,10 @@ def run_server(config: ServerConfig) -> int:
     if not config.api_key:
         log.warning("no API key configured: every route is open (use --api-key or "
                     "PODIUM_API_KEY)")
+    # uvicorn re-raises the stop signal after its graceful exit; with a handler of ours in
+    # place that re-raise lands here instead of killing the process, so a clean drain exits 0
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: None)
     return asyncio.run(_serve(instance))
 
 
@@ -94,14 +99,10 @@ async def _start_grpc(instance: Instance) -> Any:
     port = instance.config.grpc_port
     if port < 0:
         return None
-    try:  # INTEGRATION
-        from podium.frontends.kserve_grpc import create_server
-    except ImportError:
-        return None
+    from podium.frontends.kserve_grpc import create_server
 
     grpc_server = create_server(instance.repository, port=port,
-                                server_ready=instance.is_ready, host=instance.config.host,
-                                api_key=instance.config.api_key)
+                                server_ready=instance.is_ready, host=instance.config.host)
     await grpc_server.start()
     return grpc_server
 
@@ -121,8 +122,6 @@ async def _shutdown(instance: Instance, grpc_server: Any) -> None:
 
 
 def _prepare_metrics_dir() -> None:
-    try:
-        from podium.metrics.multiproc import prepare_multiproc_dir
-    except ImportError:
-        return
-    prepare_multiproc_dir()
+    from podium.metrics.multiproc import prepare_multiproc_dir
+
+    prepare_multiproc_dir()  # idempotent: `podium serve` already claimed it in podium.cli

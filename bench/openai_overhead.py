@@ -1,0 +1,145 @@
+"""Podium vs vLLM's own OpenAI server on the same model and machine, in one run.
+
+Measures, for each server in turn (never both at once: they would share 2 cores):
+- boot to ready (Podium from the cache, Podium from a fresh package with materialization,
+  and the reference `python -m vllm.entrypoints.openai.api_server`);
+- output-token throughput and median TTFT under vLLM's own serving benchmark
+  (`vllm.benchmarks.serve`, random dataset, 128 tokens in / 64 out, concurrency 16).
+
+Usage: .venv/bin/python bench/openai_overhead.py [--num-prompts 64] [--rounds 2]
+Prints one JSON line per measurement and a table of ratios (Podium / reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.harness import free_port  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+ENGINE_ARGS = ["--enforce-eager", "--max-model-len", "8192"]  # the default package's args
+
+
+def start(kind: str, model_dir: Path, port: int, env: dict[str, str], log: Path):
+    if kind == "podium":
+        from podium.package.defaults import write_default_package
+
+        pkg = write_default_package(Path(env["PODIUM_HOME"]) / "packages" / MODEL).root
+        cmd = [sys.executable, "-m", "podium.cli", "serve", str(pkg), "--host", "127.0.0.1",
+               "--http-port", str(port), "--grpc-port", "-1"]
+        ready = f"http://127.0.0.1:{port}/health/ready"
+    else:
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+               str(model_dir), "--served-model-name", MODEL, "--host", "127.0.0.1", "--port",
+               str(port), "--disable-uvicorn-access-log", *ENGINE_ARGS]
+        ready = f"http://127.0.0.1:{port}/health"
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{kind} exited: {log.read_text()[-3000:]}")
+        try:
+            if httpx.get(ready, timeout=2).status_code == 200:
+                return proc, time.monotonic() - started
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def load(port: int, model_dir: Path, num_prompts: int, concurrency: int) -> dict:
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    args = parser.parse_args([
+        "--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}",
+        "--endpoint", "/v1/completions", "--model", MODEL, "--tokenizer", str(model_dir),
+        "--dataset-name", "random", "--input-len", "128", "--output-len", "64",
+        "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
+        "--ignore-eos", "--disable-tqdm", "--seed", "0", "--num-warmups", "4"])
+    result = main(args)
+    return {"output_throughput": result["output_throughput"],
+            "median_ttft_ms": result["median_ttft_ms"],
+            "median_itl_ms": result.get("median_itl_ms"), "completed": result["completed"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-prompts", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=2)
+    opts = parser.parse_args()
+
+    from podium.package.cache import ModelCache
+    from podium.package.defaults import write_default_package
+
+    home = Path(os.environ.get("PODIUM_HOME", ROOT / ".podium"))
+    env = {**os.environ, "PODIUM_HOME": str(home), "HF_HUB_OFFLINE": "1",
+           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+    os.environ.update(env)
+    model_dir = ModelCache().materialize(write_default_package()).path
+    logs = Path(tempfile.mkdtemp(prefix="podium-bench-"))
+    results: dict[str, list[dict]] = {"podium": [], "reference": []}
+    for round_no in range(opts.rounds):
+        order = ["reference", "podium"] if round_no % 2 == 0 else ["podium", "reference"]
+        for kind in order:
+            port = free_port()
+            proc, boot_s = start(kind, model_dir, port, env, logs / f"{kind}-{round_no}.log")
+            try:
+                figures = {"boot_s": boot_s, **load(port, model_dir, opts.num_prompts,
+                                                    opts.concurrency)}
+            finally:
+                stop(proc)
+            results[kind].append(figures)
+            print(json.dumps({"server": kind, "round": round_no, **figures}), flush=True)
+
+    fresh_home = Path(tempfile.mkdtemp(prefix="podium-fresh-"))
+    port = free_port()
+    proc, fresh_boot = start("podium", model_dir, port, {**env, "PODIUM_HOME": str(fresh_home)},
+                             logs / "podium-fresh.log")
+    stop(proc)
+    shutil.rmtree(fresh_home, ignore_errors=True)
+    print(json.dumps({"server": "podium-fresh-package", "boot_s": fresh_boot}), flush=True)
+
+    def med(kind: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[kind])
+
+    rows = [
+        ("output tok/s (higher is better)", "output_throughput"),
+        ("median TTFT ms (lower is better)", "median_ttft_ms"),
+        ("boot to ready s, from cache", "boot_s"),
+    ]
+    print(f"\n{'metric':38} {'podium':>10} {'reference':>10} {'ratio':>7}")
+    for label, key in rows:
+        p, r = med("podium", key), med("reference", key)
+        print(f"{label:38} {p:10.2f} {r:10.2f} {p / r:7.3f}")
+    ref_boot = med("reference", "boot_s")
+    print(f"{'boot to ready s, fresh package':38} {fresh_boot:10.2f} {ref_boot:10.2f} "
+          f"{fresh_boot / ref_boot:7.3f}")
+    print(f"logs: {logs}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Run the whole test suite against real dependencies: PostgreSQL (started here), the real
+# vLLM engine on the default model (materialized into the cache by the tests' session).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PODIUM_HOME="${PODIUM_HOME:-$PWD/.podium}"
+export HF_HUB_OFFLINE=1
+
+.venv/bin/ruff check src tests bench
+
+# shellcheck disable=SC1090
+eval "$(bash scripts/postgres.sh)"
+
+exec .venv/bin/python -m pytest "$@"

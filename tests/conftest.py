@@ -1,0 +1,59 @@
+"""Session-wide fixtures: the materialized default models and ONE real instance shared by
+every real-engine test (booting vLLM costs ~30 s per model on this machine)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT, RunningInstance, running_instance
+
+os.environ.setdefault("PODIUM_HOME", str(ROOT / ".podium"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+LLM = "smollm2-135m-instruct"
+EMBEDDER = "all-minilm-l6-v2"
+API_KEY = "test-key-0123456789"
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    """The default LLM materialized into the cache (HF folder: bf16 safetensors + tokenizer)."""
+    from podium.package.cache import ModelCache
+    from podium.package.defaults import write_default_package
+
+    return ModelCache().materialize(write_default_package()).path
+
+
+@pytest.fixture(scope="session")
+def model_repository(tmp_path_factory: pytest.TempPathFactory,
+                     default_model_dir: Path) -> Path:
+    """A repository with the default LLM and the embedding model."""
+    from podium.package.defaults import write_default_package, write_embedding_package
+
+    repo = tmp_path_factory.mktemp("repository")
+    write_default_package(repo / LLM)
+    write_embedding_package(repo / EMBEDDER)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def instance(model_repository: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningInstance]:
+    """The shared real instance (API key on, /metrics open for scrapers)."""
+    log = tmp_path_factory.mktemp("logs") / "instance.log"
+    with running_instance(["--repository", str(model_repository), "--metrics-open"], log,
+                          api_key=API_KEY) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def openai_client(instance: RunningInstance):
+    import openai
+
+    return openai.OpenAI(base_url=instance.openai_url, api_key=API_KEY, max_retries=0,
+                         timeout=120)

@@ -1,0 +1,77 @@
+"""A fake LLM backend behind the Backend protocol, with fake vLLM serving objects."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+from podium.backends.base import Backend, InferenceRequest, InferenceResponse
+from podium.package.manifest import TensorSpec, parse_manifest
+from podium.package.package import Package
+from podium.server.repository import ModelEntry
+
+
+class _Result:
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        return self.data
+
+
+class FakeChat:
+    """Answers like vLLM's OpenAIServingChat: echoes the last message."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+        self.gate: asyncio.Event | None = None
+
+    async def create_chat_completion(self, request: Any, raw: Any) -> Any:
+        self.requests.append(request)
+        if self.gate is not None:
+            await self.gate.wait()
+        text = request.messages[-1]["content"]
+        if request.stream:
+            return self._stream(text)
+        return _Result({"object": "chat.completion", "model": request.model,
+                        "choices": [{"index": 0, "message": {"role": "assistant",
+                                                             "content": text}}]})
+
+    async def _stream(self, text: str) -> AsyncIterator[str]:
+        for word in text.split():
+            yield f'data: {{"delta": "{word}"}}\n\n'
+        yield "data: [DONE]\n\n"
+
+
+class FakeLlmBackend(Backend):
+    def __init__(self, name: str = "fake-llm", version: str = "1") -> None:
+        manifest = parse_manifest({"name": name, "version": version, "backend": "vllm",
+                                   "weights": {"source": "path", "path": "/nonexistent"}})
+        super().__init__(Package(root=None, manifest=manifest))  # type: ignore[arg-type]
+        self.chat = FakeChat()
+        self.state = SimpleNamespace(openai_serving_chat=self.chat)
+
+    async def load(self) -> None: ...
+
+    async def unload(self) -> None: ...
+
+    def inputs(self) -> list[TensorSpec]:
+        return []
+
+    def outputs(self) -> list[TensorSpec]:
+        return []
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        raise NotImplementedError
+
+    @property
+    def openai(self) -> Any:
+        return self.state
+
+
+def add_ready(repository, backend: Backend) -> ModelEntry:
+    entry = ModelEntry(backend, state="READY")
+    repository._entries.setdefault(backend.name, {})[backend.version] = entry
+    return entry
