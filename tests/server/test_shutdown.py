@@ -37,7 +37,7 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
             try:
                 results.append(httpx.post(f"{instance.openai_url}/completions", json=body,
                                           timeout=120))
-            except Exception as exc:  # noqa: BLE001 - recorded and asserted below
+            except Exception as exc:  # recorded and asserted below
                 results.append(exc)
 
         threads = [threading.Thread(target=generate) for _ in range(4)]
@@ -57,7 +57,7 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
             assert isinstance(result, httpx.Response), result
             assert result.status_code == 200
             assert result.json()["usage"]["completion_tokens"] == 48
-        gone, alive = psutil.wait_procs(children, timeout=30)
+        _, alive = psutil.wait_procs(children, timeout=30)
         assert not alive, f"engine processes left running: {alive}"
         assert "draining" in instance.log()
     finally:
