@@ -12,7 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
 from podium.control.runtime.local import free_port
 
@@ -27,7 +29,7 @@ class Up:
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        self.http_port, self.api_port = free_port(), free_port()
+        self.http_port, self.api_port, self.grpc_port = free_port(), free_port(), free_port()
         self.api = f"http://127.0.0.1:{self.api_port}"
         self.gateway = f"http://127.0.0.1:{self.http_port}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -36,7 +38,8 @@ class Up:
         log = (self.home / "up.log").open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1",
-             "--http-port", str(self.http_port), "--api-port", str(self.api_port)],
+             "--http-port", str(self.http_port), "--api-port", str(self.api_port),
+             "--grpc-port", str(self.grpc_port)],
             env={**os.environ, "PODIUM_HOME": str(self.home)}, stdout=log,
             stderr=subprocess.STDOUT)
         wait(lambda: _ok(self.api + "/health"), what="the control-plane API")
@@ -114,6 +117,10 @@ def test_kill_9_mid_rollout_then_restart_resumes_and_orphans_nothing(
     assert up.pids("2") == [v2_pid]  # adopted, not started twice
     r = httpx.post(up.gateway + "/v2/models/echo/infer", json=BODY, timeout=10)
     assert (r.status_code, r.json()["model_version"]) == (200, "2")
+    grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{up.grpc_port}")
+    x = grpcclient.InferInput("x", [1, 1], "FP32")
+    x.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+    assert grpc_client.infer("echo", [x]).get_response().model_version == "2"
 
     # a clean stop drains and stops every instance it runs
     up.process.terminate()

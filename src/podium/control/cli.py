@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("up", help="run control plane + gateway + instances")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--http-port", type=int, default=8000, help="gateway HTTP port")
+    p.add_argument("--grpc-port", type=int, default=8001, help="gateway gRPC port; -1 disables")
     p.add_argument("--api-port", type=int, default=8080, help="control-plane API port")
     p.add_argument("--database", default=os.environ.get("PODIUM_DATABASE_URL"),
                    help="SQLAlchemy URL (default: SQLite file under PODIUM_HOME)")
@@ -73,7 +74,8 @@ def _up(args: argparse.Namespace) -> int:
     from podium.control.loop import LoopConfig
     from podium.control.up import UpConfig, run_up
 
-    return run_up(UpConfig(host=args.host, http_port=args.http_port, api_port=args.api_port,
+    return run_up(UpConfig(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
+                           api_port=args.api_port,
                            database_url=args.database,
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
 

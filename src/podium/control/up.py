@@ -24,6 +24,7 @@ from podium.control.plane import ControlPlane
 from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store, default_url
 from podium.control.world import RuntimeWorld
+from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.health import run_health_checks
 from podium.gateway.proxy import Gateway
 
@@ -38,6 +39,8 @@ class UpConfig:
     """Interface the gateway and the API bind to."""
     http_port: int = 8000
     """Gateway HTTP port (OpenAI + KServe v2)."""
+    grpc_port: int = 8001
+    """Gateway gRPC port (KServe v2 `inference.GRPCInferenceService`); -1 disables it."""
     api_port: int = 8080
     """Control-plane REST API port."""
     database_url: str | None = None
@@ -96,9 +99,17 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> Non
         loop.add_signal_handler(sig, stop_all)
     # the gateway's own active probes cover the gap between two control-loop passes
     health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0))
-    log.info("gateway on :%d, control-plane API on :%d", config.http_port, config.api_port)
+    grpc_gateway = GrpcGateway(gateway.table, gateway.stats)
+    grpc_server = None
+    if config.grpc_port >= 0:
+        grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port)
+    log.info("gateway on :%d (gRPC :%d), control-plane API on :%d", config.http_port,
+             config.grpc_port, config.api_port)
     try:
         await asyncio.gather(*(s.serve() for s in servers))
     finally:
         stop_all()
         health.cancel()
+        if grpc_server is not None:
+            await grpc_server.stop(grace=5)
+        await grpc_gateway.aclose()

@@ -26,6 +26,8 @@ class Endpoint:
     draining: bool = False
     """True once the control plane wants it stopped: no new requests, in-flight ones finish."""
     num_in_flight: int = 0
+    grpc_target: str | None = None
+    """`host:port` of the instance's KServe gRPC server (None: HTTP only)."""
 
     @property
     def can_take(self) -> bool:

@@ -128,8 +128,9 @@ class LocalRuntime:
                 self._crashed(instance, code)
             elif instance.state == STARTING and self._ready(instance):
                 self._set_state(instance, READY)
-                self.table.add_endpoint(instance.model, instance.version,
-                                        Endpoint(instance.id, instance.url))
+                self.table.add_endpoint(instance.model, instance.version, Endpoint(
+                    instance.id, instance.url,
+                    grpc_target=f"127.0.0.1:{instance.grpc_port}" if instance.grpc_port else None))
             elif instance.state == READY:
                 with contextlib.suppress(KeyError):
                     self.table.endpoint(instance.id).healthy = self._ready(instance)

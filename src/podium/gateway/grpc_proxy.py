@@ -1,0 +1,196 @@
+"""The gateway's KServe v2 gRPC proxy (`inference.GRPCInferenceService`), bytes in, bytes out.
+
+Model and version are read from fields 1 and 2 of the request (every model-scoped message of the
+service keeps them there) without decoding the tensors; the message is re-encoded only when the
+version is an alias to replace. `ModelStreamInfer` is routed by its first message and piped both
+ways. Server-level calls (live, ready, metadata) are answered by the gateway itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2
+
+from podium.errors import PodiumError
+from podium.gateway.routing import Endpoint, RouteTable
+from podium.gateway.stats import Outcome, VersionStats
+from podium.gateway.wire import peek_name_version
+
+SERVICE = "inference.GRPCInferenceService"
+ROUTED = {"ModelInfer": service_pb2.ModelInferRequest,
+          "ModelReady": service_pb2.ModelReadyRequest,
+          "ModelMetadata": service_pb2.ModelMetadataRequest,
+          "ModelConfig": service_pb2.ModelConfigRequest,
+          "ModelStatistics": service_pb2.ModelStatisticsRequest}
+# codes a model or its instance failed with (counted as errors by the rollout analysis)
+_FAILED = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
+           grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.DATA_LOSS}
+_CODES = {code.name: code for code in grpc.StatusCode}
+
+
+def _never_sent(exc: grpc.aio.AioRpcError) -> bool:
+    """True when the call failed connecting, before the instance could see the request."""
+    details = (exc.details() or "").lower()
+    return exc.code() == grpc.StatusCode.UNAVAILABLE and (
+        "failed to connect" in details or "connection refused" in details)
+
+
+class GrpcGateway:
+    """Routes gRPC calls over the same route table and stats as the HTTP proxy."""
+
+    def __init__(self, table: RouteTable, stats: VersionStats, *, max_attempts: int = 3,
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        self.table = table
+        self.stats = stats
+        self.max_attempts = max_attempts
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def serve(self, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+        """Start a gRPC server on host:port (0: any free port); returns it and the bound port."""
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1),
+                                          ("grpc.max_send_message_length", -1)])
+        server.add_generic_rpc_handlers((self._handler(),))
+        bound = server.add_insecure_port(f"{host}:{port}")
+        await server.start()
+        return server, bound
+
+    async def aclose(self) -> None:
+        """Close every upstream channel."""
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+    def _handler(self) -> grpc.GenericRpcHandler:
+        handlers: dict[str, grpc.RpcMethodHandler] = {
+            "ServerLive": grpc.unary_unary_rpc_method_handler(self._server_live),
+            "ServerReady": grpc.unary_unary_rpc_method_handler(self._server_ready),
+            "ServerMetadata": grpc.unary_unary_rpc_method_handler(self._server_metadata),
+            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(self._stream),
+        }
+        for name in ROUTED:
+            handlers[name] = grpc.unary_unary_rpc_method_handler(self._unary(name))
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    # answered by the gateway ----------------------------------------------------------------
+
+    async def _server_live(self, _request: bytes, _context: Any) -> bytes:
+        return service_pb2.ServerLiveResponse(live=True).SerializeToString()
+
+    async def _server_ready(self, _request: bytes, _context: Any) -> bytes:
+        ready = any(e.can_take and e.grpc_target for e in self.table.endpoints())
+        return service_pb2.ServerReadyResponse(ready=ready).SerializeToString()
+
+    async def _server_metadata(self, _request: bytes, _context: Any) -> bytes:
+        return service_pb2.ServerMetadataResponse(
+            name="podium-gateway", version="1").SerializeToString()
+
+    # routed to an instance ------------------------------------------------------------------
+
+    def _unary(self, method: str) -> Callable[[bytes, grpc.aio.ServicerContext],
+                                              Any]:
+        async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            model, version = peek_name_version(request)
+            tried: set[str] = set()
+            last = ""
+            for _ in range(self.max_attempts):
+                resolved, endpoint = await self._resolve(context, model, version, tried)
+                payload = _with_version(ROUTED[method], request, version, resolved)
+                started = time.perf_counter()
+                endpoint.num_in_flight += 1
+                try:
+                    stub = self._channel(endpoint).unary_unary(f"/{SERVICE}/{method}")
+                    answer = await stub(payload, metadata=_metadata(context),
+                                        timeout=context.time_remaining())
+                except grpc.aio.AioRpcError as exc:
+                    if _never_sent(exc):
+                        endpoint.healthy = False
+                        tried.add(endpoint.id)
+                        last = exc.details() or ""
+                        continue
+                    self._record(method, model, resolved, started, exc.code())
+                    await context.abort(exc.code(), exc.details() or "")
+                finally:
+                    endpoint.num_in_flight -= 1
+                self._record(method, model, resolved, started, grpc.StatusCode.OK)
+                return answer
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"no instance of {model} accepted a connection: {last}")
+            raise AssertionError("unreachable")  # abort raises
+
+        return call
+
+    async def _stream(self, requests: AsyncIterator[bytes],
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        first = await anext(aiter(requests), None)
+        if first is None:
+            return
+        model, version = peek_name_version(first)
+        resolved, endpoint = await self._resolve(context, model, version, set())
+        cls = service_pb2.ModelInferRequest
+
+        async def upstream_requests() -> AsyncIterator[bytes]:
+            yield _with_version(cls, first, version, resolved)
+            async for message in requests:
+                yield _with_version(cls, message, version, resolved)
+
+        endpoint.num_in_flight += 1
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            stub = self._channel(endpoint).stream_stream(f"/{SERVICE}/ModelStreamInfer")
+            async for answer in stub(upstream_requests(), metadata=_metadata(context)):
+                yield answer
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            await context.abort(exc.code(), exc.details() or "")
+        finally:
+            endpoint.num_in_flight -= 1
+            self._record("ModelStreamInfer", model, resolved, started, code)
+
+    async def _resolve(self, context: grpc.aio.ServicerContext, model: str, version: str | None,
+                       tried: set[str]) -> tuple[str, Endpoint]:
+        if not model:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "the request names no model (field 1)")
+        exclude = frozenset(tried | {e.id for e in self.table.endpoints() if not e.grpc_target})
+        try:
+            return self.table.resolve(model, version, exclude=exclude)
+        except PodiumError as exc:
+            await context.abort(_CODES.get(exc.grpc_code, grpc.StatusCode.INTERNAL), exc.message)
+            raise AssertionError("unreachable") from exc
+
+    def _channel(self, endpoint: Endpoint) -> grpc.aio.Channel:
+        target = endpoint.grpc_target
+        assert target is not None
+        if target not in self._channels:
+            self._channels[target] = grpc.aio.insecure_channel(target, options=[
+                ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+        return self._channels[target]
+
+    def _record(self, method: str, model: str, version: str, started: float,
+                code: grpc.StatusCode) -> None:
+        if method not in ("ModelInfer", "ModelStreamInfer"):
+            return  # only inference counts towards a version's error rate and latency
+        self.stats.record(model, version, Outcome(
+            self.clock_ms(), (time.perf_counter() - started) * 1000, code not in _FAILED))
+
+
+def _with_version(cls: Any, payload: bytes, asked: str | None, resolved: str) -> bytes:
+    """Replace an alias (e.g. `latest`) by the version it resolved to; otherwise untouched."""
+    if asked is None or asked == resolved:
+        return payload
+    message = cls.FromString(payload)
+    field = cls.DESCRIPTOR.fields_by_number[2].name
+    setattr(message, field, resolved)
+    return message.SerializeToString()
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str | bytes], ...]:
+    # forward auth and custom headers; drop gRPC's own pseudo and transport headers
+    return tuple((k, v) for k, v in (context.invocation_metadata() or ())
+                 if not k.startswith(":") and k not in ("user-agent", "content-type", "te"))
