@@ -33,10 +33,10 @@ PROMPT = " ".join(["The quick brown fox jumps over the lazy dog."] * 12)  # ~128
 
 
 class Counters:
-    """Completed output tokens and scrape observations, by wall-clock time."""
+    """Streamed output tokens and scrape observations, by wall-clock time."""
 
     def __init__(self) -> None:
-        self.completions: list[tuple[float, int]] = []
+        self.tokens: list[float] = []  # arrival time of each streamed token
         self.scrapes: list[tuple[float, float, int]] = []  # (time, seconds, bytes)
         self.errors = 0
         self.last_body = ""
@@ -45,18 +45,23 @@ class Counters:
 async def worker(
     client: httpx.AsyncClient, model: str, max_tokens: int, c: Counters, stop: asyncio.Event
 ) -> None:
+    # Streamed, so each token is counted when it arrives: counting whole completions would
+    # quantize throughput to waves of `concurrency` requests finishing together.
     body = {
         "model": model,
         "prompt": PROMPT,
         "max_tokens": max_tokens,
         "temperature": 0,
         "ignore_eos": True,
+        "stream": True,
     }
     while not stop.is_set():
         try:
-            r = await client.post("/v1/completions", json=body)
-            r.raise_for_status()
-            c.completions.append((time.monotonic(), r.json()["usage"]["completion_tokens"]))
+            async with client.stream("POST", "/v1/completions", json=body) as r:
+                r.raise_for_status()
+                async for line in r.aiter_lines():
+                    if line.startswith("data: {"):
+                        c.tokens.append(time.monotonic())
         except httpx.HTTPError:
             c.errors += 1
             await asyncio.sleep(0.1)
@@ -80,7 +85,7 @@ async def scraper(
 
 
 def tokens_per_s(c: Counters, start: float, end: float) -> float:
-    return sum(n for t, n in c.completions if start <= t < end) / (end - start)
+    return sum(1 for t in c.tokens if start <= t < end) / (end - start)
 
 
 async def measure(args: argparse.Namespace, url: str) -> dict:
