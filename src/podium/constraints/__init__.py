@@ -1,0 +1,62 @@
+"""Constrained decoding: state machines over generated tokens, applied inside vLLM's loop.
+
+Public surface (importing this package loads neither torch nor vLLM):
+
+- :func:`validate_constraint` — admission check of a request's ``constraint`` field;
+- :func:`to_vllm_xargs` / ``XARGS_KEY`` — how a validated constraint travels to the engine;
+- :func:`load_constraint_plugins` — register user-defined types from the
+  ``podium.constraints`` entry-point group (call at boot);
+- :class:`ConstraintType`, :func:`register_constraint_type` — define a constraint type;
+- :class:`Constraint`, :class:`TableConstraint`, :class:`TokenTable` — the state-machine API;
+- ``PROCESSOR_FQCN`` — the vLLM logits processor, for ``logits_processors=[...]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from podium.constraints.admission import XARGS_KEY, to_vllm_xargs, validate_constraint
+from podium.constraints.registry import (
+    ENTRY_POINT_GROUP,
+    ConstraintType,
+    load_constraint_plugins,
+    register_constraint_type,
+)
+
+if TYPE_CHECKING:
+    from podium.constraints.base import Constraint, TableConstraint
+    from podium.constraints.table import TokenTable
+
+PROCESSOR_FQCN = "podium.constraints.processor:ConstraintLogitsProcessor"
+
+_LAZY = {
+    "Constraint": "podium.constraints.base",
+    "TableConstraint": "podium.constraints.base",
+    "TokenTable": "podium.constraints.table",
+    "TokenizerInfo": "podium.constraints.vocab",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # numpy-backed classes load on first use, keeping `import podium.constraints` light
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(name)
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PROCESSOR_FQCN",
+    "XARGS_KEY",
+    "Constraint",
+    "ConstraintType",
+    "TableConstraint",
+    "TokenTable",
+    "TokenizerInfo",
+    "load_constraint_plugins",
+    "register_constraint_type",
+    "to_vllm_xargs",
+    "validate_constraint",
+]
