@@ -22,6 +22,8 @@ BAD = [
                  "must be a string", id="choice-not-string"),
     pytest.param({"type": "choice", "choices": ["a", ""]}, "constraint.choices[1]",
                  "empty string", id="choice-empty-string"),
+    pytest.param({"type": "choice", "choices": ["ok", "a\x16b"]}, "constraint.choices[1]",
+                 "control character U+0016", id="choice-control-character"),
     pytest.param({"type": "choice", "choices": ["a"], "extra": 1}, "constraint.extra",
                  "unknown field 'extra'", id="choice-unknown-field"),
     pytest.param({"type": "distinct_items", "items": []}, "constraint.items", "is empty",

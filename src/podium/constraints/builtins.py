@@ -46,9 +46,19 @@ def _int(spec: dict[str, Any], key: str, default: int) -> int:
     return value
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def validate_choice(spec: dict[str, Any]) -> dict[str, Any]:
     _fields(spec, {"choices"})
-    return {"type": "choice", "choices": _strings(spec, "choices")}
+    choices = _strings(spec, "choices")
+    for i, s in enumerate(choices):
+        # tokenizers drop some control characters, so the model could never write them
+        m = _CONTROL.search(s)
+        if m:
+            raise ValueError(f"choices[{i}] contains control character "
+                             f"U+{ord(m.group()):04X}; remove it", f"choices[{i}]")
+    return {"type": "choice", "choices": choices}
 
 
 def validate_distinct_items(spec: dict[str, Any]) -> dict[str, Any]:
