@@ -103,3 +103,18 @@ def test_multiprocess_mode_merges_metrics_written_by_a_child_process(tmp_path: P
     assert found["podium:ready"][0].value == 1
     assert any(s.value == 1 for s in found["podium:requests"])
     assert "process_resident_memory_bytes" in found
+
+
+def test_a_booting_instance_exposes_ready_zero(tmp_path: Path) -> None:
+    result = run_python(
+        f"""
+        import json
+        from pathlib import Path
+        from podium.metrics.multiproc import prepare_multiproc_dir
+        prepare_multiproc_dir(Path({str(tmp_path)!r}))
+        from podium.metrics import exposition
+        print(json.dumps({{"body": exposition.render(None)[0].decode()}}))
+        """
+    )
+    [ready] = families(result["body"].encode())["podium:ready"]
+    assert ready.value == 0

@@ -101,6 +101,9 @@ READY = Gauge(
     multiprocess_mode="mostrecent",
     registry=REGISTRY,
 )
+# Set, not left at its initial value: the multiprocess collector drops a "mostrecent" gauge that
+# was never set, and a booting instance must show podium:ready 0, not nothing.
+READY.set(0)
 
 
 def _protocol(protocol: str) -> str:
