@@ -46,6 +46,7 @@ class DeployRequest(_Strict):
     min_requests: int | None = None
     max_error_rate_increase: float | None = None
     max_p99_ratio: float | None = None
+    p99_slack_ms: float | None = None
     warm_delay_ms: int | None = None
 
     def config(self) -> RolloutConfig:

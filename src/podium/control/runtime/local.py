@@ -85,7 +85,7 @@ class LocalRuntime:
     def __init__(self, store: Store, table: RouteTable, workdir: Path, *,
                  command: CommandFor = serve_command, max_restarts: int = 5,
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
-                 probe_timeout_s: float = 1.0) -> None:
+                 probe_timeout_s: float = 1.0, boot_nice: int = 10) -> None:
         self.store = store
         self.table = table
         self.workdir = workdir
@@ -93,6 +93,7 @@ class LocalRuntime:
         self.max_restarts = max_restarts
         self.drain_timeout_s = drain_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        self.boot_nice = boot_nice
         self._probe = httpx.Client(timeout=probe_timeout_s)
         self._instances: dict[str, _Instance] = {}
         self._desired: dict[tuple[str, str], int] = {}
@@ -127,6 +128,7 @@ class LocalRuntime:
             elif code is not None:
                 self._crashed(instance, code)
             elif instance.state == STARTING and self._ready(instance):
+                _renice(instance.pid, 0)
                 self._set_state(instance, READY)
                 self.table.add_endpoint(instance.model, instance.version, Endpoint(
                     instance.id, instance.url,
@@ -178,8 +180,10 @@ class LocalRuntime:
             instance.http_port, instance.grpc_port = http_port, grpc_port
             instance.started_s, instance.state = time.monotonic(), STARTING
         instance.log = instance.log_path.open("ab")
+        # boot at low CPU priority: a starting instance must not slow the ones serving traffic
+        nice = ["nice", "-n", str(self.boot_nice)] if self.boot_nice else []
         instance.process = subprocess.Popen(
-            self.command(package.location, http_port, grpc_port), stdout=instance.log,
+            [*nice, *self.command(package.location, http_port, grpc_port)], stdout=instance.log,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)  # survives a control-plane crash; adopted on restart
         instance.pid = instance.process.pid
@@ -267,6 +271,16 @@ def _close(instance: _Instance) -> None:
     if instance.log is not None:
         instance.log.close()
         instance.log = None
+
+
+def _renice(pid: int | None, nice: int) -> None:
+    """Set every thread of a process to `nice` (Linux niceness is per thread)."""
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):  # lowering niceness needs privileges; then it stays
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
 
 
 def _pid_alive(pid: int) -> bool:
