@@ -5,8 +5,8 @@ they know (model, version, protocol, token counts) with `annotate(...)`, and the
 writes one line when the last byte is sent: JSON with `--log-format json`, a short text line
 otherwise. When a frontend annotated a protocol, the middleware also records the request in
 `podium:requests` / `podium:request_duration_seconds` (endpoint = the matched route template),
-so HTTP frontends need not call `observe_request` themselves. A gRPC frontend uses
-`request_id_from`, `RequestContext` and `log_request` (and `observe_request`) directly.
+so HTTP frontends need not call `observe_request` themselves. The gRPC frontend uses
+`podium.metrics.grpc_log.track_grpc` instead.
 """
 
 from __future__ import annotations
