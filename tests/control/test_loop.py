@@ -100,3 +100,33 @@ def test_idle_versioned_versions_are_stopped_but_latest_is_kept(env: Env) -> Non
     desired = {d.version: d.num_desired for d in env.store.list_deployments("iris")}
     assert desired == {"1": 0, "2": 1, "3": 1}
     assert env.runtime.counts == {("iris", "1"): 0, ("iris", "2"): 1, ("iris", "3"): 1}
+
+
+def test_recent_use_is_persisted_so_a_restart_keeps_busy_versions(env: Env) -> None:
+    env.store.apply([Scale("iris", "1", 1), Scale("iris", "2", 1),
+                     MoveAlias("iris", "latest", "2")], strategy="versioned")
+    env.offset_ms = 120_000
+    used_at = env.now() - 1_000
+    env.stats.record("iris", "1", Outcome(used_at, 5.0, True))
+    env.loop.step()
+    assert env.store.get_deployment("iris", "1").last_request_ms == used_at
+    # a new control plane: no in-memory stats, the stored time still protects the version
+    fresh = ControlLoop(env.plane, env.runtime, env.table, VersionStats(), env.loop.config)
+    fresh.step()
+    assert env.store.get_deployment("iris", "1").num_desired == 1
+
+
+def test_a_redeployed_version_counts_idle_time_from_its_redeployment(env: Env) -> None:
+    env.store.apply([Scale("iris", "1", 1), MoveAlias("iris", "latest", "2"),
+                     Scale("iris", "2", 1)], strategy="versioned")
+    env.offset_ms = 120_000
+    env.loop.step()
+    assert env.store.get_deployment("iris", "1").num_desired == 0  # idle: collected
+    # deployed again; the store stamps it with the real time, so the fake clock restarts there
+    env.store.apply([Scale("iris", "1", 1)], strategy="versioned")
+    env.offset_ms = 1_000
+    env.loop.step()
+    assert env.store.get_deployment("iris", "1").num_desired == 1
+    env.offset_ms = 62_000
+    env.loop.step()
+    assert env.store.get_deployment("iris", "1").num_desired == 0

@@ -20,6 +20,7 @@ from podium.gateway.routing import RouteTable
 from podium.gateway.stats import VersionStats
 
 log = logging.getLogger("podium.control")
+TOUCH_EVERY_MS = 60_000
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,11 @@ class ControlLoop:
         for dep in self.plane.store.list_deployments():
             if dep.strategy == "versioned" and dep.num_desired > 0:
                 deployed_ms = int(dep.created_at.timestamp() * 1000)
-                last = max(dep.last_request_ms, self.stats.last_request_ms(dep.model, dep.version))
+                seen = self.stats.last_request_ms(dep.model, dep.version)
+                if seen - dep.last_request_ms > TOUCH_EVERY_MS:
+                    # persisted now and then, so a restart does not make a busy version look idle
+                    self.plane.store.touch(dep.model, dep.version, seen)
+                last = max(dep.last_request_ms, seen)
                 by_model.setdefault(dep.model, []).append(
                     VersionUsage(dep.version, last, deployed_ms))
         for model, usages in by_model.items():

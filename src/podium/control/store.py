@@ -30,6 +30,7 @@ from podium.control.models import (
     RolloutRow,
     RolloutStepRow,
     TrafficSplitRow,
+    utcnow,
 )
 from podium.control.rollout import RUNNING, Decision, RolloutState
 from podium.errors import Conflict, InvalidArgument, NotFound
@@ -357,6 +358,8 @@ def _apply(s: Session, action: Action, *, strategy: str) -> None:
                                 state="active", num_desired=0, min_instances=1,
                                 max_instances=max(1, action.count), last_request_ms=0)
             s.add(row)
+        if row.num_desired == 0 and action.count > 0:
+            row.created_at = utcnow()  # deployed (again) now: idle-version GC counts from here
         row.num_desired = action.count
         row.max_instances = max(row.max_instances, action.count)
         row.state = "active" if action.count > 0 else "retired"
