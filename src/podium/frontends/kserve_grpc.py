@@ -37,10 +37,15 @@ _CONTENTS_FIELD = {
 
 
 def create_server(repository: ModelRepository, *, port: int, server_ready: Callable[[], bool],
-                  host: str = "0.0.0.0") -> grpc.aio.Server:
-    """A gRPC server (not started) serving `repository`; `await server.start()` opens `port`."""
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 << 20),
-                                      ("grpc.max_send_message_length", 256 << 20)])
+                  host: str = "0.0.0.0", api_key: str | None = None) -> grpc.aio.Server:
+    """A gRPC server (not started) serving `repository`; `await server.start()` opens `port`.
+    With `api_key`, every method but ServerLive requires `authorization: Bearer <key>`."""
+    from podium.frontends.grpc_auth import ApiKeyInterceptor
+
+    server = grpc.aio.server(
+        options=[("grpc.max_receive_message_length", 256 << 20),
+                 ("grpc.max_send_message_length", 256 << 20)],
+        interceptors=[ApiKeyInterceptor(api_key)] if api_key else None)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceService(repository, server_ready), server)
     server.add_insecure_port(f"{host}:{port}")

@@ -102,7 +102,8 @@ async def _start_grpc(instance: Instance) -> Any:
     from podium.frontends.kserve_grpc import create_server
 
     grpc_server = create_server(instance.repository, port=port,
-                                server_ready=instance.is_ready, host=instance.config.host)
+                                server_ready=instance.is_ready, host=instance.config.host,
+                                api_key=instance.config.api_key)
     await grpc_server.start()
     return grpc_server
 
