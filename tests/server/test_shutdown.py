@@ -18,6 +18,20 @@ from tests.harness import start_instance
 pytestmark = pytest.mark.engine
 
 
+def _assert_live_before_ready(instance) -> None:
+    """The HTTP port answers liveness while the engine is still loading."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            live = httpx.get(f"{instance.http_url}/health", timeout=2)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    assert live.status_code == 200
+    ready = httpx.get(f"{instance.http_url}/health/ready", timeout=5)
+    assert ready.status_code == 503 and ready.json()["status"] == "starting"
+
+
 def test_sigterm_drains_in_flight_requests_then_reaps_engine(
         default_model_dir: Path, tmp_path: Path) -> None:
     from podium.package.defaults import write_default_package
@@ -26,7 +40,13 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
     instance = start_instance([str(package.root), "--shutdown-timeout", "60"],
                               tmp_path / "instance.log")
     try:
+        _assert_live_before_ready(instance)
         instance.wait_ready()
+        log = instance.log()
+        assert "no API key configured" in log
+        for step in ("open packages", "check engine", "resolve weights", "load plugins",
+                     f"load {LLM}@1"):
+            assert f"boot step {step} took" in log, step
         children = psutil.Process(instance.process.pid).children(recursive=True)
         assert children, "the engine core runs in a child process"
         results: list[httpx.Response | Exception] = []
