@@ -202,3 +202,21 @@ def test_upstream_errors_are_passed_through_and_counted(front: Front) -> None:
 def test_models_list_shows_names_and_versions(front: Front) -> None:
     ids = [m["id"] for m in front.client.get("/v1/models").json()["data"]]
     assert ids == ["iris", "iris@1", "iris@2"]
+
+
+def test_metrics_count_requests_per_version_and_show_instances_and_splits(front: Front) -> None:
+    front.table.set_split("iris", {"1": 75, "2": 25})
+    for _ in range(4):
+        front.client.post("/v2/models/iris/infer", json={})
+    front.client.post("/v2/models/iris/versions/2/fail", json={})
+    assert eventually(lambda: 'outcome="error"} 1' in front.client.get("/metrics").text)
+    r = front.client.get("/metrics")
+    assert r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    assert 'podium:gateway_requests_total{model="iris",version="1",outcome="ok"} 3' in text
+    assert 'podium:gateway_requests_total{model="iris",version="2",outcome="ok"} 1' in text
+    assert 'podium:gateway_requests_total{model="iris",version="2",outcome="error"} 1' in text
+    assert 'podium:gateway_request_seconds_count{model="iris",version="2"} 2' in text
+    assert ('podium:gateway_instance_up{model="iris",version="1",instance="iris-1-a"} 1'
+            in text)
+    assert 'podium:gateway_split_weight{model="iris",version="2"} 25' in text

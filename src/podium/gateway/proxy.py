@@ -19,6 +19,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from podium.errors import PodiumError, Unavailable
+from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
+from podium.gateway.metrics import render as render_metrics
 from podium.gateway.request_route import RequestRoute, route_of
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import Outcome, VersionStats
@@ -121,6 +123,8 @@ class Gateway:
         if path in ("/health/ready", "/v2/health/ready"):
             ready = any(e.can_take for e in self.table.endpoints())
             return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+        if method == "GET" and path == "/metrics":
+            return Response(render_metrics(self.table, self.stats), media_type=METRICS_TYPE)
         if method == "GET" and path == "/v1/models":
             data = [{"id": name if i == 0 else f"{name}@{v}", "object": "model",
                      "owned_by": "podium"}

@@ -98,6 +98,12 @@ class RouteTable:
         endpoint.draining = True
         return endpoint
 
+    def routed(self) -> list[tuple[str, str, Endpoint]]:
+        """(model, version, endpoint) for every endpoint."""
+        with self._lock:
+            return [(m, v, e) for m, entry in sorted(self._models.items())
+                    for v, eps in sorted(entry.endpoints.items()) for e in eps]
+
     def split(self, model: str) -> dict[str, int]:
         """The model's current split (versions with weight above 0)."""
         with self._lock:

@@ -26,6 +26,8 @@ class VersionStats:
     def __init__(self, max_samples: int = MAX_SAMPLES) -> None:
         self._samples: dict[tuple[str, str], deque[Outcome]] = {}
         self._max = max_samples
+        # lifetime totals for /metrics: (requests, errors, seconds) per (model, version)
+        self.totals: dict[tuple[str, str], list[float]] = {}
 
     def record(self, model: str, version: str, outcome: Outcome) -> None:
         """Count one finished request (error: 5xx or connection failure)."""
@@ -33,6 +35,10 @@ class VersionStats:
         if key not in self._samples:
             self._samples[key] = deque(maxlen=self._max)
         self._samples[key].append(outcome)
+        total = self.totals.setdefault(key, [0, 0, 0.0])
+        total[0] += 1
+        total[1] += 0 if outcome.ok else 1
+        total[2] += outcome.latency_ms / 1000
 
     def last_request_ms(self, model: str, version: str) -> int:
         """When model@version last finished a request (0: never)."""
