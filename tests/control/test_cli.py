@@ -54,6 +54,8 @@ def test_announce_deploy_status_and_rollouts(api: str, tmp_path: Path,
     assert "iris" in out and "@1" in out
     assert podium("rollouts", "iris", "--api", api, "--json") == 0
     assert json.loads(capsys.readouterr().out)[0]["to_version"] == "1"
+    assert podium("scale", "iris@1", "--min", "1", "--max", "3", "--api", api, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["max_instances"] == 3
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -63,8 +65,10 @@ def test_announce_deploy_status_and_rollouts(api: str, tmp_path: Path,
     (("deploy", "iris@1", "--stages", "50,10,100"), "must be increasing"),
     (("deploy", "iris@1", "--instances", "99"), "num_instances=99 is out of range"),
     (("rollback", "ghost"), "has no deployment"),
+    (("scale", "iris@1", "--min", "1", "--max", "99"), "max_instances=99 is out of range"),
+    (("scale", "iris@7", "--min", "1", "--max", "2"), "no deployment of iris@7"),
 ], ids=["no-version", "unknown-version", "stages-not-numbers", "stages-decreasing",
-        "too-many-instances", "rollback-unknown"])
+        "too-many-instances", "rollback-unknown", "scale-out-of-range", "scale-unknown"])
 def test_bad_input_exits_2_with_the_api_message(
         api: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
         message: str) -> None:

@@ -1,4 +1,5 @@
-"""`podium up | announce | deploy | status | rollouts | rollback`: the control plane's CLI.
+"""`podium up | announce | deploy | scale | status | rollouts | rollback`: the control plane's
+CLI.
 
 Every command but `up` is a client of the REST API (PODIUM_CONTROL_URL, default
 http://127.0.0.1:8080). A rejected request prints the API's message and exits 2; an API that
@@ -48,6 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _api_arg(p)
     p.set_defaults(func=_deploy)
 
+    p = subparsers.add_parser("scale", help="set autoscaling bounds of MODEL@VERSION")
+    p.add_argument("target", metavar="MODEL@VERSION")
+    p.add_argument("--min", dest="min_instances", type=int, required=True)
+    p.add_argument("--max", dest="max_instances", type=int, required=True)
+    _api_arg(p)
+    p.set_defaults(func=_scale)
+
     p = subparsers.add_parser("status", help="deployments, instances, splits")
     _api_arg(p)
     p.set_defaults(func=lambda a: _show(a, "GET", "/v1/status"))
@@ -84,12 +92,29 @@ def _announce(args: argparse.Namespace) -> int:
     return _show(args, "POST", "/v1/packages", body={"path": str(args.package.resolve())})
 
 
-def _deploy(args: argparse.Namespace) -> int:
-    model, sep, version = args.target.partition("@")
+def _target(command: str, target: str) -> tuple[str, str] | None:
+    model, sep, version = target.partition("@")
     if not sep or not model or not version:
-        print(f"podium deploy: {args.target!r} must be MODEL@VERSION, e.g. iris@2",
+        print(f"podium {command}: {target!r} must be MODEL@VERSION, e.g. iris@2",
               file=sys.stderr)
+        return None
+    return model, version
+
+
+def _scale(args: argparse.Namespace) -> int:
+    target = _target("scale", args.target)
+    if target is None:
         return 2
+    model, version = target
+    return _show(args, "PUT", f"/v1/deployments/{model}/{version}/scaling",
+                 body={"min_instances": args.min_instances, "max_instances": args.max_instances})
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    target = _target("deploy", args.target)
+    if target is None:
+        return 2
+    model, version = target
     body: dict[str, Any] = {"model": model, "version": version, "strategy": args.strategy}
     if args.stages:
         try:
