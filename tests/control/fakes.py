@@ -17,6 +17,8 @@ class Behaviour:
     error_rate: float = 0.0
     p99_ms: float = 20.0
     crash_at_ms: int | None = None
+    unready_from_ms: int | None = None
+    unready_until_ms: int | None = None
 
 
 @dataclass
@@ -58,6 +60,9 @@ class FakeWorld:
         crashed = b.crash_at_ms is not None and self.now_ms >= b.crash_at_ms
         starts = self.started.get((state.model, version), [])
         num_ready = sum(1 for t in starts if b.ready and t + b.startup_ms <= self.now_ms)
+        if b.unready_from_ms is not None and b.unready_from_ms <= self.now_ms < (
+                b.unready_until_ms or 1 << 62):
+            num_ready = 0
         weight = self.split.get(state.model, {}).get(version, 0)
         seconds = max(0, self.now_ms - since_ms) / 1000
         num_requests = int(self.requests_per_s * seconds * weight / 100)

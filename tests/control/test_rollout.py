@@ -223,3 +223,21 @@ def test_full_traffic_stage_is_judged_against_the_old_versions_last_window(
                         old=VersionHealth(num_ready=1))
     decision = rollout.step(state, alone, 2_300)
     assert decision is not None and decision.state.status == status
+
+
+def test_new_version_that_stops_being_ready_holds_then_rolls_back() -> None:
+    world = FakeWorld(behaviour={"2": Behaviour(unready_from_ms=2_000)})
+    config = RolloutConfig(stages=(50, 100), num_instances=1, **FAST)
+    state, notes = run(rollout.begin("iris", "2", "1", config, num_old=1), world)
+    assert state.status == rollout.ROLLED_BACK
+    assert "stopped being ready for 5000 ms" in state.reason
+    assert any("not ready (0/1); holding" in n for n in notes)
+    assert world.split["iris"] == {"1": 100, "2": 0}
+
+
+def test_a_brief_readiness_blip_only_delays_the_rollout() -> None:
+    world = FakeWorld(behaviour={"2": Behaviour(unready_from_ms=2_000, unready_until_ms=3_000)})
+    config = RolloutConfig(stages=(50, 100), num_instances=1, **FAST)
+    state, notes = run(rollout.begin("iris", "2", "1", config, num_old=1), world)
+    assert state.status == rollout.SUCCEEDED
+    assert any("ready again" in n for n in notes)

@@ -69,6 +69,8 @@ class RolloutState:
     split: dict[str, int] = field(default_factory=dict)
     latest: str | None = None
     """Where this rollout last pointed the `latest` alias (None: never touched it)."""
+    unready_since_ms: int | None = None
+    """When ready new instances stopped answering ready (None: all ready)."""
     baseline: dict[str, Any] | None = None
     """The old version's health over the last window where it had enough traffic: what the
     new version is compared with once the old one no longer takes any (the 100% stage)."""
@@ -146,6 +148,12 @@ def step(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
                           f"({obs.new.num_crashes - state.crash_baseline} times)", now_ms)
     if state.phase == "wait_ready":
         return _wait_ready(state, obs, now_ms)
+    if state.phase in ("analyze", "warm"):
+        unready = _check_still_ready(state, obs, now_ms)
+        if unready is not None:
+            return unready
+        if state.unready_since_ms is not None:
+            return None  # hold the stage until the new version is ready again or times out
     if state.phase == "analyze":
         return _analyze(state, obs, now_ms)
     if state.phase == "warm":
@@ -182,6 +190,25 @@ def _wait_ready(state: RolloutState, obs: Observation, now_ms: int) -> Decision 
                           Scale(state.model, state.from_version, num_old)],
                     f"stage {state.stage_index + 1}/{len(_stages(state))}: {weight}% to "
                     f"{state.to_version}, {num_old} old instance(s) left")
+
+
+def _check_still_ready(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
+    """A new instance that stops answering ready holds the stage, then rolls back: the gateway
+    already routes around it, so the analysis alone would never see it fail."""
+    need = state.desired.get(state.to_version, 0)
+    if obs.new.num_ready >= need:
+        if state.unready_since_ms is None:
+            return None
+        return Decision(replace(state, unready_since_ms=None), [],
+                        f"{state.to_version} ready again ({obs.new.num_ready}/{need})")
+    if state.unready_since_ms is None:
+        return Decision(replace(state, unready_since_ms=now_ms), [],
+                        f"{state.to_version} not ready ({obs.new.num_ready}/{need}); holding")
+    waited = now_ms - state.unready_since_ms
+    if waited >= state.config.ready_timeout_ms:
+        return _roll_back(state, f"{state.model}@{state.to_version} stopped being ready for "
+                          f"{waited} ms ({obs.new.num_ready}/{need} instances ready)", now_ms)
+    return None
 
 
 def _finish_without_old(state: RolloutState, now_ms: int) -> Decision:

@@ -36,8 +36,16 @@ class RuntimeWorld:
 
     def _health(self, model: str, version: str, since_ms: int) -> VersionHealth:
         traffic = self.stats.health(model, version, since_ms)
-        num_ready = sum(1 for i in self.runtime.instances(model, version) if i.state == READY)
+        num_ready = sum(1 for i in self.runtime.instances(model, version)
+                        if i.state == READY and self._answering(i.id))
         return VersionHealth(num_ready=num_ready,
                              num_crashes=self.runtime.num_crashes(model, version),
                              num_requests=traffic.num_requests, num_errors=traffic.num_errors,
                              p99_ms=traffic.p99_ms)
+
+    def _answering(self, instance_id: str) -> bool:
+        # ready once, but its latest readiness probe may have failed (a hung instance)
+        try:
+            return self.table.endpoint(instance_id).healthy
+        except KeyError:
+            return False
