@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -172,11 +171,11 @@ def _examples_create(args: argparse.Namespace) -> int:
 
 def _add_optional(sub: argparse._SubParsersAction) -> None:
     """Subcommands owned by the control plane and the operator's view."""
-    import importlib
+    from podium.control.cli import register as register_control
+    from podium.top.cli import register as register_top
 
-    for module in ("podium.control.cli", "podium.top.cli"):
-        with contextlib.suppress(ImportError):  # INTEGRATION
-            importlib.import_module(module).register(sub)
+    register_control(sub)
+    register_top(sub)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .engine_probe import label_names
 
-MODEL_DIR = Path(os.environ.get("PODIUM_TEST_SMOL_DIR", "/tmp/proto/smol"))
-
 # The families operators build dashboards and alerts on (issue 4); all must be there.
 REQUIRED = (
     "vllm:num_requests_running",
@@ -37,16 +35,14 @@ REQUIRED = (
 
 
 @pytest.fixture(scope="module")
-def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    if not (MODEL_DIR / "config.json").exists():
-        pytest.fail(f"no HF model folder at {MODEL_DIR}; set PODIUM_TEST_SMOL_DIR to SmolLM2's")
+def probe(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("metrics")
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     proc = subprocess.run(
         [
             sys.executable,
             str(Path(__file__).with_name("engine_probe.py")),
-            str(MODEL_DIR),
+            str(default_model_dir),
             str(base),
         ],
         capture_output=True,

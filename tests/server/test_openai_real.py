@@ -185,3 +185,19 @@ def test_client_disconnect_aborts_generation(instance) -> None:
     while time.monotonic() < deadline and _running_requests(instance) > 0:
         time.sleep(0.2)
     assert _running_requests(instance) == 0, "the engine kept generating for a gone client"
+
+
+def test_one_metrics_endpoint_with_server_and_engine_metrics(instance) -> None:
+    r = httpx.post(f"{instance.openai_url}/chat/completions", json=GOOD,
+                   headers={**instance.headers(), "X-Request-Id": "trace-42"}, timeout=60)
+    assert r.status_code == 200 and r.headers["x-request-id"] == "trace-42"
+    text = httpx.get(f"{instance.http_url}/metrics", timeout=10).text  # open: --metrics-open
+    served = [line for line in text.splitlines() if line.startswith("podium:requests_total{")
+              and 'protocol="openai"' in line and f'model="{LLM}"' in line
+              and 'code="200"' in line]
+    assert served and float(served[0].rsplit(" ", 1)[1]) >= 1
+    assert "podium:ready 1.0" in text
+    for family in ("vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+                   "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket"):
+        assert any(line.startswith(family) and f'model_name="{LLM}"' in line
+                   for line in text.splitlines()), family

@@ -58,12 +58,13 @@ class DynamicBatcher(Generic[Item, Result]):
     def __init__(self, run_batch: Callable[[list[Item]], Sequence[Result]],
                  config: BatchingConfig, *, size_of: Callable[[Item], int] = lambda _: 1,
                  signature_of: Callable[[Item], Hashable] = lambda _: None,
-                 name: str = "model") -> None:
+                 name: str = "model", version: str = "") -> None:
         self._run_batch = run_batch
         self.config = config
         self._size_of = size_of
         self._signature_of = signature_of
         self._name = name
+        self._version = version
         self._pending: deque[_Pending[Item, Result]] = deque()
         self._arrived = asyncio.Event()
         # one worker: the model runs one batch at a time, the next one fills meanwhile
@@ -104,6 +105,7 @@ class DynamicBatcher(Generic[Item, Result]):
                 await self._arrived.wait()
             batch = await self._form_batch()
             items = [p.item for p in batch]
+            self._observe(batch)
             started = time.perf_counter_ns()
             try:
                 results = await loop.run_in_executor(self._executor, self._run_batch, items)
@@ -123,6 +125,14 @@ class DynamicBatcher(Generic[Item, Result]):
             for pending, result in zip(batch, results, strict=True):
                 if not pending.future.done():
                     pending.future.set_result(result)
+
+    def _observe(self, batch: list[_Pending[Item, Result]]) -> None:
+        from podium.metrics.server import observe_batch, observe_queue
+
+        now = time.monotonic()
+        observe_batch(self._name, self._version, sum(p.size for p in batch))
+        for pending in batch:
+            observe_queue(self._name, self._version, now - pending.enqueued)
 
     async def _form_batch(self) -> list[_Pending[Item, Result]]:
         config = self.config

@@ -64,7 +64,8 @@ class ClassicBackend(Backend):
                 max_queue_delay_s=settings.max_queue_delay_us / 1e6,
                 preferred_batch_sizes=tuple(settings.preferred_batch_sizes))
             self._batcher = DynamicBatcher(self._run_batch, config, size_of=_batch_size,
-                                           signature_of=_signature, name=self.name)
+                                           signature_of=_signature, name=self.name,
+                                           version=self.version)
 
     async def unload(self) -> None:
         if self._batcher is not None:

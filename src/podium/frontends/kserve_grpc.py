@@ -23,6 +23,7 @@ from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
 from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
 from podium.frontends import kserve_codec as codec
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
+from podium.metrics.grpc_log import track_grpc
 from podium.server.repository import ModelRepository
 
 logger = logging.getLogger(__name__)
@@ -139,13 +140,14 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # -- inference -----------------------------------------------------------------------------
     async def ModelInfer(self, request: Any, context: Any) -> Any:
-        try:
-            served = self._repository.get(request.model_name, request.model_version or None)
-            response = await self._repository.infer(served.name, served.version,
-                                                    decode_request(request))
-        except PodiumError as exc:
-            await _abort(context, exc)
-        return encode_response(response, request.model_name, served.version)
+        async with track_grpc(context, "ModelInfer"):
+            try:
+                served = self._repository.get(request.model_name, request.model_version or None)
+                response = await self._repository.infer(served.name, served.version,
+                                                        decode_request(request))
+            except PodiumError as exc:
+                await _abort(context, exc)
+            return encode_response(response, request.model_name, served.version)
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any
                                ) -> AsyncIterator[Any]:
@@ -165,8 +167,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         reader = asyncio.create_task(read())
         try:
-            while (message := await queue.get()) is not None:
-                yield message
+            async with track_grpc(context, "ModelStreamInfer"):
+                while (message := await queue.get()) is not None:
+                    yield message
         finally:
             reader.cancel()
             for task in list(tasks):

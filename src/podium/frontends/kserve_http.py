@@ -24,6 +24,7 @@ from podium.backends.datatypes import NUMPY_DTYPES
 from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
 from podium.frontends import kserve_codec as codec
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
+from podium.metrics import request_log
 from podium.server.repository import ModelRepository
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -37,6 +38,7 @@ class _KServeRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def guarded(request: Request) -> Response:
+            request_log.annotate(protocol="kserve_http", endpoint=self.path)
             try:
                 return await handler(request)
             except PodiumError as exc:

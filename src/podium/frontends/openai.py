@@ -21,6 +21,8 @@ from pydantic import ValidationError
 
 from podium.errors import InvalidArgument, NotFound, PodiumError
 from podium.frontends.http_body import read_json_object
+from podium.metrics import request_log
+from podium.metrics.server import track_in_flight
 from podium.server.repository import ModelRepository
 from podium.validation import describe, first_field
 
@@ -68,6 +70,7 @@ def create_router(repository: ModelRepository, *, max_body_bytes: int) -> APIRou
 
 def _handler(repository: ModelRepository, endpoint: Endpoint, max_body_bytes: int):
     async def handle(request: Request) -> Response:
+        request_log.annotate(protocol="openai", endpoint=endpoint.path)
         body = await read_json_object(request, max_body_bytes)
         model_id = body.get("model")
         if not isinstance(model_id, str) or not model_id:
@@ -80,7 +83,8 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, max_body_bytes: in
             serving = _serving(backend, endpoint, model_id)
             body["model"] = name
             request_model = _parse(endpoint, body)
-            request.state.podium_model = (name, backend.version)
+            request_log.annotate(model=name, version=backend.version)
+            stack.enter_context(track_in_flight("openai", endpoint.path, name, backend.version))
             result = await _call(serving, endpoint, request_model, request)
         except BaseException:
             await stack.aclose()
@@ -192,15 +196,36 @@ async def _respond(result: Any, stack: AsyncExitStack) -> Response:
         # generator, and vLLM aborts the request when its generator is closed
         return StreamingResponse(_leased(result, stack), media_type="text/event-stream")
     await stack.aclose()
+    _annotate_usage(getattr(result, "usage", None))
     return JSONResponse(result.model_dump(exclude_none=False))
 
 
 async def _leased(stream: AsyncIterator[str], stack: AsyncExitStack) -> AsyncIterator[str]:
     try:
         async for chunk in stream:
+            if '"usage":{' in chunk or '"usage": {' in chunk:
+                _annotate_usage_json(chunk)
             yield chunk
     finally:
         await stack.aclose()
+
+
+def _annotate_usage(usage: Any) -> None:
+    if usage is not None:
+        request_log.annotate(prompt_tokens=getattr(usage, "prompt_tokens", None),
+                             completion_tokens=getattr(usage, "completion_tokens", None))
+
+
+def _annotate_usage_json(chunk: str) -> None:
+    """Token counts from the SSE chunk that carries usage (stream_options.include_usage)."""
+    payload = chunk.removeprefix("data: ").strip()
+    try:
+        usage = json.loads(payload).get("usage")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(usage, dict):
+        request_log.annotate(prompt_tokens=usage.get("prompt_tokens"),
+                             completion_tokens=usage.get("completion_tokens"))
 
 
 def _request_model(endpoint: Endpoint, body: dict[str, Any]) -> type:

@@ -7,6 +7,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from podium.metrics import request_log
+from podium.metrics.exposition import create_router as metrics_router
 from podium.server.auth import ApiKeyMiddleware
 from podium.server.errors import install_error_handlers
 from podium.server.instance import Instance
@@ -30,6 +32,8 @@ def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
     if instance.config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=instance.config.api_key,
                            metrics_open=instance.config.metrics_open)
+    # outermost, so requests refused by the key check are logged with their ids too
+    request_log.install(app, instance.config.log_format)
     return app
 
 
@@ -58,8 +62,4 @@ def _include_optional_routers(app: FastAPI, instance: Instance) -> None:
     from podium.frontends.kserve_http import create_router as kserve_router
 
     app.include_router(kserve_router(instance.repository, server_ready=instance.is_ready))
-    try:
-        from podium.metrics.exposition import create_router as metrics_router
-    except ImportError:  # metrics land separately; the instance serves without them
-        return
     app.include_router(metrics_router())

@@ -38,6 +38,9 @@ async def boot(instance: Instance) -> None:
         for package in packages:
             await _step(instance, f"load {package.key}", instance.repository.load, package)
         instance.booted = True
+        from podium.metrics.server import set_ready
+
+        set_ready(instance.is_ready())
         total = sum(s.seconds for s in instance.boot_steps)
         log.info("ready: %d model(s) in %.1fs: %s", len(packages), total,
                  ", ".join(p.key for p in packages))
@@ -106,8 +109,6 @@ def _load_plugins() -> list[str]:
 
 
 def _record_metric(step: str, seconds: float) -> None:
-    try:
-        from podium.metrics.server import observe_boot_step
-    except ImportError:
-        return
+    from podium.metrics.server import observe_boot_step
+
     observe_boot_step(step, seconds)

@@ -32,6 +32,8 @@ from podium.errors import (
     PodiumError,
     Unavailable,
 )
+from podium.metrics import request_log
+from podium.metrics.server import observe_load
 from podium.package.manifest import MANIFEST_NAME
 from podium.package.package import Package, open_package
 from podium.server.model_stats import ModelStats
@@ -184,6 +186,7 @@ class ModelRepository:
                               f"{entry.state.lower()}, not ready")
         entry.in_flight += 1
         entry.idle.clear()
+        request_log.annotate(model=entry.backend.name, version=entry.backend.version)
         try:
             yield entry.backend
         finally:
@@ -207,9 +210,11 @@ class ModelRepository:
         self._entries.setdefault(name, {})[version] = entry
         self.packages[package.key] = package
         self._failures.pop((name, version), None)
+        started = time.monotonic()
         try:
             await entry.backend.load()
         except BaseException as exc:
+            observe_load(name, version, "load", time.monotonic() - started, ok=False)
             entry.state, entry.reason = "UNAVAILABLE", str(exc)
             # a failed version does not serve and must not hold the instance's readiness back;
             # the index keeps the reason
@@ -222,6 +227,7 @@ class ModelRepository:
                                    f"{exc}") from exc
             raise
         entry.state, entry.loaded_at = "READY", time.time()
+        observe_load(name, version, "load", time.monotonic() - started, ok=True)
         return entry
 
     async def unload(self, name: str, version: str | None = None,
@@ -238,7 +244,10 @@ class ModelRepository:
             # the deadline wins over stragglers; their requests fail with 503
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(entry.idle.wait(), timeout_s)
+            started = time.monotonic()
             await entry.backend.unload()
+            observe_load(entry.backend.name, entry.backend.version, "unload",
+                         time.monotonic() - started, ok=True)
             entry.state = "UNAVAILABLE"
             versions.pop(entry.backend.version, None)
         if not versions:

@@ -78,6 +78,9 @@ def _draining_server(instance: Instance, config: Any) -> Any:
                 log.info("signal %d: draining (no new requests; in-flight ones finish "
                          "within %.0fs)", sig, instance.config.shutdown_timeout_s)
             instance.draining = True
+            from podium.metrics.server import set_ready
+
+            set_ready(False)
             super().handle_exit(sig, frame)
 
     return DrainingServer(config)
