@@ -42,10 +42,10 @@ def main() -> None:
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    from podium.constraints import PROCESSOR_FQCN, to_vllm_xargs, validate_constraint
+    from podium.constraints import engine_logits_processors, to_vllm_xargs, validate_constraint
 
     titles = make_titles(args.titles)
-    llm = LLM(model=args.model, logits_processors=[PROCESSOR_FQCN], enforce_eager=True,
+    llm = LLM(model=args.model, logits_processors=engine_logits_processors(), enforce_eager=True,
               max_num_seqs=args.concurrency, max_model_len=512, seed=0)
     prompts = [[{"role": "user", "content": f"Recommend one movie for evening {i}."}]
                for i in range(args.requests)]

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from podium.constraints import engine_logits_processors
 from podium.constraints.admission import to_vllm_xargs, validate_constraint
 
 from .catalog import make_titles
@@ -26,7 +27,6 @@ NUM_REQUESTS = int(os.environ.get("PODIUM_CONSTRAINT_ENGINE_REQUESTS", "50"))
 MAX_BATCHED_TOKENS = 32
 BLOCK_SIZE = 32
 NUM_BLOCKS = 16  # 512 tokens of KV for up to 32 concurrent requests of ~100 tokens each
-PROCESSOR = "podium.constraints.processor:ConstraintLogitsProcessor"
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def llm(smol_dir: Path) -> Iterator[Any]:
 
     engine = LLM(
         model=str(smol_dir),
-        logits_processors=[PROCESSOR],
+        logits_processors=engine_logits_processors(),
         enforce_eager=True,
         max_model_len=BLOCK_SIZE * (NUM_BLOCKS - 1),  # one block is reserved
         block_size=BLOCK_SIZE,

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from podium.constraints import load_constraint_plugins, validate_constraint
+from podium.constraints import (
+    PROCESSOR_FQCN,
+    engine_logits_processors,
+    load_constraint_plugins,
+    validate_constraint,
+)
 from podium.constraints.compiler import ConstraintCompiler
 from podium.constraints.processor import ConstraintLogitsProcessor
 from podium.constraints.registry import constraint_type
@@ -81,6 +86,15 @@ def test_user_defined_constraint_from_an_entry_point(installed_plugin: Path,
     assert constraint_type("token_run") is not None
 
 
+def test_without_the_entry_point_the_engine_gets_the_fqcn() -> None:
+    from importlib.metadata import entry_points
+
+    if any(PROCESSOR_FQCN in ep.value for ep in entry_points(group="vllm.logits_processors")):
+        assert engine_logits_processors() == []  # podium itself is installed with it
+    else:
+        assert engine_logits_processors() == [PROCESSOR_FQCN]
+
+
 def test_vllm_loads_the_processor_from_the_entry_point_on_both_runners(
         installed_plugin: Path) -> None:
     from vllm.v1.sample.logits_processor import _load_logitsprocs_plugins
@@ -91,3 +105,5 @@ def test_vllm_loads_the_processor_from_the_entry_point_on_both_runners(
     # V1 (CPU) takes any class; V2 (NVIDIA) rejects classes lacking its interface
     assert ConstraintLogitsProcessor in _load_logitsprocs_plugins()
     assert ConstraintLogitsProcessor in _load_v2_logitsprocs_plugins()
+    # installed as a plugin, it must not also be passed to the engine (it would run twice)
+    assert engine_logits_processors() == []

@@ -8,7 +8,8 @@ Public surface (importing this package loads neither torch nor vLLM):
   ``podium.constraints`` entry-point group (call at boot);
 - :class:`ConstraintType`, :func:`register_constraint_type` — define a constraint type;
 - :class:`Constraint`, :class:`TableConstraint`, :class:`TokenTable` — the state-machine API;
-- ``PROCESSOR_FQCN`` — the vLLM logits processor, for ``logits_processors=[...]``.
+- ``PROCESSOR_FQCN`` / :func:`engine_logits_processors` — the vLLM logits processor, and the
+  engine's ``logits_processors`` argument (empty when the entry point is installed).
 """
 
 from __future__ import annotations
@@ -28,6 +29,16 @@ if TYPE_CHECKING:
     from podium.constraints.table import TokenTable
 
 PROCESSOR_FQCN = "podium.constraints.processor:ConstraintLogitsProcessor"
+
+
+def engine_logits_processors() -> list[str]:
+    """What to pass as the engine's ``logits_processors``: nothing when the
+    ``vllm.logits_processors`` entry point is installed (vLLM loads it already, and would
+    otherwise run the processor twice), else the processor's FQCN."""
+    from importlib.metadata import entry_points
+
+    installed = {ep.value.replace(" ", "") for ep in entry_points(group="vllm.logits_processors")}
+    return [] if PROCESSOR_FQCN in installed else [PROCESSOR_FQCN]
 
 _LAZY = {
     "Constraint": "podium.constraints.base",
@@ -55,6 +66,7 @@ __all__ = [
     "TableConstraint",
     "TokenTable",
     "TokenizerInfo",
+    "engine_logits_processors",
     "load_constraint_plugins",
     "register_constraint_type",
     "to_vllm_xargs",
