@@ -117,3 +117,22 @@ def test_malformed_sampling_parameters_then_good(instance) -> None:
                                           "shape": [1], "data": ['{"max_tokens": 2}']}]}
     r = httpx.post(base, json=good, headers=auth(), timeout=60)
     assert r.status_code == 200, r.text
+
+
+def test_constraint_inside_sampling_parameters(instance) -> None:
+    import tritonclient.http as http
+
+    client = http.InferenceServerClient(instance.http_url.removeprefix("http://"))
+    params = {"max_tokens": 16, "temperature": 1.0,
+              "constraint": {"type": "regex", "pattern": "[A-Z]{3}-[0-9]{4}"}}
+    result = client.infer(LLM, _llm_inputs(http, "A product code:", params), headers=auth())
+    import re
+
+    assert re.fullmatch("[A-Z]{3}-[0-9]{4}", result.as_numpy("text_output")[0].decode())
+
+
+def test_out_of_range_sampling_value_is_a_400(instance) -> None:
+    base = f"{instance.http_url}/v2/models/{LLM}/generate"
+    r = httpx.post(base, json={"text_input": "x", "parameters": {"temperature": -1}},
+                   headers=auth(), timeout=60)
+    assert r.status_code == 400 and "temperature" in r.json()["error"]

@@ -201,3 +201,25 @@ def test_one_metrics_endpoint_with_server_and_engine_metrics(instance) -> None:
                    "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket"):
         assert any(line.startswith(family) and f'model_name="{LLM}"' in line
                    for line in text.splitlines()), family
+
+
+def test_constraint_choice_over_openai(openai_client: openai.OpenAI) -> None:
+    titles = ["The Long Night", "Blue Harbor", "A Quiet Storm", "Paper Moons"]
+    r = openai_client.chat.completions.create(
+        model=LLM, messages=[{"role": "user", "content": "Recommend a film title."}],
+        max_tokens=20, temperature=1.0, n=4, seed=11,
+        extra_body={"constraint": {"type": "choice", "choices": titles}})
+    for choice in r.choices:
+        assert choice.message.content in titles
+        assert choice.finish_reason == "stop"
+
+
+def test_invalid_constraint_is_a_400_then_good(instance) -> None:
+    bad = {**GOOD, "constraint": {"type": "distinct_items", "items": ["a", "b"], "min": 3,
+                                  "max": 2}}
+    r = httpx.post(f"{instance.openai_url}/chat/completions", json=bad,
+                   headers=instance.headers(), timeout=60)
+    assert r.status_code == 400 and "min" in r.json()["error"]["message"]
+    good = httpx.post(f"{instance.openai_url}/chat/completions", json=GOOD,
+                      headers=instance.headers(), timeout=60)
+    assert good.status_code == 200

@@ -160,7 +160,7 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
     prompt = _text(request, "text_input", required=True)
     stream = _flag(request, "stream")
     exclude_input = _flag(request, "exclude_input_in_output")
-    params = sampling_params(**parse_sampling_parameters(request))
+    params = _build_sampling_params(sampling_params, parse_sampling_parameters(request))
     request_id = request.id or uuid.uuid4().hex
     sent: list[int] = []
     final = None
@@ -177,6 +177,19 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
     if not stream:
         prefix = "" if exclude_input else prompt
         yield _text_response([prefix + c.text for c in final.outputs], request, final=True)
+
+
+def _build_sampling_params(factory: SamplingFactory, kwargs: dict[str, Any]) -> Any:
+    """SamplingParams validates value ranges itself; a bad value is the client's error."""
+    try:
+        return factory(**kwargs)
+    except Exception as exc:
+        from vllm.exceptions import VLLMClientError
+
+        if isinstance(exc, ValueError | TypeError | VLLMClientError):
+            raise InvalidArgument(f"sampling_parameters: {exc}", param="sampling_parameters"
+                                  ) from None
+        raise
 
 
 def parse_sampling_parameters(request: InferenceRequest) -> dict[str, Any]:
@@ -201,7 +214,13 @@ def parse_sampling_parameters(request: InferenceRequest) -> dict[str, Any]:
             raise InvalidArgument(f"sampling_parameters must be a JSON object, got {raw[:80]!r}",
                                   param="sampling_parameters")
         merged.update(data)
-    return {key: _convert(key, value) for key, value in merged.items()}
+    constraint = merged.pop("constraint", None)
+    kwargs = {key: _convert(key, value) for key, value in merged.items()}
+    if constraint is not None:  # enforced in the decoding loop by the constraint processor
+        from podium.constraints import to_vllm_xargs, validate_constraint
+
+        kwargs["extra_args"] = to_vllm_xargs(validate_constraint(constraint))
+    return kwargs
 
 
 def _convert(key: str, value: Any) -> Any:

@@ -135,13 +135,13 @@ def _parse(endpoint: Endpoint, body: dict[str, Any]) -> Any:
 
 
 def _admit_constraint(body: dict[str, Any]) -> None:
-    from podium.constraints.admission import validate_constraint
+    from podium.constraints import to_vllm_xargs, validate_constraint
 
     normalized = validate_constraint(body.pop("constraint"))
     xargs = body.get("vllm_xargs") or {}
     if not isinstance(xargs, dict):
         raise InvalidArgument("vllm_xargs must be an object", param="vllm_xargs")
-    body["vllm_xargs"] = {**xargs, "podium_constraint": json.dumps(normalized)}
+    body["vllm_xargs"] = {**xargs, **to_vllm_xargs(normalized)}
 
 
 def _check_response_format(response_format: Any) -> None:

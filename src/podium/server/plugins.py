@@ -35,9 +35,6 @@ def load_plugins() -> list[str]:
 
 
 def _load_constraint_plugins() -> list[str]:
-    try:  # INTEGRATION
-        from podium.constraints.plugins import load_constraint_plugins
-    except ImportError:
-        return []
+    from podium.constraints import load_constraint_plugins
 
     return [f"podium.constraints:{name}" for name in load_constraint_plugins()]
