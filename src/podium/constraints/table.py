@@ -78,6 +78,18 @@ class TokenTable:
 
     def edge_index(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Index of the edge each (state, token) pair takes, or -1 where none leaves."""
+        live = states >= 0
+        s = np.where(live, states, 0)
+        starts = self.offsets[s]
+        counts = np.where(live, self.offsets[s + 1] - starts, 0)
+        if counts.sum() <= 64 * len(states):
+            # few edges per row (deep in a trie): scanning each row's contiguous slice beats a
+            # binary search over every key, whose probes miss the cache after a forward pass
+            rows, idx = ragged_ranges(starts, counts)
+            hit = self.tokens[idx] == tokens[rows]
+            out = np.full(len(states), -1, dtype=np.int64)
+            out[rows[hit]] = idx[hit]
+            return out
         keys: np.ndarray = self._keys  # type: ignore[attr-defined]
         if len(keys) == 0:
             return np.full(len(states), -1, dtype=np.int64)
