@@ -29,14 +29,24 @@ def _run(llm: Any, params: Any, prompts: list[list[dict[str, str]]]) -> tuple[fl
     return elapsed, sum(len(o.outputs[0].token_ids) for o in outs), outs
 
 
+def _default_model_dir() -> str:
+    """The default model from Podium's cache (materialized on first use)."""
+    from podium.package.cache import ModelCache
+    from podium.package.defaults import write_default_package
+
+    return str(ModelCache().materialize(write_default_package()).path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=os.environ.get("PODIUM_TEST_MODEL_DIR", "/tmp/proto/smol"))
+    ap.add_argument("--model", default=os.environ.get("PODIUM_TEST_MODEL_DIR"),
+                    help="HF folder of the model (default: the default model, from the cache)")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--requests", type=int, default=96)
     ap.add_argument("--titles", type=int, default=10_000)
     ap.add_argument("--max-tokens", type=int, default=32)
     args = ap.parse_args()
+    args.model = args.model or _default_model_dir()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams

@@ -14,7 +14,7 @@ batch size and vocabulary width, one run measures:
 Every row is mid-generation: its history is a prefix of a valid output and grows by one valid
 token per step, exactly as in decoding. Times are medians over the timed steps.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/constraints_processor.py [--model /tmp/proto/smol]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/constraints_processor.py [--model DIR]
 """
 
 from __future__ import annotations
@@ -155,14 +155,24 @@ def bench_one(kind: str, spec: dict[str, Any], model: str, tok: Any, batch: int,
     return {k: _median_us(v) for k, v in times.items()}
 
 
+def _default_model_dir() -> str:
+    """The default model from Podium's cache (materialized on first use)."""
+    from podium.package.cache import ModelCache
+    from podium.package.defaults import write_default_package
+
+    return str(ModelCache().materialize(write_default_package()).path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=os.environ.get("PODIUM_TEST_MODEL_DIR", "/tmp/proto/smol"))
+    ap.add_argument("--model", default=os.environ.get("PODIUM_TEST_MODEL_DIR"),
+                    help="HF folder of the model (default: the default model, from the cache)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per configuration")
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: the figures do not depend on idle cores)")
     args = ap.parse_args()
+    args.model = args.model or _default_model_dir()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from podium.constraints.admission import validate_constraint

@@ -9,9 +9,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+
 @pytest.fixture(scope="session")
-def smol_dir() -> Path:
-    return Path(os.environ.get("PODIUM_TEST_MODEL_DIR", "/tmp/proto/smol"))
+def smol_dir(default_model_dir: Path) -> Path:
+    """The default model, materialized by the session (tests/conftest.py)."""
+    return default_model_dir
 
 
 @pytest.fixture(scope="session")

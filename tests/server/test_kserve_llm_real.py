@@ -136,3 +136,18 @@ def test_out_of_range_sampling_value_is_a_400(instance) -> None:
     r = httpx.post(base, json={"text_input": "x", "parameters": {"temperature": -1}},
                    headers=auth(), timeout=60)
     assert r.status_code == 400 and "temperature" in r.json()["error"]
+
+
+def test_scoring_with_a_cached_long_context_keeps_the_engine_alive(instance) -> None:
+    """A context spanning many KV blocks is served from the prefix cache for later candidates;
+    vLLM's placeholder ids at cached positions once crashed its output handler."""
+    context = " ".join(["The river runs past the old stone market near the harbor."] * 20)
+    body = {"context": context, "candidates": [f" Then item {i} arrived." for i in range(8)]}
+    for _ in range(2):  # the second round reads every block of the context from the cache
+        r = httpx.post(f"{instance.http_url}/v2/models/{LLM}/score", json=body,
+                       headers=auth(), timeout=180)
+        assert r.status_code == 200, r.text
+        assert len(r.json()["logprob_sum"]) == 8
+    after = httpx.post(f"{instance.openai_url}/completions", headers=auth(), timeout=60,
+                       json={"model": LLM, "prompt": "Hi", "max_tokens": 2})
+    assert after.status_code == 200, after.text

@@ -223,3 +223,12 @@ def test_invalid_constraint_is_a_400_then_good(instance) -> None:
     good = httpx.post(f"{instance.openai_url}/chat/completions", json=GOOD,
                       headers=instance.headers(), timeout=60)
     assert good.status_code == 200
+
+
+def test_long_seeded_prompt_is_served(openai_client: openai.OpenAI) -> None:
+    """A seeded request whose prompt is long enough to be prefilled in chunks once killed
+    vLLM's CPU engine; the default package prefills whole prompts."""
+    r = openai_client.completions.create(model=LLM, prompt="word " * 3000, max_tokens=3,
+                                         seed=5)
+    assert r.choices[0].text is not None
+    assert openai_client.completions.create(model=LLM, prompt="Hi", max_tokens=2).choices

@@ -82,3 +82,20 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
         assert "draining" in instance.log()
     finally:
         instance.stop()
+
+
+def test_dead_engine_stops_the_instance(default_model_dir: Path, tmp_path: Path) -> None:
+    """If the engine core dies the instance exits 1 (a supervisor restarts it) instead of
+    looking alive while answering 500 to everything."""
+    from podium.package.defaults import write_default_package
+
+    package = write_default_package(tmp_path / "pkg")
+    instance = start_instance([str(package.root)], tmp_path / "instance.log")
+    try:
+        instance.wait_ready()
+        for child in psutil.Process(instance.process.pid).children(recursive=True):
+            child.kill()
+        assert instance.process.wait(120) == 1
+        assert "died" in instance.log()
+    finally:
+        instance.stop()

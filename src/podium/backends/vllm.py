@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
-from podium.errors import BackendDead, BootError, PackageError
+from podium.errors import BackendDead, BootError, InvalidArgument, PackageError
 from podium.package.manifest import TensorSpec, VllmManifest
 
 log = logging.getLogger("podium.backends.vllm")
@@ -75,6 +75,27 @@ class VllmBackend(Backend):
         return self.state
 
     @property
+    def seed_crashes_engine(self) -> bool:
+        """vLLM 0.32's CPU runner kills the engine when a seeded request is prefilled in
+        chunks (`CPU Generator does not use offset`); such requests are refused instead."""
+        if self.engine is None:
+            return False
+        config = self.engine.vllm_config
+        return (config.device_config.device_type == "cpu"
+                and bool(config.scheduler_config.enable_chunked_prefill))
+
+    def check_seed(self, seed: object) -> None:
+        if seed is not None and self.seed_crashes_engine:
+            raise InvalidArgument(
+                f"seed is not supported by {self.package.key}: on CPU, vLLM {_engine_version()} "
+                "crashes when a seeded request is prefilled in chunks; remove seed, or serve "
+                "the package with engine_args enable_chunked_prefill=false", param="seed")
+
+    def is_alive(self) -> bool:
+        """False once the engine has died (the instance must restart)."""
+        return self.engine is not None and not getattr(self.engine, "errored", False)
+
+    @property
     def max_model_len(self) -> int:
         return int(self.engine.model_config.max_model_len) if self.engine else 0
 
@@ -92,17 +113,25 @@ class VllmBackend(Backend):
         from podium.backends import vllm_tensors
 
         self._check_alive()
-        return await vllm_tensors.infer(self.engine, request, task=self.task)
+        return await vllm_tensors.infer(self.engine, request, task=self.task,
+                                        sampling_params=self._sampling_params)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         from podium.backends import vllm_tensors
 
         self._check_alive()
-        async for response in vllm_tensors.infer_stream(self.engine, request, task=self.task):
+        async for response in vllm_tensors.infer_stream(self.engine, request, task=self.task,
+                                                         sampling_params=self._sampling_params):
             yield response
 
+    def _sampling_params(self, **kwargs: Any) -> Any:
+        from vllm import SamplingParams
+
+        self.check_seed(kwargs.get("seed"))
+        return SamplingParams(**kwargs)
+
     def _check_alive(self) -> None:
-        if self.engine is None or getattr(self.engine, "errored", False):
+        if not self.is_alive():
             raise BackendDead(f"the engine of {self.package.key} is not running")
 
     async def _warm_up(self) -> None:

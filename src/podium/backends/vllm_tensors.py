@@ -337,8 +337,11 @@ async def score_tokens(engine: Any, context_ids: list[int], candidate_ids: list[
     for read_cache in (True, False):
         # vLLM skips the prefix cache for prompt-logprob requests unless told otherwise: the
         # cached context has no logprobs, which is fine as long as the candidate's tokens do
+        # detokenize=False: positions served from the prefix cache carry placeholder token ids
+        # that vLLM's output processor cannot decode (an OverflowError that kills the engine's
+        # output handler); scoring needs ids and logprobs only
         params = sampling_params(max_tokens=1, temperature=0.0, prompt_logprobs=0,
-                                 skip_reading_prefix_cache=not read_cache)
+                                 skip_reading_prefix_cache=not read_cache, detokenize=False)
         final = None
         async for output in engine.generate(prompt, params, f"{request_id}-{int(read_cache)}"):
             final = output

@@ -82,6 +82,8 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, max_body_bytes: in
         try:
             serving = _serving(backend, endpoint, model_id)
             body["model"] = name
+            if hasattr(backend, "check_seed"):
+                backend.check_seed(body.get("seed"))
             request_model = _parse(endpoint, body)
             request_log.annotate(model=name, version=backend.version)
             stack.enter_context(track_in_flight("openai", endpoint.path, name, backend.version))

