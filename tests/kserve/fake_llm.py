@@ -27,7 +27,8 @@ class FakeSamplingParams(dict):
     """Records the keyword arguments a real SamplingParams would get."""
 
     def __init__(self, **kwargs: Any) -> None:
-        unknown = set(kwargs) - vllm_tensors.SAMPLING_FIELDS - {"skip_reading_prefix_cache"}
+        unknown = set(kwargs) - vllm_tensors.SAMPLING_FIELDS - {
+            "skip_reading_prefix_cache", "detokenize", "logprob_token_ids"}
         assert not unknown, f"not SamplingParams fields: {unknown}"
         super().__init__(kwargs)
 
@@ -83,8 +84,13 @@ class FakeEngine:
             for pos in range(1, len(ids)):
                 logprobs.append(None if pos < num_cached else
                                 {ids[pos]: SimpleNamespace(logprob=token_logprob(pos, ids[pos]))})
+            # logprob_token_ids: those tokens' logprobs at the next position, as vLLM returns
+            # them for the one sampled token
+            asked = sampling_params.get("logprob_token_ids") or []
+            sample = [{t: SimpleNamespace(logprob=token_logprob(len(ids), t)) for t in asked}]
             yield SimpleNamespace(prompt_logprobs=logprobs, num_cached_tokens=num_cached,
-                                  outputs=[SimpleNamespace(text="x")], finished=True)
+                                  outputs=[SimpleNamespace(text="x", logprobs=sample)],
+                                  finished=True)
             return
         limit = sampling_params.get("max_tokens") or len(REPLY)
         words = REPLY[:limit]

@@ -133,11 +133,17 @@ def test_scoring_returns_each_candidates_logprobs_from_prefill() -> None:
         np.testing.assert_allclose(out["token_logprobs"][i, :len(expected)], expected, rtol=1e-6)
         np.testing.assert_allclose(out["logprob_sum"][i], sum(expected), rtol=1e-6)
         assert not out["token_logprobs"][i, len(expected):].any()  # zero padding
-    # prefill only: one token out, the prompt's own logprobs, the prefix cache read
-    params = [call[1] for call in engine.calls]
-    assert all(p["max_tokens"] == 1 and p["prompt_logprobs"] == 0 for p in params)
-    assert all(p["skip_reading_prefix_cache"] is False for p in params)
-    assert len(engine.calls) == len(candidates)  # no candidate needed a second pass
+    # prefill only: one pass over the context scores every first token (and caches it) ...
+    (prompt, first, _), *tails = engine.calls
+    context_ids = engine.tokenizer.encode(context)
+    assert prompt == {"prompt_token_ids": context_ids} and first["max_tokens"] == 1
+    assert first["logprob_token_ids"] == sorted(
+        {engine.tokenizer.encode(c, add_special_tokens=False)[0] for c in candidates})
+    # ... then one pass per multi-token candidate for its tail, reading the cached context
+    assert len(tails) == 2  # "yes" is one token: its first-token score is all it needs
+    for _, params, _ in tails:
+        assert params["max_tokens"] == 1 and params["prompt_logprobs"] == 0
+        assert params["skip_reading_prefix_cache"] is False  # no candidate needed a 2nd pass
 
 
 def test_scoring_recomputes_when_the_cache_covers_candidate_tokens() -> None:
@@ -149,7 +155,8 @@ def test_scoring_recomputes_when_the_cache_covers_candidate_tokens() -> None:
     sums = response.outputs[0].data
     expected = sum(expected_logprobs(engine, context, candidate))
     np.testing.assert_allclose(sums, [expected, expected], rtol=1e-6)
-    assert [c[1]["skip_reading_prefix_cache"] for c in engine.calls] == [False, False, True]
+    tails = [c[1] for c in engine.calls if "prompt_logprobs" in c[1]]
+    assert [p["skip_reading_prefix_cache"] for p in tails] == [False, False, True]
 
 
 @pytest.mark.parametrize(("tensors", "words"), [

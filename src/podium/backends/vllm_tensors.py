@@ -310,15 +310,22 @@ async def score(engine: Any, request: InferenceRequest, *,
             raise InvalidArgument(f"candidate {text!r} has no tokens; drop it",
                                   param="candidates")
     base = request.id or uuid.uuid4().hex
+    # 1. the context alone: fills the prefix cache with its KV blocks and scores every
+    #    candidate's first token (the row that predicts it is the context's last one, which a
+    #    cached context would never recompute)
+    first = await first_token_logprobs(engine, context_ids, [ids[0] for ids in candidate_ids],
+                                       f"{base}-context", sampling_params)
 
-    async def one(index: int) -> list[float]:
-        return await score_tokens(engine, context_ids, candidate_ids[index],
+    # 2. every candidate's remaining tokens at once, reading the context from the cache
+    async def tail(index: int) -> list[float]:
+        ids = candidate_ids[index]
+        if len(ids) == 1:
+            return []
+        return await score_tokens(engine, context_ids + ids[:1], ids[1:],
                                   f"{base}-score-{index}", sampling_params)
 
-    # the first candidate computes the context's KV blocks; the rest then find them cached
-    first = await one(0)
-    rest = await asyncio.gather(*(one(i) for i in range(1, len(candidates))))
-    per_token = [first, *rest]
+    tails = await asyncio.gather(*(tail(i) for i in range(len(candidates))))
+    per_token = [[first[ids[0]], *rest] for ids, rest in zip(candidate_ids, tails, strict=True)]
     width = max(len(row) for row in per_token)
     padded = np.zeros((len(per_token), width), dtype=np.float32)
     for i, row in enumerate(per_token):
@@ -328,6 +335,33 @@ async def score(engine: Any, request: InferenceRequest, *,
         Tensor("token_logprobs", "FP32", padded),
         Tensor("num_tokens", "INT32", np.array([len(r) for r in per_token], dtype=np.int32)),
     ])
+
+
+MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's per-request cap on logprob_token_ids
+
+
+async def first_token_logprobs(engine: Any, context_ids: list[int], token_ids: list[int],
+                               request_id: str, sampling_params: SamplingFactory
+                               ) -> dict[int, float]:
+    """log P(token | context) for each token, from one pass over the context."""
+    wanted = sorted(set(token_ids))
+    found: dict[int, float] = {}
+    for start in range(0, len(wanted), MAX_LOGPROB_TOKEN_IDS):
+        chunk = wanted[start:start + MAX_LOGPROB_TOKEN_IDS]
+        params = sampling_params(max_tokens=1, temperature=0.0, logprob_token_ids=chunk,
+                                 detokenize=False)
+        final = None
+        async for output in engine.generate({"prompt_token_ids": context_ids}, params,
+                                            f"{request_id}-{start}"):
+            final = output
+        entries = final.outputs[0].logprobs[0] if final and final.outputs[0].logprobs else {}
+        for token_id in chunk:
+            if token_id not in entries:
+                raise InvalidArgument(f"the engine returned no log-probability for token "
+                                      f"{token_id}; is this a generative model?")
+            entry = entries[token_id]
+            found[token_id] = float(getattr(entry, "logprob", entry))
+    return found
 
 
 async def score_tokens(engine: Any, context_ids: list[int], candidate_ids: list[int],
