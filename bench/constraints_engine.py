@@ -21,6 +21,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "constraints"))
 from catalog import make_titles
 
+from podium.package.defaults import default_model_dir
+
 
 def _run(llm: Any, params: Any, prompts: list[list[dict[str, str]]]) -> tuple[float, int, list]:
     t0 = time.perf_counter()
@@ -28,13 +30,6 @@ def _run(llm: Any, params: Any, prompts: list[list[dict[str, str]]]) -> tuple[fl
     elapsed = time.perf_counter() - t0
     return elapsed, sum(len(o.outputs[0].token_ids) for o in outs), outs
 
-
-def _default_model_dir() -> str:
-    """The default model from Podium's cache (materialized on first use)."""
-    from podium.package.cache import ModelCache
-    from podium.package.defaults import write_default_package
-
-    return str(ModelCache().materialize(write_default_package()).path)
 
 
 def main() -> None:
@@ -46,7 +41,7 @@ def main() -> None:
     ap.add_argument("--titles", type=int, default=10_000)
     ap.add_argument("--max-tokens", type=int, default=32)
     args = ap.parse_args()
-    args.model = args.model or _default_model_dir()
+    args.model = args.model or str(default_model_dir())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams

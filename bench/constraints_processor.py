@@ -36,6 +36,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "constraints"))
 from catalog import make_titles
 
+from podium.package.defaults import default_model_dir
+
 BATCHES = (1, 8, 32, 128, 256)
 VOCABS = (49_152, 128_256)
 EOS = float("-inf")
@@ -155,13 +157,6 @@ def bench_one(kind: str, spec: dict[str, Any], model: str, tok: Any, batch: int,
     return {k: _median_us(v) for k, v in times.items()}
 
 
-def _default_model_dir() -> str:
-    """The default model from Podium's cache (materialized on first use)."""
-    from podium.package.cache import ModelCache
-    from podium.package.defaults import write_default_package
-
-    return str(ModelCache().materialize(write_default_package()).path)
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -172,7 +167,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: the figures do not depend on idle cores)")
     args = ap.parse_args()
-    args.model = args.model or _default_model_dir()
+    args.model = args.model or str(default_model_dir())
     torch.set_num_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from podium.constraints.admission import validate_constraint

@@ -23,10 +23,9 @@ API_KEY = "test-key-0123456789"
 @pytest.fixture(scope="session")
 def default_model_dir() -> Path:
     """The default LLM materialized into the cache (HF folder: bf16 safetensors + tokenizer)."""
-    from podium.package.cache import ModelCache
-    from podium.package.defaults import write_default_package
+    from podium.package.defaults import default_model_dir as materialized
 
-    return ModelCache().materialize(write_default_package()).path
+    return materialized()
 
 
 @pytest.fixture(scope="session")

@@ -49,6 +49,13 @@ def write_default_package(directory: Path | None = None) -> Package:
                           default_llm_manifest())
 
 
+def default_model_dir() -> Path:
+    """The default LLM's ready-to-load folder, materialized into the cache on first use."""
+    from podium.package.cache import ModelCache
+
+    return ModelCache().materialize(write_default_package()).path
+
+
 def write_embedding_package(directory: Path | None = None) -> Package:
     return write_manifest(directory or env.home() / "packages" / EMBEDDING_MODEL,
                           embedding_manifest())
