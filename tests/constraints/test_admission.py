@@ -71,3 +71,13 @@ def test_xargs_round_trip() -> None:
     xargs = to_vllm_xargs(spec)
     assert list(xargs) == [XARGS_KEY]
     assert json.loads(xargs[XARGS_KEY]) == spec
+
+
+def test_min_tokens_cannot_combine_with_a_constraint() -> None:
+    from podium.constraints import check_sampling
+
+    with pytest.raises(InvalidArgument) as err:
+        check_sampling(min_tokens=3)
+    assert err.value.param == "min_tokens"
+    check_sampling(min_tokens=0)
+    check_sampling(min_tokens=None)

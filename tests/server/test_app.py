@@ -58,6 +58,11 @@ BAD = [
     pytest.param(json.dumps({**GOOD, "response_format": {"type": "json_schema", "json_schema":
                  {"name": "x", "schema": {"type": 12}}}}).encode(), 400, "JSON Schema",
                  id="invalid-json-schema"),
+    pytest.param(json.dumps({**GOOD, "min_tokens": 2, "constraint": {
+        "type": "choice", "choices": ["a"]}}).encode(), 400, "min_tokens",
+        id="min-tokens-with-constraint"),
+    pytest.param(json.dumps({**GOOD, "constraint": {"type": "choice", "choices": []}}).encode(),
+                 400, "choices", id="empty-constraint"),
     pytest.param(b'{"model": "fake-llm", "messages": [], "pad": "' + b"x" * 5000 + b'"}', 413,
                  "limit", id="oversized-body"),
 ]

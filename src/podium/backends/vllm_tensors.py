@@ -217,9 +217,11 @@ def parse_sampling_parameters(request: InferenceRequest) -> dict[str, Any]:
     constraint = merged.pop("constraint", None)
     kwargs = {key: _convert(key, value) for key, value in merged.items()}
     if constraint is not None:  # enforced in the decoding loop by the constraint processor
-        from podium.constraints import to_vllm_xargs, validate_constraint
+        from podium.constraints import check_sampling, to_vllm_xargs, validate_constraint
 
-        kwargs["extra_args"] = to_vllm_xargs(validate_constraint(constraint))
+        normalized = validate_constraint(constraint)
+        check_sampling(min_tokens=kwargs.get("min_tokens"))
+        kwargs["extra_args"] = to_vllm_xargs(normalized)
     return kwargs
 
 

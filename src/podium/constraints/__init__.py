@@ -16,7 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from podium.constraints.admission import XARGS_KEY, to_vllm_xargs, validate_constraint
+from podium.constraints.admission import (
+    XARGS_KEY,
+    check_sampling,
+    to_vllm_xargs,
+    validate_constraint,
+)
 from podium.constraints.registry import (
     ENTRY_POINT_GROUP,
     ConstraintType,
@@ -66,6 +71,7 @@ __all__ = [
     "TableConstraint",
     "TokenTable",
     "TokenizerInfo",
+    "check_sampling",
     "engine_logits_processors",
     "load_constraint_plugins",
     "register_constraint_type",

@@ -42,6 +42,15 @@ def validate_constraint(spec: object) -> dict[str, Any]:
     return normalized
 
 
+def check_sampling(*, min_tokens: object = None) -> None:
+    """Sampling settings a constraint cannot live with. A complete constraint allows only the
+    end of text, which `min_tokens` forbids: every token would be masked."""
+    if isinstance(min_tokens, int) and not isinstance(min_tokens, bool) and min_tokens > 0:
+        raise InvalidArgument("min_tokens cannot be combined with a constraint: once the "
+                              "constraint is complete only the end of text is allowed, which "
+                              "min_tokens forbids; remove min_tokens", param="min_tokens")
+
+
 def to_vllm_xargs(normalized: dict[str, Any]) -> dict[str, str]:
     """The ``vllm_xargs`` entry that carries a normalized constraint to the engine."""
     return {XARGS_KEY: json.dumps(normalized, ensure_ascii=False, separators=(",", ":"))}

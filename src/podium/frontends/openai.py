@@ -137,9 +137,10 @@ def _parse(endpoint: Endpoint, body: dict[str, Any]) -> Any:
 
 
 def _admit_constraint(body: dict[str, Any]) -> None:
-    from podium.constraints import to_vllm_xargs, validate_constraint
+    from podium.constraints import check_sampling, to_vllm_xargs, validate_constraint
 
     normalized = validate_constraint(body.pop("constraint"))
+    check_sampling(min_tokens=body.get("min_tokens"))
     xargs = body.get("vllm_xargs") or {}
     if not isinstance(xargs, dict):
         raise InvalidArgument("vllm_xargs must be an object", param="vllm_xargs")
