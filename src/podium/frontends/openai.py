@@ -104,17 +104,19 @@ def split_model_id(model_id: str) -> tuple[str, str | None]:
 
 
 def _serving(backend: Any, endpoint: Endpoint, model_id: str) -> Any:
+    """The vLLM serving object behind `endpoint` for this model, or a 400 saying where to go."""
     state = backend.openai
     serving = getattr(state, endpoint.serving_attr, None) if state is not None else None
-    if serving is None:
-        kind = "an embedding model" if endpoint.task == "generate" else "a generative model"
-        hint = (f"use /v2/models/{backend.name}/infer" if state is None else
-                ("use /v1/embeddings" if endpoint.task == "generate" else
-                 "use /v1/chat/completions or /v1/completions"))
-        raise InvalidArgument(f"model {model_id!r} does not support {endpoint.path}: it is "
-                              f"{kind if state is not None else 'not an LLM'}; {hint}",
-                              param="model")
-    return serving
+    if serving is not None:
+        return serving
+    if state is None:
+        kind, hint = "not an LLM", f"use /v2/models/{backend.name}/infer"
+    elif endpoint.task == "generate":
+        kind, hint = "an embedding model", "use /v1/embeddings"
+    else:
+        kind, hint = "a generative model", "use /v1/chat/completions or /v1/completions"
+    raise InvalidArgument(f"model {model_id!r} does not support {endpoint.path}: it is {kind}; "
+                          f"{hint}", param="model")
 
 
 def _parse(endpoint: Endpoint, body: dict[str, Any]) -> Any:
