@@ -232,3 +232,25 @@ def test_long_seeded_prompt_is_served(openai_client: openai.OpenAI) -> None:
                                          seed=5)
     assert r.choices[0].text is not None
     assert openai_client.completions.create(model=LLM, prompt="Hi", max_tokens=2).choices
+
+
+def test_stream_without_usage_is_logged_with_token_counts(instance) -> None:
+    """The client did not ask for usage: it gets none, but the request log still counts."""
+    body = {**GOOD, "stream": True, "max_tokens": 6, "temperature": 0}
+    headers = {**instance.headers(), "X-Request-Id": "stream-usage-1"}
+    with httpx.stream("POST", f"{instance.openai_url}/chat/completions", json=body,
+                      headers=headers, timeout=60) as r:
+        events = [line.removeprefix("data: ") for line in r.iter_lines()
+                  if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks and all(c.get("usage") is None for c in chunks)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = [ln for ln in instance.log().splitlines() if "stream-usage-1 " in ln]
+        if lines:
+            break
+        time.sleep(0.2)
+    assert lines, "no request log line for the streamed request"
+    prompt, completion = lines[-1].rsplit(" ", 1)[1].removesuffix("tok").split("+")
+    assert int(prompt) > 0 and 0 < int(completion) <= 6

@@ -84,6 +84,7 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, max_body_bytes: in
             body["model"] = name
             if hasattr(backend, "check_seed"):
                 backend.check_seed(body.get("seed"))
+            hidden_usage = _ask_for_usage(endpoint, body)
             request_model = _parse(endpoint, body)
             request_log.annotate(model=name, version=backend.version)
             stack.enter_context(track_in_flight("openai", endpoint.path, name, backend.version))
@@ -91,7 +92,7 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, max_body_bytes: in
         except BaseException:
             await stack.aclose()
             raise
-        return await _respond(result, stack)
+        return await _respond(result, stack, hidden_usage)
 
     handle.__name__ = f"openai_{endpoint.serving_attr}"
     return handle
@@ -187,7 +188,22 @@ async def _call(serving: Any, endpoint: Endpoint, request_model: Any, request: R
         return create_error_response(exc)
 
 
-async def _respond(result: Any, stack: AsyncExitStack) -> Response:
+def _ask_for_usage(endpoint: Endpoint, body: dict[str, Any]) -> bool:
+    """Streams report token counts only with stream_options.include_usage; ask vLLM for them
+    always (the request log and metrics need them) and hide that chunk from a client that did
+    not ask. True when the usage chunk must be hidden."""
+    if endpoint is EMBEDDINGS or body.get("stream") is not True:
+        return False
+    options = body.get("stream_options")
+    if options is None:
+        options = {}
+    if not isinstance(options, dict) or options.get("include_usage"):
+        return False
+    body["stream_options"] = {**options, "include_usage": True}
+    return True
+
+
+async def _respond(result: Any, stack: AsyncExitStack, hidden_usage: bool = False) -> Response:
     from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 
     if isinstance(result, ErrorResponse):
@@ -199,17 +215,20 @@ async def _respond(result: Any, stack: AsyncExitStack) -> Response:
     if hasattr(result, "__aiter__"):
         # the lease lasts as long as the stream; a client that disconnects cancels the
         # generator, and vLLM aborts the request when its generator is closed
-        return StreamingResponse(_leased(result, stack), media_type="text/event-stream")
+        return StreamingResponse(_leased(result, stack, hidden_usage),
+                                 media_type="text/event-stream")
     await stack.aclose()
     _annotate_usage(getattr(result, "usage", None))
     return JSONResponse(result.model_dump(exclude_none=False))
 
 
-async def _leased(stream: AsyncIterator[str], stack: AsyncExitStack) -> AsyncIterator[str]:
+async def _leased(stream: AsyncIterator[str], stack: AsyncExitStack,
+                  hidden_usage: bool) -> AsyncIterator[str]:
     try:
         async for chunk in stream:
-            if '"usage":{' in chunk or '"usage": {' in chunk:
-                _annotate_usage_json(chunk)
+            if ('"usage":{' in chunk or '"usage": {' in chunk) and _annotate_usage_json(chunk) \
+                    and hidden_usage:
+                continue  # the usage-only chunk the client did not ask for
             yield chunk
     finally:
         await stack.aclose()
@@ -221,16 +240,19 @@ def _annotate_usage(usage: Any) -> None:
                              completion_tokens=getattr(usage, "completion_tokens", None))
 
 
-def _annotate_usage_json(chunk: str) -> None:
-    """Token counts from the SSE chunk that carries usage (stream_options.include_usage)."""
+def _annotate_usage_json(chunk: str) -> bool:
+    """Token counts from the SSE chunk that carries usage; True if it carries nothing else."""
     payload = chunk.removeprefix("data: ").strip()
     try:
-        usage = json.loads(payload).get("usage")
-    except (ValueError, AttributeError):
-        return
-    if isinstance(usage, dict):
-        request_log.annotate(prompt_tokens=usage.get("prompt_tokens"),
-                             completion_tokens=usage.get("completion_tokens"))
+        data = json.loads(payload)
+    except ValueError:
+        return False
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return False
+    request_log.annotate(prompt_tokens=usage.get("prompt_tokens"),
+                         completion_tokens=usage.get("completion_tokens"))
+    return not data.get("choices")
 
 
 def _request_model(endpoint: Endpoint, body: dict[str, Any]) -> type:

@@ -118,7 +118,8 @@ def format_line(ctx: RequestContext, log_format: LogFormat) -> str:
         return json.dumps({**envelope, **record}, separators=(",", ":"), default=str)
     latency = f"{ctx.latency_s * 1000:.1f}ms" if ctx.latency_s is not None else "-"
     model = f"{ctx.model}@{ctx.version}" if ctx.model else "-"
-    tokens = f"{ctx.prompt_tokens or 0}+{ctx.completion_tokens or 0}tok"
+    tokens = (f"{ctx.prompt_tokens}+{ctx.completion_tokens}tok"
+              if ctx.prompt_tokens is not None or ctx.completion_tokens is not None else "-")
     return (
         f"{ctx.request_id} {ctx.method} {ctx.path} {ctx.status} {latency} "
         f"{ctx.protocol or '-'} {model} {tokens}"
