@@ -82,10 +82,16 @@ class _Server(uvicorn.Server):
         yield
 
 
+# Longer than any client's idle expiry (httpx: 5 s, uvicorn's own default): the client always
+# closes an idle connection first, so a request is never sent on one the server is closing
+KEEP_ALIVE_S = 75
+
+
 async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> None:
     servers = [
         _Server(uvicorn.Config(gateway.app(), host=config.host, port=config.http_port,
-                               log_level="warning", access_log=False)),
+                               log_level="warning", access_log=False,
+                               timeout_keep_alive=KEEP_ALIVE_S)),
         _Server(uvicorn.Config(create_app(plane), host=config.host, port=config.api_port,
                                log_level="info")),
     ]

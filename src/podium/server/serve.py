@@ -19,6 +19,9 @@ from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 
 log = logging.getLogger("podium.serve")
+# Longer than clients' idle expiry (httpx and the gateway: 5 s): the client closes an idle
+# connection first, so no request is ever written to a connection the server is closing.
+KEEP_ALIVE_S = 75
 
 
 def run_server(config: ServerConfig) -> int:
@@ -61,7 +64,7 @@ async def _serve(instance: Instance) -> int:
     server = _draining_server(instance, uvicorn.Config(
         app, host=config.host, port=config.http_port, log_config=None,
         timeout_graceful_shutdown=config.shutdown_timeout_s, access_log=False,
-        timeout_keep_alive=5))
+        timeout_keep_alive=KEEP_ALIVE_S))
     log.info("HTTP on %s:%d, gRPC on %s", config.host, config.http_port,
              config.grpc_port if config.grpc_port >= 0 else "off")
     await server.serve()
