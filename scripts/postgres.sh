@@ -66,7 +66,19 @@ if [ ! -f "$DATA/PG_VERSION" ]; then
     as_pg "$BINDIR/initdb" -D "$DATA" -U "$PG_USER" --auth=trust -E UTF8 >&2
 fi
 
-if ! as_pg "$BINDIR/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+accepting() { "$BINDIR/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" >/dev/null 2>&1; }
+
+if ! accepting; then
+    # A server killed hard (as a finished session's processes are) leaves postmaster.pid
+    # behind, and its pid may belong to another process by now: pg_ctl would then report
+    # "running" and never start. Nothing answers on our port, so the file is stale.
+    if as_pg "$BINDIR/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+        as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true
+    fi
+    if ! accepting && [ -f "$DATA/postmaster.pid" ]; then
+        log "removing a stale postmaster.pid"
+        rm -f "$DATA/postmaster.pid"
+    fi
     log "starting on 127.0.0.1:$PG_PORT"
     as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$PG_DIR/server.log" -w -t 60 \
         -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DIR -c fsync=off" start >&2

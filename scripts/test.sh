@@ -8,7 +8,8 @@ export HF_HUB_OFFLINE=1
 
 .venv/bin/ruff check src tests bench
 
-# shellcheck disable=SC1090
-eval "$(bash scripts/postgres.sh)"
+# a failing command substitution inside eval would be ignored; an assignment is not
+pg_env="$(bash scripts/postgres.sh)"
+eval "$pg_env"
 
 exec .venv/bin/python -m pytest "$@"
