@@ -18,8 +18,10 @@ from .platform import Load, Platform, write_echo
 FIRST = RolloutConfig(stages=(100,), num_instances=2, ready_timeout_ms=60_000,
                       analysis_window_ms=0, warm_delay_ms=0)
 # 16 clients, the gateway and 4 instances share 2 cores with whatever else runs: p99 latency
-# swings by 2x between windows, so it is judged loosely here (the fake-clock tests pin the
-# latency rule); the error-rate rule is what these runs exercise.
+# swings by 2x between windows and one window in CI once showed 618 ms vs 20 ms, so it is
+# judged loosely here and, as by default, only a regression seen in 2 windows in a row rolls
+# back (the fake-clock tests pin the latency rule); the error-rate rule is what these runs
+# exercise.
 STAGED = RolloutConfig(stages=(25, 50, 100), num_instances=2, ready_timeout_ms=60_000,
                        analysis_window_ms=2_000, min_requests=20, warm_delay_ms=2_000,
                        max_p99_ratio=4.0, p99_slack_ms=100.0)

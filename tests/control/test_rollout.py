@@ -83,7 +83,7 @@ def test_first_version_takes_all_traffic_once_ready() -> None:
     (Behaviour(ready=False), "not ready after 5000 ms"),
     (Behaviour(crash_at_ms=3_000), "crashed"),
     (Behaviour(error_rate=0.2), "error rate 20.0% vs 0.0%"),
-    (Behaviour(p99_ms=200.0), "p99 latency 200.0 ms vs 20.0 ms"),
+    (Behaviour(p99_ms=200.0), "p99 latency 200.0 ms over 20 requests vs 20.0 ms over 180"),
 ], ids=["never-ready", "crash", "errors", "slow"])
 def test_a_bad_new_version_rolls_back_to_all_old(behaviour: Behaviour, reason: str) -> None:
     world = FakeWorld(behaviour={"2": behaviour})
@@ -186,9 +186,10 @@ def test_analysis_judgement(new: VersionHealth, old: VersionHealth, expect: str 
     ({"strategy": "blue-green"}, "strategy"),
     ({"num_instances": 0}, "num_instances"),
     ({"max_p99_ratio": 0.5}, "max_p99_ratio"),
+    ({"latency_checks": 0}, "latency_checks"),
     ({"ready_timeout_ms": -1}, "ready_timeout_ms"),
 ], ids=["decreasing", "not-ending-at-100", "zero-stage", "empty", "unknown-strategy",
-        "no-instances", "ratio-below-1", "negative-timeout"])
+        "no-instances", "ratio-below-1", "no-latency-checks", "negative-timeout"])
 def test_bad_config_names_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         RolloutConfig(**kwargs)
@@ -222,7 +223,66 @@ def test_full_traffic_stage_is_judged_against_the_old_versions_last_window(
     alone = Observation(new=VersionHealth(num_ready=1, num_requests=50, p99_ms=new_p99),
                         old=VersionHealth(num_ready=1))
     decision = rollout.step(state, alone, 2_300)
+    assert decision is not None and decision.state.status == rollout.RUNNING
+    if status == rollout.ROLLED_BACK:  # a slow window is judged again before it rolls back
+        assert decision.state.latency_strikes == 1
+        decision = rollout.step(decision.state, alone, 3_400)
     assert decision is not None and decision.state.status == status
+
+
+def _at_first_analysis(config: RolloutConfig) -> RolloutState:
+    state = rollout.begin("iris", "2", "1", config, num_old=1)
+    ready = Observation(new=VersionHealth(num_ready=1), old=VersionHealth(num_ready=1))
+    for now in (0, 10):  # start, ready: traffic moves and the first window opens
+        decision = rollout.step(state, ready, now)
+        assert decision is not None
+        state = decision.state
+    assert state.phase == "analyze"
+    return state
+
+
+SLOW = Observation(new=VersionHealth(num_ready=1, num_requests=50, p99_ms=600.0),
+                   old=VersionHealth(num_ready=1, num_requests=50, p99_ms=20.0))
+FINE = Observation(new=VersionHealth(num_ready=1, num_requests=50, p99_ms=21.0),
+                   old=VersionHealth(num_ready=1, num_requests=50, p99_ms=20.0))
+
+
+def test_one_slow_window_is_judged_again_and_passes_when_it_does_not_repeat() -> None:
+    state = _at_first_analysis(RolloutConfig(stages=(50, 100), analysis_window_ms=1_000))
+    decision = rollout.step(state, SLOW, 1_010)
+    assert decision is not None and decision.actions == []
+    assert "judging a new window (1/2)" in decision.note
+    state = decision.state
+    assert (state.status, state.phase_since_ms) == (rollout.RUNNING, 1_010)
+    assert rollout.step(state, FINE, 1_500) is None  # the new window is not over yet
+    decision = rollout.step(state, FINE, 2_010)
+    assert decision is not None and "analysis passed at 50%" in decision.note
+    assert decision.state.latency_strikes == 0
+
+
+@pytest.mark.parametrize(("checks", "rolled_back_at"), [(1, 1_010), (3, 3_010)])
+def test_latency_rolls_back_after_latency_checks_slow_windows(checks: int,
+                                                               rolled_back_at: int) -> None:
+    config = RolloutConfig(stages=(50, 100), analysis_window_ms=1_000, latency_checks=checks)
+    state = _at_first_analysis(config)
+    for now in range(1_010, 5_000, 1_000):
+        decision = rollout.step(state, SLOW, now)
+        assert decision is not None
+        state = decision.state
+        if state.is_done:
+            break
+    assert (state.status, state.phase_since_ms) == (rollout.ROLLED_BACK, rolled_back_at)
+    assert "p99 latency 600.0 ms over 50 requests vs 20.0 ms over 50" in state.reason
+
+
+def test_errors_roll_back_in_the_first_window_whatever_latency_checks_says() -> None:
+    state = _at_first_analysis(RolloutConfig(stages=(50, 100), analysis_window_ms=1_000,
+                                             latency_checks=5))
+    failing = Observation(new=VersionHealth(num_ready=1, num_requests=50, num_errors=10),
+                          old=VersionHealth(num_ready=1, num_requests=50))
+    decision = rollout.step(state, failing, 1_010)
+    assert decision is not None and decision.state.status == rollout.ROLLED_BACK
+    assert "error rate 20.0%" in decision.state.reason
 
 
 def test_new_version_that_stops_being_ready_holds_then_rolls_back() -> None:

@@ -47,6 +47,7 @@ class DeployRequest(_Strict):
     max_error_rate_increase: float | None = None
     max_p99_ratio: float | None = None
     p99_slack_ms: float | None = None
+    latency_checks: int | None = None
     warm_delay_ms: int | None = None
 
     def config(self) -> RolloutConfig:

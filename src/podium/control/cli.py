@@ -46,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--analysis-window", type=float, help="seconds each stage is observed")
     p.add_argument("--warm-delay", type=float, help="seconds old instances stay warm")
     p.add_argument("--ready-timeout", type=float, help="seconds a new instance may take")
+    p.add_argument("--latency-checks", type=int,
+                   help="consecutive slow windows before a latency regression rolls back")
     _api_arg(p)
     p.set_defaults(func=_deploy)
 
@@ -129,6 +131,8 @@ def _deploy(args: argparse.Namespace) -> int:
             body[key] = int(getattr(args, flag) * 1000)
     if args.instances is not None:
         body["num_instances"] = args.instances
+    if args.latency_checks is not None:
+        body["latency_checks"] = args.latency_checks
     return _show(args, "POST", "/v1/rollouts", body=body)
 
 

@@ -69,6 +69,8 @@ class RolloutState:
     split: dict[str, int] = field(default_factory=dict)
     latest: str | None = None
     """Where this rollout last pointed the `latest` alias (None: never touched it)."""
+    latency_strikes: int = 0
+    """Consecutive analysis windows of the current stage that showed a latency regression."""
     unready_since_ms: int | None = None
     """When ready new instances stopped answering ready (None: all ready)."""
     baseline: dict[str, Any] | None = None
@@ -232,9 +234,23 @@ def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision | N
     old = obs.old
     if old.num_requests < enough and state.baseline is not None:
         old = VersionHealth(**state.baseline)
-    failure = judge(state.config, Observation(new=obs.new, old=old))
+    judged = Observation(new=obs.new, old=old)
+    failure = judge_errors(state.config, judged)
     if failure:
         return _roll_back(state, f"analysis failed at {state.weight_new}%: {failure}", now_ms)
+    slow = judge_latency(state.config, judged)
+    if slow:
+        strikes = state.latency_strikes + 1
+        checks = state.config.latency_checks
+        if strikes >= checks:
+            times = f" ({strikes} windows in a row)" if strikes > 1 else ""
+            return _roll_back(state, f"analysis failed at {state.weight_new}%: {slow}{times}",
+                              now_ms)
+        # judged again over a fresh window: one slow window is noise until it repeats
+        return Decision(replace(state, latency_strikes=strikes, phase_since_ms=now_ms), [],
+                        f"analysis at {state.weight_new}%: {slow}; judging a new window "
+                        f"({strikes}/{checks})")
+    state = replace(state, latency_strikes=0)
     if obs.old.num_requests >= enough:
         state = replace(state, baseline={"num_requests": obs.old.num_requests,
                                          "num_errors": obs.old.num_errors,
@@ -255,6 +271,11 @@ def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision | N
 
 def judge(config: RolloutConfig, obs: Observation) -> str | None:
     """Why the new version is worse than the old one over the window, or None if it is not."""
+    return judge_errors(config, obs) or judge_latency(config, obs)
+
+
+def judge_errors(config: RolloutConfig, obs: Observation) -> str | None:
+    """The error-rate verdict alone: errors are never noise, one window decides."""
     new, old = obs.new, obs.old
     if new.num_requests < max(config.min_requests, 1):
         return None  # too little evidence to blame the new version; the stage passes
@@ -263,10 +284,19 @@ def judge(config: RolloutConfig, obs: Observation) -> str | None:
     if new_rate > old_rate + config.max_error_rate_increase:
         return (f"error rate {new_rate:.1%} vs {old_rate:.1%} on the old version "
                 f"(allowed +{config.max_error_rate_increase:.1%})")
+    return None
+
+
+def judge_latency(config: RolloutConfig, obs: Observation) -> str | None:
+    """The p99 verdict alone, over one window."""
+    new, old = obs.new, obs.old
+    if new.num_requests < max(config.min_requests, 1):
+        return None
     if new.p99_ms is not None and old.p99_ms is not None:
         limit = old.p99_ms * config.max_p99_ratio + config.p99_slack_ms
         if new.p99_ms > limit:
-            return (f"p99 latency {new.p99_ms:.1f} ms vs {old.p99_ms:.1f} ms on the old version "
+            return (f"p99 latency {new.p99_ms:.1f} ms over {new.num_requests} requests vs "
+                    f"{old.p99_ms:.1f} ms over {old.num_requests} on the old version "
                     f"(allowed {limit:.1f} ms)")
     return None
 

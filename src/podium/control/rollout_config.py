@@ -34,6 +34,10 @@ class RolloutConfig:
     """Fail when new p99 latency exceeds old p99 times this (plus `p99_slack_ms`)."""
     p99_slack_ms: float = 5.0
     """Latency difference always tolerated, so microsecond noise cannot fail a stage."""
+    latency_checks: int = 2
+    """A latency regression rolls back only once this many consecutive analysis windows show
+    it (a slow window from a GC pause or a noisy neighbour is not a regression); errors,
+    crashes and readiness roll back at once."""
     warm_delay_ms: int = 60_000
     """Red-Black: old instances stay warm this long after success, then drain and stop."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -56,6 +60,7 @@ class RolloutConfig:
         _check_range("max_error_rate_increase", self.max_error_rate_increase, 0.0, 1.0)
         _check_range("max_p99_ratio", self.max_p99_ratio, 1.0, 1000.0)
         _check_range("p99_slack_ms", self.p99_slack_ms, 0.0, 60_000.0)
+        _check_range("latency_checks", self.latency_checks, 1, 100)
         _check_range("warm_delay_ms", self.warm_delay_ms, 0, 86_400_000)
 
     def to_dict(self) -> dict[str, Any]:
