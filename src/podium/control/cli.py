@@ -31,6 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="SQLAlchemy URL (default: SQLite file under PODIUM_HOME)")
     p.add_argument("--version-ttl", type=float, default=3600.0,
                    help="seconds before an idle versioned deployment is stopped")
+    p.add_argument("--runtime", choices=["local", "ray"], default="local",
+                   help="run instances as local processes or as actors on a Ray cluster")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="Ray head to join (with --runtime ray); default: start a local head")
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser("announce", help="register + materialize a package")
@@ -86,7 +90,8 @@ def _up(args: argparse.Namespace) -> int:
 
     return run_up(UpConfig(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
                            api_port=args.api_port,
-                           database_url=args.database,
+                           database_url=args.database, runtime=args.runtime,
+                           ray_address=args.ray_address,
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
 
 

@@ -1,4 +1,5 @@
-"""`podium up`: control plane (API on :8080) + gateway (:8000) + local instances, one process.
+"""`podium up`: control plane (API on :8080) + gateway (:8000) + instances (local processes or
+Ray actors), one process.
 
 The gateway and the API share one event loop; the control loop (store, process probes) runs in
 its own thread. Stopping `podium up` drains and stops every instance it started.
@@ -21,7 +22,7 @@ from podium import env
 from podium.control.api import create_app
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
-from podium.control.runtime.local import LocalRuntime
+from podium.control.runtime import create_runtime
 from podium.control.store import Store, default_url
 from podium.control.world import RuntimeWorld
 from podium.gateway.grpc_proxy import GrpcGateway
@@ -49,6 +50,10 @@ class UpConfig:
     """State directory (instance logs, default database); default PODIUM_HOME."""
     loop: LoopConfig = field(default_factory=LoopConfig)
     """Control loop timing, autoscaling and version TTL."""
+    runtime: str = "local"
+    """Where instances run: `local` processes or `ray` actors."""
+    ray_address: str | None = None
+    """HOST:PORT of the Ray head to join; None starts a local head (or uses RAY_ADDRESS)."""
 
 
 def run_up(config: UpConfig) -> int:
@@ -56,7 +61,12 @@ def run_up(config: UpConfig) -> int:
     home = config.home or env.home()
     store = Store.open(config.database_url or default_url(home))
     gateway = Gateway()
-    runtime = LocalRuntime(store, gateway.table, home / "instances")
+    try:
+        runtime = create_runtime(config.runtime, store, gateway.table, home / "instances",
+                                 ray_address=config.ray_address)
+    except BaseException:
+        store.close()
+        raise
     world = RuntimeWorld(runtime, gateway.table, gateway.stats)
     plane = ControlPlane(store, world)
     loop = ControlLoop(plane, runtime, gateway.table, gateway.stats, config.loop)

@@ -1,1 +1,35 @@
-"""Runtimes start, watch and stop instances: `local` (processes on this machine)."""
+"""Runtimes start, watch and stop instances: `local` (processes on this machine) or `ray`
+(actors on a Ray cluster), both `Supervisor`s behind the `Runtime` protocol."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from podium.control.runtime.base import Runtime
+from podium.control.runtime.supervisor import Supervisor
+from podium.control.store import Store
+from podium.errors import InvalidArgument
+from podium.gateway.routing import RouteTable
+
+RUNTIMES = ("local", "ray")
+
+
+def create_runtime(name: str, store: Store, table: RouteTable, workdir: Path, *,
+                   ray_address: str | None = None) -> Supervisor:
+    """The runtime called `name`; Ray is imported only when it is the one chosen."""
+    if name == "local":
+        if ray_address is not None:
+            raise InvalidArgument(f"--ray-address {ray_address} needs --runtime ray",
+                                  param="ray_address")
+        from podium.control.runtime.local import LocalRuntime
+
+        return LocalRuntime(store, table, workdir)
+    if name == "ray":
+        from podium.control.runtime.ray import RayRuntime
+
+        return RayRuntime(store, table, workdir, address=ray_address)
+    raise InvalidArgument(f"runtime {name!r} is not one of {', '.join(RUNTIMES)}",
+                          param="runtime")
+
+
+__all__ = ["RUNTIMES", "Runtime", "create_runtime"]

@@ -1,0 +1,64 @@
+"""The Ray actor that hosts one instance: runs `podium serve` as a subprocess on its node.
+
+It runs on whichever node Ray placed it, so everything node-local happens here: picking free
+ports, writing the log file, signalling and renicing the process. The server binds the node's
+IP (the gateway may be on another node). It dies with the actor: the actor's worker is its
+parent and the server asks the kernel for SIGTERM when that parent goes (PR_SET_PDEATHSIG), so
+a control plane that exits without stopping its instances leaves no server behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from podium.control.runtime.local import free_port, renice, serve_command
+
+# set PR_SET_PDEATHSIG (1) then exec the command; exit at once if the parent is already gone
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+    "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execvp(sys.argv[2], sys.argv[2:])")
+
+
+class InstanceHost:
+    """One `podium serve` process on this node (made a Ray actor by `RayRuntime`)."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, package: str, log_path: str, boot_nice: int) -> dict[str, Any]:
+        """Launch the server on free ports; returns where it listens and logs, and its pid."""
+        import ray
+
+        host = ray.util.get_node_ip_address()
+        http_port, grpc_port = free_port(host), free_port(host)
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        nice = ["nice", "-n", str(boot_nice)] if boot_nice else []
+        command = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *nice,
+                   *serve_command(package, http_port, grpc_port, host=host)]
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        return {"url": f"http://{host}:{http_port}", "grpc_target": f"{host}:{grpc_port}",
+                "http_port": http_port, "grpc_port": grpc_port, "pid": self.process.pid,
+                "node": host}
+
+    def exit_code(self) -> int | None:
+        """The server's exit status, None while it runs."""
+        return None if self.process is None else self.process.poll()
+
+    def terminate(self, force: bool) -> None:
+        """SIGTERM (the server finishes its in-flight work), or SIGKILL when `force`."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGKILL if force else signal.SIGTERM)
+
+    def renice(self, nice: int) -> None:
+        """Set the server's CPU priority (boots low, serves at 0)."""
+        if self.process is not None:
+            renice(self.process.pid, nice)

@@ -1,0 +1,230 @@
+"""What every runtime does to its instances, whatever starts the processes.
+
+`poll()` is the whole loop, called every second or so by the control plane: a started instance
+becomes ready when `GET /health/ready` answers 200 (then the gateway routes to it); one whose
+process exits unasked is a crash (counted, then restarted); a draining one is stopped once the
+gateway shows no request in flight on it (or after `drain_timeout_s`). A runtime subclass only
+says how to launch a process, whether it still runs, and how to signal and release it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from podium.control.models import PackageRow
+from podium.control.runtime.base import (
+    DRAINING,
+    FAILED,
+    READY,
+    STARTING,
+    STOPPED,
+    InstanceView,
+)
+from podium.control.store import Store
+from podium.gateway.routing import Endpoint, RouteTable
+
+
+@dataclass
+class Instance:
+    """One instance as its runtime tracks it; subclasses add the process handle."""
+
+    id: str
+    model: str
+    version: str
+    db_id: int
+    url: str = ""
+    """Where it serves HTTP; empty until the runtime knows (a Ray actor not placed yet)."""
+    grpc_target: str | None = None
+    pid: int | None = None
+    log_path: str | None = None
+    state: str = STARTING
+    started_s: float = field(default_factory=time.monotonic)
+    drain_since_s: float | None = None
+    num_restarts: int = 0
+
+
+I = TypeVar("I", bound=Instance)  # noqa: E741
+
+
+class Supervisor(Generic[I]):
+    """Keeps the desired instances running and routes the ready ones (the Runtime protocol)."""
+
+    def __init__(self, store: Store, table: RouteTable, *, max_restarts: int = 5,
+                 drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
+                 probe_timeout_s: float = 1.0) -> None:
+        self.store = store
+        self.table = table
+        self.max_restarts = max_restarts
+        self.drain_timeout_s = drain_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.probe_timeout_s = probe_timeout_s
+        self._probe = httpx.Client(timeout=probe_timeout_s)
+        self._instances: dict[str, I] = {}
+        self._desired: dict[tuple[str, str], int] = {}
+        self._crashes: dict[tuple[str, str], int] = {}
+
+    # what a runtime provides -------------------------------------------------------------
+
+    def _create(self, model: str, version: str, db_id: int) -> I:
+        """The record of a new instance (not started yet)."""
+        raise NotImplementedError
+
+    def _launch(self, instance: I, package: PackageRow) -> dict[str, Any]:
+        """Start the instance's process; returns the fields to record in the store."""
+        raise NotImplementedError
+
+    def _refresh(self) -> None:
+        """Called before each poll pass: fetch whatever `_exit_code` needs in one go."""
+
+    def _exit_code(self, instance: I) -> int | None:
+        """The exit status once the process is gone, None while it runs (or is starting)."""
+        raise NotImplementedError
+
+    def _terminate(self, instance: I, *, force: bool) -> None:
+        """Send SIGTERM (or SIGKILL when `force`) to the instance's process."""
+        raise NotImplementedError
+
+    def _serving(self, instance: I) -> None:
+        """The instance just became ready."""
+
+    def _release(self, instance: I) -> None:
+        """The process is gone: free what was kept for it (log file, actor)."""
+
+    # the Runtime interface ---------------------------------------------------------------
+
+    def scale(self, model: str, version: str, count: int) -> None:
+        """Start or drain instances until `count` of model@version are wanted."""
+        self._desired[(model, version)] = count
+        live = [i for i in self._instances.values()
+                if (i.model, i.version) == (model, version) and i.state in (STARTING, READY)]
+        for _ in range(count - len(live)):
+            self._start(model, version)
+        # drain the ones not serving yet first, then the newest
+        surplus = sorted(live, key=lambda i: (i.state == READY, i.started_s))[
+            :max(0, len(live) - count)]
+        for instance in surplus:
+            self._drain(instance)
+
+    def poll(self) -> None:
+        """One pass over every instance; cheap enough to call every second."""
+        self._refresh()
+        for instance in list(self._instances.values()):
+            if instance.state == STOPPED:
+                del self._instances[instance.id]  # the store keeps its history
+                continue
+            code = self._exit_code(instance)
+            if instance.state == DRAINING:
+                self._continue_drain(instance, code)
+            elif code is not None:
+                self._crashed(instance, code)
+            elif instance.state == STARTING and self._ready(instance):
+                self._serving(instance)
+                self._set_state(instance, READY)
+                self.table.add_endpoint(instance.model, instance.version, Endpoint(
+                    instance.id, instance.url, grpc_target=instance.grpc_target))
+            elif instance.state == READY:
+                with contextlib.suppress(KeyError):
+                    self.table.endpoint(instance.id).healthy = self._ready(instance)
+
+    def instances(self, model: str | None = None,
+                  version: str | None = None) -> list[InstanceView]:
+        """Instances that are not stopped, optionally of one model/version."""
+        return [InstanceView(i.id, i.model, i.version, i.state, i.url, i.pid, i.num_restarts,
+                             i.log_path)
+                for i in self._instances.values()
+                if (model is None or i.model == model) and (version is None or i.version == version)
+                and i.state != STOPPED]
+
+    def num_crashes(self, model: str, version: str) -> int:
+        """Unrequested exits of model@version's instances since this runtime started."""
+        return self._crashes.get((model, version), 0)
+
+    def close(self) -> None:
+        """Stop every instance now (drain first, bounded by drain_timeout_s)."""
+        for key in list(self._desired):
+            self.scale(*key, 0)
+        deadline = time.monotonic() + self.drain_timeout_s + self.stop_timeout_s
+        while self._instances:
+            self.poll()
+            if time.monotonic() > deadline:
+                for instance in self._instances.values():
+                    if self._exit_code(instance) is None:
+                        self._terminate(instance, force=True)
+                    self._release(instance)
+                    self._set_state(instance, STOPPED)
+                break
+            time.sleep(0.05)
+        self._probe.close()
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    def _start(self, model: str, version: str, previous: I | None = None) -> I:
+        package = self.store.get_package(model, version)
+        if previous is None:
+            instance = self._create(model, version,
+                                    self.store.add_instance(model, version, state=STARTING))
+        else:
+            instance = previous
+            instance.started_s, instance.state = time.monotonic(), STARTING
+            instance.url, instance.grpc_target, instance.pid = "", None, None
+        recorded = self._launch(instance, package)
+        self._instances[instance.id] = instance
+        self.store.update_instance(instance.db_id, state=STARTING,
+                                   num_restarts=instance.num_restarts, **recorded)
+        return instance
+
+    def _crashed(self, instance: I, code: int) -> None:
+        key = (instance.model, instance.version)
+        self._crashes[key] = self._crashes.get(key, 0) + 1
+        self.table.remove_endpoint(instance.id)
+        self._release(instance)
+        self._note(instance, f"exited with status {code}")
+        if instance.num_restarts >= self.max_restarts:
+            self._set_state(instance, FAILED)
+            instance.state = STOPPED  # no longer counts as live; FAILED is kept in the store
+            return
+        instance.num_restarts += 1
+        self._start(instance.model, instance.version, previous=instance)
+
+    def _drain(self, instance: I) -> None:
+        instance.drain_since_s = time.monotonic()
+        with contextlib.suppress(KeyError):
+            self.table.drain(instance.id)
+        self._set_state(instance, DRAINING)
+
+    def _continue_drain(self, instance: I, code: int | None) -> None:
+        if code is None:
+            try:
+                in_flight = self.table.endpoint(instance.id).num_in_flight
+            except KeyError:
+                in_flight = 0
+            waited = time.monotonic() - (instance.drain_since_s or 0)
+            if in_flight > 0 and waited < self.drain_timeout_s:
+                return
+            # SIGTERM (the server finishes its own in-flight work), SIGKILL if it lingers
+            self._terminate(instance, force=waited > self.drain_timeout_s + self.stop_timeout_s)
+            return
+        self.table.remove_endpoint(instance.id)
+        self._release(instance)
+        self._set_state(instance, STOPPED)
+
+    def _ready(self, instance: I) -> bool:
+        if not instance.url:
+            return False
+        try:
+            return self._probe.get(instance.url + "/health/ready").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _set_state(self, instance: I, state: str) -> None:
+        instance.state = state
+        self.store.update_instance(instance.db_id, state=state,
+                                   num_restarts=instance.num_restarts)
+
+    def _note(self, instance: I, message: str) -> None:
+        self.store.record_event("instance", f"{instance.id}: {message}", model=instance.model)
