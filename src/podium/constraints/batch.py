@@ -125,25 +125,29 @@ class ConstraintBatch:
     def sync(self, slots: np.ndarray, lengths: np.ndarray, fetch: FetchTokens) -> None:
         """Bring the state of ``slots`` up to their histories' current ``lengths``."""
         consumed = self.consumed[slots]
-        delta = lengths - consumed
-        # a history that shrank, or whose last consumed token changed, was rewritten
-        check = np.flatnonzero((delta >= 0) & (consumed > 0) & (lengths > 0))
-        rewritten = delta < 0
-        if len(check):
-            tail = fetch(check, consumed[check] - 1)
-            rewritten[check] |= (tail != self.last_token[slots[check]]) & (tail != -1)
+        # one read for the usual step: each slot's last consumed token (has the history been
+        # rewritten?) and its first unconsumed one
+        check = np.flatnonzero((lengths >= consumed) & (consumed > 0))
+        pending = np.flatnonzero(lengths > consumed)
+        tokens = fetch(np.concatenate((check, pending)),
+                       np.concatenate((consumed[check] - 1, consumed[pending])))
+        tail, tokens = tokens[: len(check)], tokens[len(check):]
+        rewritten = lengths < consumed
+        rewritten[check] |= (tail != self.last_token[slots[check]]) & (tail != -1)
         if rewritten.any():
             self._restart(slots[rewritten])
             consumed = self.consumed[slots]
+            pending = np.flatnonzero(lengths > consumed)
+            tokens = fetch(pending, consumed[pending])
         # replay every missing token; usually one pass with one token per slot
-        pending = np.flatnonzero(lengths > consumed)
         while len(pending):
-            pos = slots[pending]
-            tokens = fetch(pending, self.consumed[pos])
             known = tokens >= 0  # -1: a placeholder the engine has not filled in yet
-            pending, pos, tokens = pending[known], pos[known], tokens[known]
+            pending, tokens = pending[known], tokens[known]
+            pos = slots[pending]
             self._advance(pos, tokens)
             pending = pending[lengths[pending] > self.consumed[pos]]
+            if len(pending):
+                tokens = fetch(pending, self.consumed[slots[pending]])
 
     def allowed(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Allowed ``(position into slots, token)`` pairs; EOS where the constraint may end,
@@ -152,25 +156,28 @@ class ConstraintBatch:
         need_eos = np.zeros(len(slots), dtype=bool)
         has_any = np.zeros(len(slots), dtype=bool)
         groups = self.group[slots]
-        for gid in np.unique(groups):
+        for gid, m in _by_group(groups):
             if gid == _NONE:
                 continue
             c = self._constraints[gid]
-            at = np.flatnonzero(groups == gid)
+            at = np.arange(len(slots)) if m is None else np.flatnonzero(m)
             s = self.state[slots[at]]
             h = self.handle[slots[at]]
             live = s != DEAD
-            r, t = c.allowed(h[live], s[live])
-            live_at = at[live]
-            rows_parts.append(live_at[r])
+            if not live.all():
+                at, s, h = at[live], s[live], h[live]
+            r, t = c.allowed(h, s)
+            rows_parts.append(at[r])
             tok_parts.append(t)
-            has_any[live_at[r]] = True
-            need_eos[live_at] |= c.is_accepting(h[live], s[live])
-        constrained = groups != _NONE
-        need_eos |= constrained & ~has_any
+            has_any[at[r]] = True
+            need_eos[at] |= c.is_accepting(h, s)
+        need_eos |= (groups != _NONE) & ~has_any
         eos_rows = np.flatnonzero(need_eos)
-        rows_parts.append(np.repeat(eos_rows, len(self.eos)))
-        tok_parts.append(np.tile(self.eos, len(eos_rows)))
+        if len(eos_rows):
+            rows_parts.append(np.repeat(eos_rows, len(self.eos)))
+            tok_parts.append(np.tile(self.eos, len(eos_rows)))
+        if not rows_parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate(rows_parts), np.concatenate(tok_parts)
 
     def _restart(self, slots: np.ndarray) -> None:
@@ -183,15 +190,26 @@ class ConstraintBatch:
 
     def _advance(self, slots: np.ndarray, tokens: np.ndarray) -> None:
         groups = self.group[slots]
-        for gid in np.unique(groups):
-            m = groups == gid
-            at = slots[m]
+        for gid, m in _by_group(groups):
+            at = slots if m is None else slots[m]
+            toks = tokens if m is None else tokens[m]
             s = self.state[at]
             live = s != DEAD
+            if live.all():
+                self.state[at] = self._constraints[gid].advance(self.handle[at], s, toks)
+                continue
             nxt = np.full(len(at), DEAD, dtype=np.int64)
             if live.any():
-                nxt[live] = self._constraints[gid].advance(
-                    self.handle[at][live], s[live], tokens[m][live])
+                nxt[live] = self._constraints[gid].advance(self.handle[at][live], s[live],
+                                                           toks[live])
             self.state[at] = nxt
         self.consumed[slots] += 1
         self.last_token[slots] = tokens
+
+
+def _by_group(groups: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
+    """``(group, mask)`` for each distinct group; mask None when every row is in it (the
+    common batch: one constraint shared by all its requests)."""
+    if len(groups) and groups[0] == groups.min() == groups.max():
+        return [(int(groups[0]), None)]
+    return [(int(g), groups == g) for g in np.unique(groups)]

@@ -151,7 +151,7 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
         lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
 
         def fetch(pos: np.ndarray, idx: np.ndarray) -> np.ndarray:
-            chosen = lists if len(pos) == len(lists) else [lists[p] for p in pos.tolist()]
+            chosen = map(lists.__getitem__, pos.tolist())
             return np.fromiter(map(list.__getitem__, chosen, idx.tolist()),
                                dtype=np.int64, count=len(pos))
 

@@ -1,10 +1,10 @@
 """Token tables: a state machine over token ids compiled to sorted arrays.
 
 A table holds, for every state, the sorted tokens that leave it and where each one goes
-(compressed sparse rows). Both questions the decoding loop asks are vectorized over a batch:
-``step`` (where does each row go after its sampled token) is one ``searchsorted`` on a global
-key ``state * vocab + token``, which is sorted because edges are sorted by (state, token);
-``edges_of`` (which tokens may each row take now) is one ragged gather.
+(compressed sparse rows). Both questions the decoding loop asks are answered for a whole batch
+by one compiled loop (:mod:`podium.constraints.kernels`): ``step`` (where does each row go after
+its sampled token) is a binary search in the row's state's sorted tokens; ``edges_of`` (which
+tokens may each row take now) is one ragged gather.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
+from podium.constraints import kernels
 
 DEAD = -1
 """State of a row whose history left the language (e.g. another processor forced a token)."""
@@ -34,11 +36,6 @@ class TokenTable:
     """Initial state."""
     vocab_size: int
     """Width of the logits this table masks; every token is below it."""
-
-    def __post_init__(self) -> None:
-        keys = (np.repeat(np.arange(self.num_states), np.diff(self.offsets)) * self.vocab_size
-                + self.tokens)
-        object.__setattr__(self, "_keys", keys)
 
     @property
     def num_states(self) -> int:
@@ -78,26 +75,7 @@ class TokenTable:
 
     def edge_index(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Index of the edge each (state, token) pair takes, or -1 where none leaves."""
-        live = states >= 0
-        s = np.where(live, states, 0)
-        starts = self.offsets[s]
-        counts = np.where(live, self.offsets[s + 1] - starts, 0)
-        if counts.sum() <= 64 * len(states):
-            # few edges per row (deep in a trie): scanning each row's contiguous slice beats a
-            # binary search over every key, whose probes miss the cache after a forward pass
-            rows, idx = ragged_ranges(starts, counts)
-            hit = self.tokens[idx] == tokens[rows]
-            out = np.full(len(states), -1, dtype=np.int64)
-            out[rows[hit]] = idx[hit]
-            return out
-        keys: np.ndarray = self._keys  # type: ignore[attr-defined]
-        if len(keys) == 0:
-            return np.full(len(states), -1, dtype=np.int64)
-        q = states * self.vocab_size + tokens
-        idx = np.searchsorted(keys, q)
-        idx_c = np.minimum(idx, len(keys) - 1)
-        ok = (keys[idx_c] == q) & (states >= 0) & (tokens >= 0)
-        return np.where(ok, idx_c, -1)
+        return kernels.edge_index(self.offsets, self.tokens, _i64(states), _i64(tokens))
 
     def step(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """The state each row reaches after its token; ``DEAD`` where the token has no edge."""
@@ -115,11 +93,7 @@ class TokenTable:
 
     def edges_of(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All edges leaving each row's state, flattened: ``(row_position, edge_index)``."""
-        live = states >= 0
-        s = np.where(live, states, 0)
-        starts = self.offsets[s]
-        counts = np.where(live, self.offsets[s + 1] - starts, 0)
-        return ragged_ranges(starts, counts)
+        return kernels.state_edges(self.offsets, _i64(states))
 
     def is_accepting(self, states: np.ndarray) -> np.ndarray:
         return np.where(states >= 0, self.accepting[np.maximum(states, 0)], False)
@@ -127,11 +101,8 @@ class TokenTable:
 
 def ragged_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate ``range(starts[i], starts[i] + counts[i])``; also return each item's i."""
-    total = int(counts.sum())
-    rows = np.repeat(np.arange(len(counts)), counts)
-    if total == 0:
-        return rows, np.zeros(0, dtype=np.int64)
-    # position inside the concatenation minus where each row's block begins, plus its start
-    block_begin = np.cumsum(counts) - counts
-    idx = np.arange(total, dtype=np.int64) + np.repeat(starts - block_begin, counts)
-    return rows, idx
+    return kernels.ragged_ranges(_i64(starts), _i64(counts))
+
+
+def _i64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)

@@ -1,0 +1,102 @@
+"""Compiled loops over a batch's rows, for the per-step hot path of token tables.
+
+Each kernel is one pass over the rows in machine code (numba, already an engine dependency),
+without the GIL: what a chain of a dozen numpy calls did with temporaries, a loop does in
+place. Compiled on first use and cached beside this file, so an engine pays the compile
+(about a second) once per installation, not per process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(nogil=True, cache=True)
+def edge_index(offsets: np.ndarray, tokens: np.ndarray, states: np.ndarray,
+               query: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Index of the edge each ``(states[i], query[i])`` takes, or -1 where none leaves."""
+    out = np.empty(len(states), dtype=np.int64)
+    for i in range(len(states)):
+        s, q = states[i], query[i]
+        out[i] = -1
+        if s < 0 or q < 0:
+            continue
+        lo, hi = offsets[s], offsets[s + 1]
+        while lo < hi:  # the tokens of one state are sorted
+            mid = (lo + hi) >> 1
+            if tokens[mid] < q:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < offsets[s + 1] and tokens[lo] == q:
+            out[i] = lo
+    return out
+
+
+@njit(nogil=True, cache=True)
+def ragged_ranges(starts: np.ndarray,
+                  counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """Concatenate ``range(starts[i], starts[i] + counts[i])``; also return each item's i."""
+    total = 0
+    for i in range(len(counts)):
+        total += max(counts[i], 0)
+    rows = np.empty(total, dtype=np.int64)
+    idx = np.empty(total, dtype=np.int64)
+    k = 0
+    for i in range(len(counts)):
+        for j in range(max(counts[i], 0)):
+            rows[k] = i
+            idx[k] = starts[i] + j
+            k += 1
+    return rows, idx
+
+
+@njit(nogil=True, cache=True)
+def state_edges(offsets: np.ndarray,
+                states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """All edges leaving each row's state (none for a negative state): ``(row, edge)``."""
+    total = 0
+    for i in range(len(states)):
+        s = states[i]
+        if s >= 0:
+            total += offsets[s + 1] - offsets[s]
+    rows = np.empty(total, dtype=np.int64)
+    idx = np.empty(total, dtype=np.int64)
+    k = 0
+    for i in range(len(states)):
+        s = states[i]
+        if s < 0:
+            continue
+        for e in range(offsets[s], offsets[s + 1]):
+            rows[k] = i
+            idx[k] = e
+            k += 1
+    return rows, idx
+
+
+@njit(nogil=True, cache=True)
+def keep_only_rows(logits: np.ndarray, rows: np.ndarray, keep_rows: np.ndarray,
+                   keep_tokens: np.ndarray) -> None:  # pragma: no cover - compiled
+    """In place: every logit of ``rows`` becomes -inf except the ``(keep_rows[i],
+    keep_tokens[i])`` pairs. One row at a time, so the kept values are saved and restored
+    while the row is in cache: the only pass over memory is the fill itself."""
+    num_rows = logits.shape[0]
+    count = np.zeros(num_rows + 1, dtype=np.int64)
+    for i in range(len(keep_rows)):
+        count[keep_rows[i] + 1] += 1
+    for r in range(num_rows):
+        count[r + 1] += count[r]
+    order = np.empty(len(keep_rows), dtype=np.int64)
+    fill = count[:-1].copy()
+    for i in range(len(keep_rows)):
+        order[fill[keep_rows[i]]] = keep_tokens[i]
+        fill[keep_rows[i]] += 1
+    saved = np.empty(len(keep_rows), dtype=logits.dtype)
+    for r in rows:
+        lo, hi = count[r], count[r + 1]
+        for j in range(lo, hi):
+            saved[j] = logits[r, order[j]]
+        logits[r, :] = -np.inf
+        for j in range(lo, hi):
+            logits[r, order[j]] = saved[j]
