@@ -14,7 +14,7 @@ import pytest
 from podium.gateway.proxy import Gateway
 from podium.gateway.routing import Endpoint
 
-from .servers import Dropper, Served, closed_port_url, upstream
+from .servers import Dropper, Served, Truncator, closed_port_url, upstream
 
 
 def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
@@ -69,8 +69,9 @@ def front(v1: Served, v2: Served) -> Iterator[Front]:
 def test_kserve_path_routes_by_split_and_explicit_version(front: Front) -> None:
     r = front.client.post("/v2/models/iris/infer", json={"inputs": []}, params={"x": "1"})
     assert r.status_code == 200
-    assert r.json() | {"body": None} == {"version": "1", "path": "/v2/models/iris/infer",
-                                         "query": "x=1", "body": None, "auth": None}
+    assert r.json() | {"body": None, "headers": None} == {
+        "version": "1", "path": "/v2/models/iris/infer", "query": "x=1", "body": None,
+        "auth": None, "headers": None}
     r = front.client.post("/v2/models/iris/versions/2/infer", json={})
     assert (r.json()["version"], r.json()["path"]) == ("2", "/v2/models/iris/versions/2/infer")
 
@@ -137,6 +138,80 @@ def test_sse_streams_through_event_by_event(front: Front) -> None:
     assert [e["i"] for e in events] == [0, 1, 2]
     # the first event reached the client long before the stream ended: not buffered
     assert arrivals[-1][0] - arrivals[0][0] > 0.5
+
+
+def test_a_whole_answer_is_counted_before_the_client_has_it(front: Front) -> None:
+    start = front.gateway.clock_ms()
+    r = front.client.post("/v2/models/iris/versions/1/infer", json={})
+    assert r.status_code == 200 and r.headers["content-length"] == str(len(r.content))
+    # read whole from the instance: outcome and in-flight count settle before the answer goes
+    health = front.gateway.stats.health("iris", "1", since_ms=start)
+    assert (health.num_requests, health.num_errors) == (1, 0)
+    assert front.table.endpoint("iris-1-a").num_in_flight == 0
+
+
+def test_a_stream_is_in_flight_until_its_last_event(front: Front) -> None:
+    endpoint = front.table.endpoint("iris-1-a")
+    with front.client.stream("POST", "/v1/chat/completions/sse",
+                             json={"model": "iris@1", "stream": True}) as r:
+        lines = r.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        assert endpoint.num_in_flight == 1
+        assert front.gateway.stats.health("iris", "1", since_ms=0).num_requests == 0
+        assert [line for line in lines if line.startswith("data: ")][-1] == "data: [DONE]"
+    assert eventually(lambda: endpoint.num_in_flight == 0)
+    assert eventually(lambda: front.gateway.stats.health("iris", "1", 0).num_requests == 1)
+    assert front.gateway.stats.health("iris", "1", since_ms=0).num_errors == 0
+
+
+def test_a_client_leaving_a_stream_closes_it_upstream(front: Front, v1: Served) -> None:
+    streams = v1.app.state.streams
+    closed_before = streams["closed_early"]
+    endpoint = front.table.endpoint("iris-1-a")
+    with front.client.stream("POST", "/v1/chat/completions/sse", params={"n": "100"},
+                             json={"model": "iris@1", "stream": True}) as r:
+        assert next(line for line in r.iter_lines() if line.startswith("data: "))
+    # the client hung up with 30 s of events to go: the instance stops generating them
+    assert eventually(lambda: streams["closed_early"] == closed_before + 1)
+    assert eventually(lambda: endpoint.num_in_flight == 0)
+    health = front.gateway.stats.health("iris", "1", since_ms=0)
+    assert (health.num_requests, health.num_errors) == (1, 0)
+
+
+@pytest.mark.parametrize("size", [10, 3 * 2**20], ids=["small", "3MiB"])
+def test_a_body_without_a_length_is_relayed_complete(front: Front, size: int) -> None:
+    r = front.client.post("/v2/models/iris/versions/1/chunked", params={"size": size}, json={})
+    assert r.status_code == 200
+    assert r.content == bytes(i % 251 for i in range(size))
+
+
+def test_hop_by_hop_headers_stay_on_their_hop_and_none_are_invented(front: Front) -> None:
+    r = front.client.post("/v2/models/iris/versions/1/infer", json={},
+                          headers={"x-trace": "t1", "te": "trailers", "keep-alive": "5",
+                                   "proxy-authorization": "Basic eDp5"})
+    assert set(r.json()["headers"]) == {"accept", "accept-encoding", "content-length",
+                                        "content-type", "host", "user-agent", "x-trace"}
+    assert r.headers["x-answered-by"] == "1"
+    assert "keep-alive" not in r.headers
+
+
+def test_a_body_cut_short_is_a_502_and_counts_as_an_error(front: Front) -> None:
+    truncator = Truncator()
+    endpoint = Endpoint("iris-4-cut", truncator.url)
+    front.table.add_endpoint("iris", "4", endpoint)
+    try:
+        r = front.client.post("/v2/models/iris/versions/4/infer", json={})
+        assert r.status_code == 502
+        assert "iris@4 failed mid-request" in r.json()["error"]
+        health = front.gateway.stats.health("iris", "4", since_ms=0)
+        assert (health.num_requests, health.num_errors, endpoint.num_in_flight) == (1, 1, 0)
+    finally:
+        truncator.stop()
+
+
+def test_a_method_the_gateway_does_not_route_is_405(front: Front) -> None:
+    r = front.client.request("TRACE", "/v2/models/iris/infer")
+    assert r.status_code == 405 and "POST" in r.headers["allow"]
 
 
 def test_draining_instance_finishes_in_flight_and_takes_no_new_requests(

@@ -3,34 +3,41 @@
 A request is retried on another instance only when the connection failed before the request
 was sent (connect error or timeout, no free pooled connection): then the upstream cannot have
 seen it. Anything later is answered as it came, or as a 502, never replayed.
+
+A small answer with a known length is read whole and written in one go; anything else (an SSE
+stream, a chunked or large body) is relayed chunk by chunk as it arrives, never buffered.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
 
-import httpx
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+import aiohttp
 
 from podium.errors import PodiumError, Unavailable
+from podium.gateway import asgi
+from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
 from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
 from podium.gateway.metrics import render as render_metrics
 from podium.gateway.request_route import RequestRoute, route_of
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import Outcome, VersionStats
+from podium.gateway.upstream import NOT_SENT, SENT_FAILED, Upstream
 
-# hop-by-hop headers (RFC 9110 §7.6.1) plus those httpx/starlette recompute
-_DROP_REQUEST = {"host", "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
-                 "te", "trailer", "transfer-encoding", "upgrade", "content-length"}
-_DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding", "trailer", "upgrade"}
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+# hop-by-hop headers (RFC 9110 §7.6.1) plus those the client and server recompute
+_DROP_REQUEST = {b"host", b"connection", b"keep-alive", b"proxy-authenticate",
+                 b"proxy-authorization", b"te", b"trailer", b"transfer-encoding", b"upgrade",
+                 b"content-length"}
+_DROP_RESPONSE = {b"connection", b"keep-alive", b"transfer-encoding", b"trailer", b"upgrade"}
+METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
+WHOLE_MAX_BYTES = 1 << 20
+"""Largest upstream body read whole before answering; longer ones are relayed as they come."""
+_PATH_SAFE = "/:@!$&'()*+,;=~"
 
 
 def wall_ms() -> int:
@@ -38,8 +45,21 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass
+class _Attempt:
+    """One request on one instance: counted in flight until `finish`, then recorded."""
+
+    model: str
+    version: str
+    endpoint: Endpoint
+    started: float
+
+
 class Gateway:
-    """Routes by model and version over a live `RouteTable`; records per-version outcomes."""
+    """Routes by model and version over a live `RouteTable`; records per-version outcomes.
+
+    The gateway is itself the ASGI app (`app()` returns it).
+    """
 
     def __init__(self, table: RouteTable | None = None, stats: VersionStats | None = None, *,
                  max_attempts: int = 3, connect_timeout_s: float = 2.0,
@@ -48,115 +68,175 @@ class Gateway:
         self.stats = stats or VersionStats()
         self.max_attempts = max_attempts
         self.clock_ms = clock_ms
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=connect_timeout_s),
-            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256))
+        self.upstream = Upstream(connect_timeout_s=connect_timeout_s)
+
+    def app(self) -> Gateway:
+        """The ASGI app serving every path."""
+        return self
 
     async def aclose(self) -> None:
         """Close pooled upstream connections."""
-        await self.client.aclose()
+        await self.upstream.aclose()
 
-    async def handle(self, request: Request) -> Response:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self.handle(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await asgi.lifespan(receive, send, on_shutdown=self.aclose)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one client request."""
-        path = request.url.path
-        own = self._own_route(request.method, path)
+        method, path = scope["method"], scope["path"]
+        own = self._own_route(method, path)
         if own is not None:
-            return own
+            await own.send(send)
+            return
         try:
-            route = route_of(request.method, path, await request.body())
-            return await self._forward(request, route)
+            route = route_of(method, path, await asgi.read_body(receive))
+            await self._forward(scope, route, receive, send)
         except PodiumError as exc:
-            return _error(path, exc)
+            await _error(path, exc).send(send)
 
-    async def _forward(self, request: Request, route: RequestRoute) -> Response:
+    async def _forward(self, scope: Scope, route: RequestRoute, receive: Receive,
+                       send: Send) -> None:
+        headers = _request_headers(scope["headers"])
         tried: set[str] = set()
         last: Exception | None = None
         for _ in range(self.max_attempts):
             version, endpoint = self.table.resolve(route.model, route.version,
                                                    exclude=frozenset(tried))
-            upstream = self.client.build_request(
-                request.method, endpoint.url + route.upstream_path(request.url.path, version),
-                params=request.url.query, content=route.body, headers=_request_headers(request))
-            started = time.perf_counter()
-            endpoint.num_in_flight += 1
+            url = _upstream_url(endpoint.url, route.upstream_path(scope["path"], version),
+                                scope.get("query_string", b""))
+            attempt = self._start(route.model, version, endpoint)
             try:
-                response = await self.client.send(upstream, stream=True)
-            except _NOT_SENT as exc:  # never reached the instance: safe to try another
+                response = await self.upstream.send(scope["method"], url, headers, route.body)
+            except NOT_SENT as exc:  # never reached the instance: safe to try another
                 endpoint.num_in_flight -= 1
                 endpoint.healthy = False
                 tried.add(endpoint.id)
                 last = exc
                 continue
-            except httpx.HTTPError as exc:  # sent, then failed: the instance may have acted
-                endpoint.num_in_flight -= 1
-                self._record(route.model, version, started, ok=False)
-                return _error(request.url.path, Unavailable(
-                    f"{route.model}@{version} failed mid-request: {type(exc).__name__}"),
-                    status=502)
-            return StreamingResponse(
-                self._relay(response, route.model, version, endpoint, started),
-                status_code=response.status_code, headers=_response_headers(response))
+            except SENT_FAILED as exc:  # sent, then failed: the instance may have acted
+                self._finish(attempt, ok=False)
+                await _failed_mid_request(scope["path"], attempt, exc).send(send)
+                return
+            if _is_small_whole(response):
+                await self._answer_whole(scope["path"], response, attempt, send)
+            else:
+                await self._relay(response, attempt, receive, send)
+            return
         raise Unavailable(f"no instance of {route.model} accepted a connection after "
                           f"{len(tried)} attempt(s): {last}")
 
-    async def _relay(self, response: httpx.Response, model: str, version: str,
-                     endpoint: Endpoint, started: float) -> AsyncIterator[bytes]:
-        ok = response.status_code < 500
+    async def _answer_whole(self, path: str, response: aiohttp.ClientResponse,
+                            attempt: _Attempt, send: Send) -> None:
         try:
-            async for chunk in response.aiter_raw():
-                yield chunk
-        except httpx.HTTPError:
+            body = await response.read()
+        except SENT_FAILED as exc:
+            self._finish(attempt, ok=False)
+            await _failed_mid_request(path, attempt, exc).send(send)
+            return
+        finally:
+            response.release()
+        # the instance is done with it: count it before the client hears back
+        self._finish(attempt, ok=response.status < 500)
+        await Answer(response.status, body, _response_headers(response)).send(send)
+
+    async def _relay(self, response: aiohttp.ClientResponse, attempt: _Attempt,
+                     receive: Receive, send: Send) -> None:
+        ok = response.status < 500
+        try:
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": _response_headers(response)})
+            # a client that leaves stops the relay, which closes the upstream stream
+            await _first_of(_pump(response, send), asgi.until_disconnect(receive))
+        except SENT_FAILED:
             ok = False
             raise
         finally:
-            await response.aclose()
-            endpoint.num_in_flight -= 1
-            self._record(model, version, started, ok=ok)
+            response.release()  # back to the pool when read to the end, else closed
+            self._finish(attempt, ok=ok)
 
-    def _record(self, model: str, version: str, started: float, *, ok: bool) -> None:
-        latency_ms = (time.perf_counter() - started) * 1000
-        self.stats.record(model, version, Outcome(self.clock_ms(), latency_ms, ok))
+    def _start(self, model: str, version: str, endpoint: Endpoint) -> _Attempt:
+        endpoint.num_in_flight += 1
+        return _Attempt(model, version, endpoint, time.perf_counter())
 
-    def _own_route(self, method: str, path: str) -> Response | None:
+    def _finish(self, attempt: _Attempt, *, ok: bool) -> None:
+        attempt.endpoint.num_in_flight -= 1
+        latency_ms = (time.perf_counter() - attempt.started) * 1000
+        self.stats.record(attempt.model, attempt.version,
+                          Outcome(self.clock_ms(), latency_ms, ok))
+
+    def _own_route(self, method: str, path: str) -> Answer | None:
+        if method not in METHODS:
+            return Answer(405, b"Method Not Allowed",
+                          [(b"allow", ", ".join(sorted(METHODS)).encode())])
         if path in ("/health", "/health/live", "/v2/health/live"):
-            return JSONResponse({"status": "live"})
+            return Answer.json({"status": "live"})
         if path in ("/health/ready", "/v2/health/ready"):
             ready = any(e.can_take for e in self.table.endpoints())
-            return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+            return Answer.json({"ready": ready}, status=200 if ready else 503)
         if method == "GET" and path == "/metrics":
-            return Response(render_metrics(self.table, self.stats), media_type=METRICS_TYPE)
+            return Answer.typed(render_metrics(self.table, self.stats).encode(), METRICS_TYPE)
         if method == "GET" and path == "/v1/models":
             data = [{"id": name if i == 0 else f"{name}@{v}", "object": "model",
                      "owned_by": "podium"}
                     for name, versions in sorted(self.table.models().items())
                     for i, v in enumerate(["", *versions]) if versions]
-            return JSONResponse({"object": "list", "data": data})
+            return Answer.json({"object": "list", "data": data})
         return None
 
-    def app(self) -> Starlette:
-        """The ASGI app serving every path through `handle`."""
-        @contextlib.asynccontextmanager
-        async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-            yield
-            await self.aclose()
 
-        return Starlette(routes=[Route("/{path:path}", self.handle, methods=METHODS)],
-                         lifespan=lifespan)
+def _is_small_whole(response: aiohttp.ClientResponse) -> bool:
+    length = response.content_length
+    return (length is not None and length <= WHOLE_MAX_BYTES
+            and not response.headers.get("content-type", "").startswith("text/event-stream"))
 
 
-def _request_headers(request: Request) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST]
+async def _pump(response: aiohttp.ClientResponse, send: Send) -> None:
+    async for chunk in response.content.iter_any():
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
 
 
-def _response_headers(response: httpx.Response) -> dict[str, str]:
-    return {k: v for k, v in response.headers.items() if k.lower() not in _DROP_RESPONSE}
+async def _first_of(main: Coroutine[Any, Any, None], stop: Coroutine[Any, Any, None]) -> None:
+    """Run `main` until it ends or `stop` does; `main`'s error, if any, is raised."""
+    tasks = [asyncio.ensure_future(main), asyncio.ensure_future(stop)]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    if not tasks[0].cancelled():
+        tasks[0].result()
 
 
-def _error(path: str, exc: PodiumError, status: int | None = None) -> Response:
+def _upstream_url(base: str, path: str, query: bytes) -> str:
+    url = base + quote(path, safe=_PATH_SAFE)
+    return f"{url}?{query.decode('latin-1')}" if query else url
+
+
+def _request_headers(headers: Headers) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers
+            if k.lower() not in _DROP_REQUEST]
+
+
+def _response_headers(response: aiohttp.ClientResponse) -> Headers:
+    return [(k.lower(), v) for k, v in response.raw_headers
+            if k.lower() not in _DROP_RESPONSE]
+
+
+def _failed_mid_request(path: str, attempt: _Attempt, exc: Exception) -> Answer:
+    return _error(path, Unavailable(f"{attempt.model}@{attempt.version} failed mid-request: "
+                                    f"{type(exc).__name__}"), status=502)
+
+
+def _error(path: str, exc: PodiumError, status: int | None = None) -> Answer:
     status = status or exc.http_status
     if path.startswith("/v1"):
-        body = {"error": {"message": exc.message, "type": exc.openai_type, "param": exc.param,
-                          "code": status}}
+        body: dict[str, object] = {"error": {"message": exc.message, "type": exc.openai_type,
+                                             "param": exc.param, "code": status}}
     else:
         body = {"error": exc.message}
-    return Response(json.dumps(body), status_code=status, media_type="application/json")
+    return Answer.json(body, status=status)
