@@ -1,0 +1,203 @@
+"""The Ray runtime on a real local Ray cluster (one head per module, 2 CPUs, no dashboard):
+real `podium serve` instances in actors, the real gateway, and one rollout through the real
+control loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from podium.control.models import PackageRow
+from podium.control.rollout_config import RolloutConfig
+from podium.control.runtime.base import READY
+from podium.control.runtime.local import _pid_alive, free_port
+from podium.control.runtime.ray import RayRuntime, Resources, resources_for
+from podium.control.store import Store
+from podium.gateway.proxy import Gateway
+
+from ..gateway.servers import Served
+from . import platform as platform_module
+from .platform import Load, Platform, write_echo
+
+# instances ask for half a CPU so v1 and v2 fit side by side on the 2-CPU head
+INSTANCE_CPUS = 0.5
+BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [2.0]}]}
+
+
+def _package(backend: str, **engine_args: object) -> PackageRow:
+    return PackageRow(name="m", version="1", backend=backend, location="/p",
+                      manifest={"backend": backend, "engine_args": engine_args})
+
+
+@pytest.mark.parametrize(("package", "cluster_gpus", "wanted"), [
+    (_package("python"), 8.0, Resources(1.0, 0.0)),
+    (_package("vllm"), 0.0, Resources(1.0, 0.0)),
+    (_package("vllm"), 4.0, Resources(1.0, 1.0)),
+    (_package("vllm", tensor_parallel_size=2, pipeline_parallel_size=2), 4.0,
+     Resources(1.0, 4.0)),
+], ids=["classic-model-never-gets-a-gpu", "vllm-on-a-cpu-cluster-runs-on-cpu",
+        "vllm-gets-one-gpu", "vllm-gets-one-gpu-per-parallel-rank"])
+def test_resource_requests(package: PackageRow, cluster_gpus: float, wanted: Resources) -> None:
+    assert resources_for(package, cluster_gpus) == wanted
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--runtime", "ray", "--ray-address", "127.0.0.1:{port}"],
+     ["no Ray cluster answers at 127.0.0.1:{port}", "ray start --head --port {port}"]),
+    (["--runtime", "ray", "--ray-address", "head-without-port"],
+     ["'head-without-port' must be HOST:PORT"]),
+    (["--ray-address", "127.0.0.1:{port}"], ["--ray-address 127.0.0.1:{port} needs --runtime ray"]),
+], ids=["unreachable-head", "address-without-port", "address-without-ray-runtime"])
+def test_up_with_a_bad_ray_address_fails_fast_naming_it_and_the_fix(
+        tmp_path: Path, args: list[str], message: list[str]) -> None:
+    port = free_port()  # nothing listens there
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "podium.cli", "up", *(a.format(port=port) for a in args)],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PODIUM_HOME": str(tmp_path)}, check=False)
+    assert result.returncode == 2, result.stderr
+    for part in message:
+        assert part.format(port=port) in result.stderr
+    assert time.monotonic() - started < 30  # not Ray's own two minutes of retries
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    """A local Ray head for this module; instances bind loopback like every test server."""
+    with pytest.MonkeyPatch.context() as mp:
+        # Ray otherwise resolves its node IP to the machine's network address; this keeps the
+        # head, its workers and so the instances on 127.0.0.1
+        mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024 * 1024,
+                 log_to_driver=False)
+        yield ray
+        ray.shutdown()
+
+
+def _wait_for(condition: Callable[[], bool], runtime: RayRuntime, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, [(i.id, i.state) for i in runtime.instances()]
+        runtime.poll()
+        time.sleep(0.1)
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_instances_run_in_ray_actors_restart_after_a_crash_and_drain_to_zero(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'control.db'}")
+    folder = write_echo(tmp_path / "packages", "1", scale=3)
+    store.announce_package("echo", "1", "python", str(folder),
+                           json.loads((folder / "podium.json").read_text()))
+    store.ensure_deployment("echo", "1", "red-black")
+    gateway = Gateway()
+    served = Served(gateway.app())
+    runtime = RayRuntime(store, gateway.table, tmp_path / "instances",
+                         num_cpus=INSTANCE_CPUS, drain_timeout_s=5)
+    try:
+        runtime.scale("echo", "1", 2)
+        _wait_for(lambda: [i.state for i in runtime.instances()] == [READY, READY], runtime)
+        instances = runtime.instances()
+        assert len({i.url for i in instances}) == 2
+        assert ray_cluster.available_resources()["CPU"] == 2 - 2 * INSTANCE_CPUS
+        for instance in instances:  # each logs to its own file on the actor's node
+            assert instance.log_path and "echo" in Path(instance.log_path).read_text().lower()
+        with httpx.Client(base_url=served.url, timeout=10) as client:
+            answers = [client.post("/v2/models/echo/versions/1/infer", json=BODY)
+                       for _ in range(20)]
+        assert {r.status_code for r in answers} == {200}
+        assert {tuple(r.json()["outputs"][0]["data"]) for r in answers} == {(6.0,)}
+
+        crashed = instances[0]
+        os.kill(crashed.pid or 0, signal.SIGKILL)
+        _wait_for(lambda: runtime.num_crashes("echo", "1") == 1, runtime)
+        restarted = next(i for i in runtime.instances() if i.id == crashed.id)
+        assert restarted.num_restarts == 1
+        _wait_for(lambda: [i.state for i in runtime.instances()] == [READY, READY], runtime)
+        assert next(i for i in runtime.instances() if i.id == crashed.id).pid != crashed.pid
+        events = [e.message for e in store.list_events("echo")]
+        assert f"{crashed.id}: exited with status -9" in events
+
+        # the actor itself dies (its worker killed, as when a node goes): the server goes with
+        # it, and the instance is restarted in a new actor
+        lost = runtime.instances()[1]
+        os.kill(_parent(lost.pid or 0), signal.SIGKILL)
+        _wait_for(lambda: runtime.num_crashes("echo", "1") == 2, runtime)
+        _wait_for(lambda: not _pid_alive(lost.pid or 0), runtime, timeout_s=10)
+        _wait_for(lambda: [i.state for i in runtime.instances()] == [READY, READY], runtime)
+        events = [e.message for e in store.list_events("echo")]
+        assert f"{lost.id}: its Ray actor died (ActorDiedError)" in events
+
+        pids = [i.pid or 0 for i in runtime.instances()]
+        runtime.scale("echo", "1", 0)
+        assert {i.state for i in runtime.instances()} == {"draining"}
+        assert not any(e.can_take for e in gateway.table.endpoints())
+        _wait_for(lambda: runtime.instances() == [], runtime, timeout_s=20)
+        assert not any(_pid_alive(pid) for pid in pids)
+        assert runtime.num_crashes("echo", "1") == 2  # a requested stop is not a crash
+        _wait_for(lambda: ray_cluster.available_resources().get("CPU") == 2, runtime)
+        states = Counter(r.state for _, _, r in store.list_instances(include_stopped=True))
+        assert states == {"stopped": 2}
+    finally:
+        runtime.close()
+        served.stop()
+        store.close()
+
+
+FIRST = RolloutConfig(stages=(100,), num_instances=1, ready_timeout_ms=60_000,
+                      analysis_window_ms=0, warm_delay_ms=0)
+# judged loosely on latency, as in test_e2e_rollout: 4 clients, Ray and 2 instances share 2 cores
+STAGED = RolloutConfig(stages=(50, 100), num_instances=1, ready_timeout_ms=60_000,
+                       analysis_window_ms=1_500, min_requests=20, warm_delay_ms=500,
+                       max_p99_ratio=4.0, p99_slack_ms=100.0)
+
+
+@pytest.fixture
+def ray_platform(ray_cluster: Any, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> Iterator[Platform]:
+    """`podium up` wired as in platform.py, with the Ray runtime in place of the local one."""
+    monkeypatch.setattr(platform_module, "LocalRuntime", lambda store, table, workdir, **kw:
+                        RayRuntime(store, table, workdir, num_cpus=INSTANCE_CPUS, **kw))
+    p = Platform(tmp_path)
+    assert isinstance(p.runtime, RayRuntime)
+    yield p
+    p.close()
+
+
+def test_red_black_rollout_on_ray_drops_no_request(ray_platform: Platform,
+                                                   tmp_path: Path) -> None:
+    for version in ("1", "2"):
+        ray_platform.plane.announce(str(write_echo(tmp_path / "packages", version)))
+    assert ray_platform.wait_done(ray_platform.deploy("1", FIRST)) == "succeeded"
+    load = Load(ray_platform.url, num_clients=4)
+    load.start()
+    load.wait_requests(100)
+    rollout_id = ray_platform.deploy("2", STAGED)
+    status = ray_platform.wait_done(rollout_id)
+    load.wait_requests(len(load.results) + 100)
+    results = load.stop()
+
+    assert status == "succeeded", ray_platform.store.get_rollout(rollout_id).reason
+    assert len(results) >= 300
+    assert [r for r in results if r.status != 200] == []
+    versions = Counter(r.version for r in results)
+    assert versions["1"] > 0 and versions["2"] > 0
+    assert {r.version for r in results[-50:]} == {"2"}
+    ray_platform.wait_for(lambda: [i.version for i in ray_platform.runtime.instances()] == ["2"])
