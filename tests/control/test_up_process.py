@@ -27,8 +27,9 @@ BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1
 class Up:
     """One `podium up` process on free ports with its own PODIUM_HOME."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, api_key: str | None = None) -> None:
         self.home = home
+        self.api_key = api_key
         self.http_port, self.api_port, self.grpc_port = free_port(), free_port(), free_port()
         self.api = f"http://127.0.0.1:{self.api_port}"
         self.gateway = f"http://127.0.0.1:{self.http_port}"
@@ -39,7 +40,8 @@ class Up:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1",
              "--http-port", str(self.http_port), "--api-port", str(self.api_port),
-             "--grpc-port", str(self.grpc_port)],
+             "--grpc-port", str(self.grpc_port),
+             *(["--api-key", self.api_key] if self.api_key else [])],
             env={**os.environ, "PODIUM_HOME": str(self.home)}, stdout=log,
             stderr=subprocess.STDOUT)
         wait(lambda: _ok(self.api + "/health"), what="the control-plane API")
@@ -126,3 +128,43 @@ def test_kill_9_mid_rollout_then_restart_resumes_and_orphans_nothing(
     up.process.terminate()
     assert up.process.wait(timeout=60) == 0
     wait(lambda: not alive(v2_pid), what="v2 stopped with podium up", timeout_s=30)
+
+
+KEY = "control-key-0123456789"
+
+
+def test_api_key_guards_the_api_the_cli_and_the_gateway(tmp_path: Path) -> None:
+    up = Up(tmp_path, api_key=KEY)
+    up.start()  # /health answers without a key: liveness probes carry none
+    try:
+        package = str(write_echo(tmp_path / "pkgs", "1"))
+        # the API: refused without the key, nothing changed, then accepted with it
+        r = httpx.get(up.api + "/v1/status", timeout=10)
+        assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]["message"]
+        assert podium("announce", package, "--api", up.api) == 2
+        assert podium("announce", package, "--api", up.api, "--api-key", "wrong") == 2
+        auth = {"Authorization": f"Bearer {KEY}"}
+        assert httpx.get(up.api + "/v1/packages", headers=auth, timeout=10).json() == []
+        assert podium("announce", package, "--api", up.api, "--api-key", KEY) == 0
+        assert podium("deploy", "echo@1", "--stages", "100", "--analysis-window", "0",
+                      "--warm-delay", "0", "--api", up.api, "--api-key", KEY) == 0
+        wait(lambda: httpx.get(up.api + "/v1/rollouts/1", headers=auth,
+                               timeout=10).json()["status"] == "succeeded", what="echo@1")
+        # the gateway over HTTP: same key, same answer shape as an instance
+        r = httpx.post(up.gateway + "/v2/models/echo/infer", json=BODY, timeout=10)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        r = httpx.post(up.gateway + "/v2/models/echo/infer", json=BODY, headers=auth,
+                       timeout=10)
+        assert (r.status_code, r.json()["model_version"]) == (200, "1")
+        # and over gRPC
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{up.grpc_port}")
+        x = grpcclient.InferInput("x", [1, 1], "FP32")
+        x.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        with pytest.raises(grpcclient.InferenceServerException, match="API key missing"):
+            client.infer("echo", [x])
+        assert client.infer("echo", [x], headers={"authorization": f"Bearer {KEY}"}
+                            ).get_response().model_version == "1"
+    finally:
+        assert up.process is not None
+        up.process.terminate()
+        up.process.wait(timeout=60)

@@ -65,12 +65,17 @@ class ScalingRequest(_Strict):
     max_instances: int = Field(description="min_instances..64")
 
 
-def create_app(plane: ControlPlane) -> FastAPI:
-    """The API app over one control plane."""
+def create_app(plane: ControlPlane, *, api_key: str | None = None) -> FastAPI:
+    """The API app over one control plane; with `api_key`, every route but /health needs
+    `Authorization: Bearer <key>`."""
     app = FastAPI(title="Podium control plane", version="1",
                   description="Announce packages, deploy with Red-Black or Versioned rollouts, "
                               "roll back, and read status.")
     _install_errors(app)
+    if api_key:
+        from podium.server.auth import ApiKeyMiddleware
+
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
 
     @app.get("/health")
     def health() -> dict[str, str]:

@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="run instances as local processes or as actors on a Ray cluster")
     p.add_argument("--ray-address", metavar="HOST:PORT",
                    help="Ray head to join (with --runtime ray); default: start a local head")
+    p.add_argument("--api-key", default=os.environ.get("PODIUM_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on the gateway and the API "
+                        "(env PODIUM_API_KEY)")
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser("announce", help="register + materialize a package")
@@ -81,6 +84,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _api_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api", default=os.environ.get("PODIUM_CONTROL_URL", DEFAULT_API),
                    help="control-plane API URL (env PODIUM_CONTROL_URL)")
+    p.add_argument("--api-key", default=os.environ.get("PODIUM_API_KEY"),
+                   help="key of a control plane started with --api-key (env PODIUM_API_KEY)")
     p.add_argument("--json", action="store_true", help="print the raw JSON answer")
 
 
@@ -91,7 +96,7 @@ def _up(args: argparse.Namespace) -> int:
     return run_up(UpConfig(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
                            api_port=args.api_port,
                            database_url=args.database, runtime=args.runtime,
-                           ray_address=args.ray_address,
+                           ray_address=args.ray_address, api_key=args.api_key,
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
 
 
@@ -144,8 +149,9 @@ def _deploy(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace, method: str, path: str, *, body: Any = None,
           params: dict[str, str] | None = None) -> int:
     try:
+        headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
         response = httpx.request(method, args.api.rstrip("/") + path, json=body, params=params,
-                                 timeout=600)
+                                 headers=headers, timeout=600)
     except httpx.HTTPError as exc:
         print(f"podium: cannot reach the control plane at {args.api} ({exc}); is `podium up` "
               "running?", file=sys.stderr)

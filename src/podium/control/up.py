@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -28,6 +29,7 @@ from podium.control.world import RuntimeWorld
 from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.health import run_health_checks
 from podium.gateway.proxy import Gateway
+from podium.server.auth import ApiKeyMiddleware
 
 log = logging.getLogger("podium.control")
 
@@ -54,6 +56,9 @@ class UpConfig:
     """Where instances run: `local` processes or `ray` actors."""
     ray_address: str | None = None
     """HOST:PORT of the Ray head to join; None starts a local head (or uses RAY_ADDRESS)."""
+    api_key: str | None = None
+    """When set, the gateway (HTTP and gRPC) and the control-plane API require
+    `Authorization: Bearer <key>`; liveness stays open."""
 
 
 def run_up(config: UpConfig) -> int:
@@ -98,11 +103,15 @@ KEEP_ALIVE_S = 75
 
 
 async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> None:
+    gateway_app: Any = gateway.app()
+    if config.api_key:
+        gateway_app = ApiKeyMiddleware(gateway_app, api_key=config.api_key)
     servers = [
-        _Server(uvicorn.Config(gateway.app(), host=config.host, port=config.http_port,
+        _Server(uvicorn.Config(gateway_app, host=config.host, port=config.http_port,
                                log_level="warning", access_log=False,
                                timeout_keep_alive=KEEP_ALIVE_S)),
-        _Server(uvicorn.Config(create_app(plane), host=config.host, port=config.api_port,
+        _Server(uvicorn.Config(create_app(plane, api_key=config.api_key), host=config.host,
+                               port=config.api_port,
                                log_level="info")),
     ]
 
@@ -118,7 +127,8 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> Non
     grpc_gateway = GrpcGateway(gateway.table, gateway.stats)
     grpc_server = None
     if config.grpc_port >= 0:
-        grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port)
+        grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port,
+                                                  api_key=config.api_key)
     log.info("gateway on :%d (gRPC :%d), control-plane API on :%d", config.http_port,
              config.grpc_port, config.api_port)
     try:

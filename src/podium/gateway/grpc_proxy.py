@@ -50,10 +50,16 @@ class GrpcGateway:
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._channels: dict[str, grpc.aio.Channel] = {}
 
-    async def serve(self, host: str, port: int) -> tuple[grpc.aio.Server, int]:
-        """Start a gRPC server on host:port (0: any free port); returns it and the bound port."""
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1),
-                                          ("grpc.max_send_message_length", -1)])
+    async def serve(self, host: str, port: int, *,
+                    api_key: str | None = None) -> tuple[grpc.aio.Server, int]:
+        """Start a gRPC server on host:port (0: any free port); returns it and the bound port.
+        With `api_key`, every call but ServerLive needs `authorization: Bearer <key>`."""
+        from podium.frontends.grpc_auth import ApiKeyInterceptor
+
+        server = grpc.aio.server(
+            interceptors=[ApiKeyInterceptor(api_key)] if api_key else None,
+            options=[("grpc.max_receive_message_length", -1),
+                     ("grpc.max_send_message_length", -1)])
         server.add_generic_rpc_handlers((self._handler(),))
         bound = server.add_insecure_port(f"{host}:{port}")
         await server.start()
