@@ -161,6 +161,29 @@ def test_instances_run_in_ray_actors_restart_after_a_crash_and_drain_to_zero(
         store.close()
 
 
+def test_an_instance_the_cluster_cannot_place_waits_and_is_cancelled_by_a_drain(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'control.db'}")
+    folder = write_echo(tmp_path / "packages", "1")
+    store.announce_package("echo", "1", "python", str(folder), {})
+    store.ensure_deployment("echo", "1", "red-black")
+    runtime = RayRuntime(store, Gateway().table, tmp_path / "instances", num_cpus=3)
+    try:
+        runtime.scale("echo", "1", 1)  # 3 CPUs on a 2-CPU cluster: never placed
+        for _ in range(10):
+            runtime.poll()
+            time.sleep(0.1)
+        [waiting] = runtime.instances()
+        assert (waiting.state, waiting.url) == ("starting", "")
+        runtime.scale("echo", "1", 0)
+        _wait_for(lambda: runtime.instances() == [], runtime, timeout_s=10)
+        assert runtime.num_crashes("echo", "1") == 0
+        assert [r.state for _, _, r in store.list_instances(include_stopped=True)] == ["stopped"]
+    finally:
+        runtime.close()
+        store.close()
+
+
 FIRST = RolloutConfig(stages=(100,), num_instances=1, ready_timeout_ms=60_000,
                       analysis_window_ms=0, warm_delay_ms=0)
 # judged loosely on latency, as in test_e2e_rollout: 4 clients, Ray and 2 instances share 2 cores
