@@ -3,9 +3,10 @@
     .venv/bin/python bench/gateway_overhead.py [--requests 2000] [--concurrency 1]
 
 Starts one `podium serve` instance of xgb-example and one gateway process routing to it, then
-sends the same KServe v2 requests (HTTP and gRPC) both ways, back to back. Prints median and p99
-latency per path, the added median latency, and the gateway process's CPU time per request
-(utime + stime from /proc, so it is the proxy's own cost, whatever else runs on the machine).
+sends the same KServe v2 requests (HTTP and gRPC) both ways, in alternating blocks (direct,
+gateway, gateway, direct, ... so drift on a shared machine hits both paths alike). Prints median
+and p99 latency per path, the added median latency, and the gateway process's CPU time per
+request (utime + stime from /proc, so it is the proxy's own cost, whatever else runs).
 """
 
 from __future__ import annotations
@@ -122,6 +123,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="direct/gateway blocks alternate ABBA this many times per path")
     parser.add_argument("--gateway-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.gateway_child:
@@ -145,10 +148,20 @@ def main() -> int:
                 ("HTTP", http_caller, f"http://127.0.0.1:{inst_http}",
                  f"http://127.0.0.1:{gw_http}"),
                 ("gRPC", grpc_caller, f"127.0.0.1:{inst_grpc}", f"127.0.0.1:{gw_grpc}")):
-            straight = timed(make(direct), args.requests, args.concurrency)
-            cpu_before = cpu_seconds(gw.pid)
-            proxied = timed(make(via), args.requests, args.concurrency)
-            cpu_ms = (cpu_seconds(gw.pid) - cpu_before) * 1000 / (args.requests + 50)
+            straight: list[float] = []
+            proxied: list[float] = []
+            cpu_s = 0.0
+            block = max(args.requests // (2 * args.rounds), 1)
+            to_direct, to_gateway = make(direct), make(via)
+            # direct, gateway, gateway, direct, ...: drift on a shared machine hits both alike
+            for i in range(2 * args.rounds):
+                if (i % 4) in (0, 3):
+                    straight += timed(to_direct, block, args.concurrency)
+                else:
+                    cpu_before = cpu_seconds(gw.pid)
+                    proxied += timed(to_gateway, block, args.concurrency)
+                    cpu_s += cpu_seconds(gw.pid) - cpu_before
+            cpu_ms = cpu_s * 1000 / (len(proxied) + 50 * args.rounds)
             base = statistics.median(straight)
             for label, values, extra in ((f"{protocol} direct", straight, ""),
                                          (f"{protocol} gateway", proxied, f"{cpu_ms:.3f} ms")):

@@ -49,6 +49,7 @@ class GrpcGateway:
         self.max_attempts = max_attempts
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[tuple[str, str], grpc.aio.UnaryUnaryMultiCallable] = {}
 
     async def serve(self, host: str, port: int, *,
                     api_key: str | None = None) -> tuple[grpc.aio.Server, int]:
@@ -70,6 +71,7 @@ class GrpcGateway:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._stubs.clear()
 
     def _handler(self) -> grpc.GenericRpcHandler:
         handlers: dict[str, grpc.RpcMethodHandler] = {
@@ -109,9 +111,8 @@ class GrpcGateway:
                 started = time.perf_counter()
                 endpoint.num_in_flight += 1
                 try:
-                    stub = self._channel(endpoint).unary_unary(f"/{SERVICE}/{method}")
-                    answer = await stub(payload, metadata=_metadata(context),
-                                        timeout=context.time_remaining())
+                    answer = await self._stub(endpoint, method)(
+                        payload, metadata=_metadata(context), timeout=context.time_remaining())
                 except grpc.aio.AioRpcError as exc:
                     if _never_sent(exc):
                         endpoint.healthy = False
@@ -169,6 +170,13 @@ class GrpcGateway:
         except PodiumError as exc:
             await context.abort(_CODES.get(exc.grpc_code, grpc.StatusCode.INTERNAL), exc.message)
             raise AssertionError("unreachable") from exc
+
+    def _stub(self, endpoint: Endpoint, method: str) -> grpc.aio.UnaryUnaryMultiCallable:
+        key = (endpoint.grpc_target or "", method)
+        stub = self._stubs.get(key)
+        if stub is None:
+            stub = self._stubs[key] = self._channel(endpoint).unary_unary(f"/{SERVICE}/{method}")
+        return stub
 
     def _channel(self, endpoint: Endpoint) -> grpc.aio.Channel:
         target = endpoint.grpc_target
