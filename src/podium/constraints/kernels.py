@@ -79,27 +79,28 @@ def state_edges(offsets: np.ndarray,
 def keep_only_rows(logits: np.ndarray, rows: np.ndarray, keep_rows: np.ndarray,
                    keep_tokens: np.ndarray) -> None:  # pragma: no cover - compiled
     """In place: every logit of ``rows`` becomes -inf except the ``(keep_rows[i],
-    keep_tokens[i])`` pairs. One row at a time, so the kept values are saved and restored
-    while the row is in cache: the only pass over memory is the fill itself."""
-    num_rows = logits.shape[0]
-    count = np.zeros(num_rows + 1, dtype=np.int64)
+    keep_tokens[i])`` pairs. Each row is written only in the gaps between its kept tokens, so
+    the kept logits are never read back: the whole mask is one streaming write, the floor."""
+    num_rows, width = logits.shape
+    start = np.zeros(num_rows + 1, dtype=np.int64)
     for i in range(len(keep_rows)):
-        count[keep_rows[i] + 1] += 1
+        start[keep_rows[i] + 1] += 1
     for r in range(num_rows):
-        count[r + 1] += count[r]
-    order = np.empty(len(keep_rows), dtype=np.int64)
-    fill = count[:-1].copy()
+        start[r + 1] += start[r]
+    bucketed = np.empty(len(keep_rows), dtype=np.int64)
+    fill = start[:-1].copy()
     for i in range(len(keep_rows)):
-        order[fill[keep_rows[i]]] = keep_tokens[i]
+        bucketed[fill[keep_rows[i]]] = keep_tokens[i]
         fill[keep_rows[i]] += 1
-    saved = np.empty(len(keep_rows), dtype=logits.dtype)
     for r in rows:
-        lo, hi = count[r], count[r + 1]
-        for j in range(lo, hi):
-            saved[j] = logits[r, order[j]]
-        logits[r, :] = -np.inf
-        for j in range(lo, hi):
-            logits[r, order[j]] = saved[j]
+        kept = np.sort(bucketed[start[r]:start[r + 1]])
+        gap = 0
+        for t in kept:
+            if t > gap:
+                logits[r, gap:t] = -np.inf
+            gap = max(gap, t + 1)  # a token kept twice leaves an empty gap
+        if gap < width:
+            logits[r, gap:] = -np.inf
 
 
 def warm() -> None:
