@@ -205,6 +205,7 @@ def test_complete_constraint_allows_only_eos(smol_dir: Any, tok: TokenizerInfo) 
     sim.add(req)
     sim.flush()
     req.out.extend(tok.encode_batch(["Heat"])[0])
+    sim.flush()  # vLLM calls update_state (no batch change) before every forward pass
     logits = proc.apply(torch.randn(1, 49152))
     assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == list(tok.eos_token_ids)
 

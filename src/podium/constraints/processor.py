@@ -62,6 +62,9 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
         self._compiler: ConstraintCompiler | None = None
         self._batch: ConstraintBatch | None = None
         self._lists: list[list[int] | None] = []  # V1: live output history per batch index
+        # V1: allowed tokens computed in update_state, before the forward pass, for this step's
+        # apply: (slots, rows, tokens), or None when apply must work them out itself
+        self._prepared: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # --- shared ---
 
@@ -109,8 +112,14 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
     # --- V1 model runner ---
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
-        if batch_update is None:
-            return
+        """Apply batch changes, then advance every state machine to the histories, which
+        already hold last step's tokens: this runs before the forward pass, while the tables
+        and histories are still in cache, so `apply` only writes the mask."""
+        if batch_update is not None:
+            self._update_batch(batch_update)
+        self._prepared = self._prepare_v1() if self._batch is not None else None
+
+    def _update_batch(self, batch_update: BatchUpdate) -> None:
         for index in batch_update.removed:
             if self._batch is not None:
                 self._batch.remove(index)
@@ -143,10 +152,24 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
             return logits
         if ctx is not None:
             return self._apply_v2(logits, ctx)
+        # vLLM calls update_state before every forward pass; without it (direct use) the
+        # histories may have grown since, so work it out here
+        prepared, self._prepared = self._prepared, None
+        slots, keep_slots, keep_tokens = prepared or self._prepare_v1()
+        rows = logits.shape[0]
+        if len(slots) and slots[-1] >= rows:  # slots ascend: drop any beyond this batch
+            keep = keep_slots < rows
+            slots = slots[slots < rows]
+            keep_slots, keep_tokens = keep_slots[keep], keep_tokens[keep]
+        return keep_only(logits, slots, keep_slots, keep_tokens)
+
+    def _prepare_v1(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sync the active slots to their histories; return them with their allowed
+        ``(slot, token)`` pairs."""
+        assert self._batch is not None
         slots = self._batch.active_slots()
-        slots = slots[slots < logits.shape[0]]
         if len(slots) == 0:
-            return logits
+            return slots, slots, slots
         lists = [self._lists[i] for i in slots.tolist()]
         lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
 
@@ -157,7 +180,7 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
 
         self._batch.sync(slots, lengths, fetch)
         rows, tokens = self._batch.allowed(slots)
-        return keep_only(logits, slots, slots[rows], tokens)
+        return slots, slots[rows], tokens
 
     # --- Model Runner V2 ---
 
