@@ -96,8 +96,8 @@ async def _chunks(size: int) -> AsyncIterator[bytes]:
         yield bytes(i % 251 for i in range(start, min(size, start + 65536)))
 
 
-class Dropper:
-    """Accepts a connection, reads the request, then closes without answering."""
+class RawServer:
+    """A loopback socket server that reads each request and answers it with `answer`."""
 
     def __init__(self) -> None:
         self.sock = socket.socket()
@@ -107,44 +107,34 @@ class Dropper:
         self.num_requests = 0
         threading.Thread(target=self._serve, daemon=True).start()
 
+    def answer(self, conn: socket.socket) -> None:
+        """Reply (or not) on a connection whose request was read; it is closed after."""
+
     def _serve(self) -> None:
         while True:
             try:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            data = conn.recv(65536)
-            if data:
+            if conn.recv(65536):
                 self.num_requests += 1
+            self.answer(conn)
             conn.close()
 
     def stop(self) -> None:
         self.sock.close()
 
 
-class Truncator:
+class Dropper(RawServer):
+    """Accepts a connection, reads the request, then closes without answering."""
+
+
+class Truncator(RawServer):
     """Answers 200 with a Content-Length it does not keep: half the body, then it closes."""
 
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                         b"content-length: 100\r\n\r\n{\"half\": ")
-            conn.close()
-
-    def stop(self) -> None:
-        self.sock.close()
+    def answer(self, conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                     b"content-length: 100\r\n\r\n{\"half\": ")
 
 
 def closed_port_url() -> str:
