@@ -198,6 +198,26 @@ def test_v1_history_rewritten_at_same_length_is_replayed(smol_dir: Any,
         Oracle(tok).allowed(req)
 
 
+def test_v1_async_scheduling_placeholders_filled_after_update_state(smol_dir: Any,
+                                                                     tok: TokenizerInfo) -> None:
+    # with async scheduling vLLM appends -1 for the token still on the device, calls
+    # update_state, and writes the real token just before sampling (apply)
+    spec = {"type": "choice", "choices": ["Alien", "Aliens", "Heat"]}
+    proc = ConstraintLogitsProcessor(_config(smol_dir), torch.device("cpu"), False)
+    req = Req(spec)
+    sim = V1Sim(proc, random.Random(0))
+    sim.add(req)
+    sim.flush()
+    proc.apply(torch.zeros(1, 49152))
+    for token in tok.encode_batch(["Heat"])[0]:
+        req.out.append(-1)
+        sim.flush()
+        req.out[-1] = token
+        logits = proc.apply(torch.zeros(1, 49152))
+        assert set(torch.isfinite(logits[0]).nonzero().flatten().tolist()) == \
+            Oracle(tok).allowed(req)
+
+
 def test_complete_constraint_allows_only_eos(smol_dir: Any, tok: TokenizerInfo) -> None:
     proc = ConstraintLogitsProcessor(_config(smol_dir), torch.device("cpu"), False)
     req = Req({"type": "choice", "choices": ["Heat"]})

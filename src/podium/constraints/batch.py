@@ -122,8 +122,9 @@ class ConstraintBatch:
 
     # --- per step ---
 
-    def sync(self, slots: np.ndarray, lengths: np.ndarray, fetch: FetchTokens) -> None:
-        """Bring the state of ``slots`` up to their histories' current ``lengths``."""
+    def sync(self, slots: np.ndarray, lengths: np.ndarray, fetch: FetchTokens) -> bool:
+        """Bring the state of ``slots`` up to their histories' current ``lengths``; False when
+        some history still holds a placeholder (-1) the engine has not filled in yet."""
         consumed = self.consumed[slots]
         # one read for the usual step: each slot's last consumed token (has the history been
         # rewritten?) and its first unconsumed one
@@ -140,14 +141,17 @@ class ConstraintBatch:
             pending = np.flatnonzero(lengths > consumed)
             tokens = fetch(pending, consumed[pending])
         # replay every missing token; usually one pass with one token per slot
+        complete = True
         while len(pending):
             known = tokens >= 0  # -1: a placeholder the engine has not filled in yet
+            complete &= bool(known.all())
             pending, tokens = pending[known], tokens[known]
             pos = slots[pending]
             self._advance(pos, tokens)
             pending = pending[lengths[pending] > self.consumed[pos]]
             if len(pending):
                 tokens = fetch(pending, self.consumed[slots[pending]])
+        return complete
 
     def allowed(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Allowed ``(position into slots, token)`` pairs; EOS where the constraint may end,

@@ -117,7 +117,12 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
         and histories are still in cache, so `apply` only writes the mask."""
         if batch_update is not None:
             self._update_batch(batch_update)
-        self._prepared = self._prepare_v1() if self._batch is not None else None
+        self._prepared = None
+        if self._batch is not None:
+            prepared, complete = self._prepare_v1()
+            # with async scheduling the last tokens are still placeholders here; vLLM fills
+            # them in just before sampling, so apply then catches up itself
+            self._prepared = prepared if complete else None
 
     def _update_batch(self, batch_update: BatchUpdate) -> None:
         for index in batch_update.removed:
@@ -155,7 +160,7 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
         # vLLM calls update_state before every forward pass; without it (direct use) the
         # histories may have grown since, so work it out here
         prepared, self._prepared = self._prepared, None
-        slots, keep_slots, keep_tokens = prepared or self._prepare_v1()
+        slots, keep_slots, keep_tokens = prepared or self._prepare_v1()[0]
         rows = logits.shape[0]
         if len(slots) and slots[-1] >= rows:  # slots ascend: drop any beyond this batch
             keep = keep_slots < rows
@@ -163,13 +168,13 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
             keep_slots, keep_tokens = keep_slots[keep], keep_tokens[keep]
         return keep_only(logits, slots, keep_slots, keep_tokens)
 
-    def _prepare_v1(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _prepare_v1(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], bool]:
         """Sync the active slots to their histories; return them with their allowed
-        ``(slot, token)`` pairs."""
+        ``(slot, token)`` pairs, and whether every history token was known."""
         assert self._batch is not None
         slots = self._batch.active_slots()
         if len(slots) == 0:
-            return slots, slots, slots
+            return (slots, slots, slots), True
         lists = [self._lists[i] for i in slots.tolist()]
         lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
 
@@ -178,9 +183,9 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
             return np.fromiter(map(list.__getitem__, chosen, idx.tolist()),
                                dtype=np.int64, count=len(pos))
 
-        self._batch.sync(slots, lengths, fetch)
+        complete = self._batch.sync(slots, lengths, fetch)
         rows, tokens = self._batch.allowed(slots)
-        return slots, slots[rows], tokens
+        return (slots, slots[rows], tokens), complete
 
     # --- Model Runner V2 ---
 
