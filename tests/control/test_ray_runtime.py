@@ -58,7 +58,10 @@ def test_resource_requests(package: PackageRow, cluster_gpus: float, wanted: Res
     (["--runtime", "ray", "--ray-address", "head-without-port"],
      ["'head-without-port' must be HOST:PORT"]),
     (["--ray-address", "127.0.0.1:{port}"], ["--ray-address 127.0.0.1:{port} needs --runtime ray"]),
-], ids=["unreachable-head", "address-without-port", "address-without-ray-runtime"])
+    (["--ray-cpus", "4"], ["--ray-cpus 4.0 needs --runtime ray"]),
+    (["--runtime", "ray", "--ray-cpus", "0"], ["--ray-cpus 0.0 is out of range", "e.g. 4"]),
+], ids=["unreachable-head", "address-without-port", "address-without-ray-runtime",
+        "cpus-without-ray-runtime", "zero-cpus"])
 def test_up_with_a_bad_ray_address_fails_fast_naming_it_and_the_fix(
         tmp_path: Path, args: list[str], message: list[str]) -> None:
     port = free_port()  # nothing listens there

@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="run instances as local processes or as actors on a Ray cluster")
     p.add_argument("--ray-address", metavar="HOST:PORT",
                    help="Ray head to join (with --runtime ray); default: start a local head")
+    p.add_argument("--ray-cpus", type=float, metavar="N",
+                   help="CPUs each instance reserves on Ray (default 1; also its "
+                        "OMP_NUM_THREADS, so give a CPU LLM several)")
     p.add_argument("--api-key", default=os.environ.get("PODIUM_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on the gateway and the API "
                         "(env PODIUM_API_KEY)")
@@ -96,7 +99,8 @@ def _up(args: argparse.Namespace) -> int:
     return run_up(UpConfig(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
                            api_port=args.api_port,
                            database_url=args.database, runtime=args.runtime,
-                           ray_address=args.ray_address, api_key=args.api_key,
+                           ray_address=args.ray_address, ray_num_cpus=args.ray_cpus,
+                           api_key=args.api_key,
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
 
 

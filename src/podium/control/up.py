@@ -56,6 +56,9 @@ class UpConfig:
     """Where instances run: `local` processes or `ray` actors."""
     ray_address: str | None = None
     """HOST:PORT of the Ray head to join; None starts a local head (or uses RAY_ADDRESS)."""
+    ray_num_cpus: float | None = None
+    """CPUs each instance's actor reserves on Ray (default 1); Ray also sets the server's
+    OMP_NUM_THREADS to it, so a CPU LLM wants several."""
     api_key: str | None = None
     """When set, the gateway (HTTP and gRPC) and the control-plane API require
     `Authorization: Bearer <key>`; liveness stays open."""
@@ -68,7 +71,8 @@ def run_up(config: UpConfig) -> int:
     gateway = Gateway()
     try:
         runtime = create_runtime(config.runtime, store, gateway.table, home / "instances",
-                                 ray_address=config.ray_address)
+                                 ray_address=config.ray_address,
+                                 ray_num_cpus=config.ray_num_cpus)
     except BaseException:
         store.close()
         raise

@@ -15,19 +15,28 @@ RUNTIMES = ("local", "ray")
 
 
 def create_runtime(name: str, store: Store, table: RouteTable, workdir: Path, *,
-                   ray_address: str | None = None) -> Supervisor:
+                   ray_address: str | None = None,
+                   ray_num_cpus: float | None = None) -> Supervisor:
     """The runtime called `name`; Ray is imported only when it is the one chosen."""
+    if ray_num_cpus is not None and not 0 < ray_num_cpus <= 1024:
+        raise InvalidArgument(f"--ray-cpus {ray_num_cpus} is out of range; use a number of "
+                              "CPUs per instance in (0, 1024], e.g. 4 for a CPU LLM",
+                              param="ray_num_cpus")
     if name == "local":
         if ray_address is not None:
             raise InvalidArgument(f"--ray-address {ray_address} needs --runtime ray",
                                   param="ray_address")
+        if ray_num_cpus is not None:
+            raise InvalidArgument(f"--ray-cpus {ray_num_cpus} needs --runtime ray",
+                                  param="ray_num_cpus")
         from podium.control.runtime.local import LocalRuntime
 
         return LocalRuntime(store, table, workdir)
     if name == "ray":
         from podium.control.runtime.ray import RayRuntime
 
-        return RayRuntime(store, table, workdir, address=ray_address)
+        return RayRuntime(store, table, workdir, address=ray_address,
+                          num_cpus=1.0 if ray_num_cpus is None else ray_num_cpus)
     raise InvalidArgument(f"runtime {name!r} is not one of {', '.join(RUNTIMES)}",
                           param="runtime")
 
