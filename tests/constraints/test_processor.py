@@ -180,14 +180,21 @@ def test_v1_masks_match_replay_through_batch_churn(smol_dir: Any, tok: Tokenizer
         _check_and_sample(logits, original, sim.rows, oracle, rng)
 
 
-def test_v1_history_rewritten_at_same_length_is_replayed(smol_dir: Any,
-                                                         tok: TokenizerInfo) -> None:
-    spec = {"type": "choice", "choices": ["Alien", "Aliens", "Heat"]}
+def _one_request(smol_dir: Any, spec: dict | None) -> tuple[ConstraintLogitsProcessor, Req,
+                                                            V1Sim]:
+    """A V1 processor with one request added (its batch update delivered)."""
     proc = ConstraintLogitsProcessor(_config(smol_dir), torch.device("cpu"), False)
     req = Req(spec)
     sim = V1Sim(proc, random.Random(0))
     sim.add(req)
     sim.flush()
+    return proc, req, sim
+
+
+def test_v1_history_rewritten_at_same_length_is_replayed(smol_dir: Any,
+                                                         tok: TokenizerInfo) -> None:
+    spec = {"type": "choice", "choices": ["Alien", "Aliens", "Heat"]}
+    proc, req, _sim = _one_request(smol_dir, spec)
     heat = tok.encode_batch(["Heat"])[0]
     proc.apply(torch.zeros(1, 49152))
     req.out.append(tok.encode_batch(["Alien"])[0][0])
@@ -203,11 +210,7 @@ def test_v1_async_scheduling_placeholders_filled_after_update_state(smol_dir: An
     # with async scheduling vLLM appends -1 for the token still on the device, calls
     # update_state, and writes the real token just before sampling (apply)
     spec = {"type": "choice", "choices": ["Alien", "Aliens", "Heat"]}
-    proc = ConstraintLogitsProcessor(_config(smol_dir), torch.device("cpu"), False)
-    req = Req(spec)
-    sim = V1Sim(proc, random.Random(0))
-    sim.add(req)
-    sim.flush()
+    proc, req, sim = _one_request(smol_dir, spec)
     proc.apply(torch.zeros(1, 49152))
     for token in tok.encode_batch(["Heat"])[0]:
         req.out.append(-1)
@@ -219,11 +222,7 @@ def test_v1_async_scheduling_placeholders_filled_after_update_state(smol_dir: An
 
 
 def test_complete_constraint_allows_only_eos(smol_dir: Any, tok: TokenizerInfo) -> None:
-    proc = ConstraintLogitsProcessor(_config(smol_dir), torch.device("cpu"), False)
-    req = Req({"type": "choice", "choices": ["Heat"]})
-    sim = V1Sim(proc, random.Random(0))
-    sim.add(req)
-    sim.flush()
+    proc, req, sim = _one_request(smol_dir, {"type": "choice", "choices": ["Heat"]})
     req.out.extend(tok.encode_batch(["Heat"])[0])
     sim.flush()  # vLLM calls update_state (no batch change) before every forward pass
     logits = proc.apply(torch.randn(1, 49152))
@@ -239,10 +238,7 @@ def test_validate_params_rejects_a_malformed_constraint() -> None:
 
 
 def test_requests_without_constraints_cost_nothing(smol_dir: Any) -> None:
-    proc = ConstraintLogitsProcessor(_config(smol_dir), torch.device("cpu"), False)
-    sim = V1Sim(proc, random.Random(0))
-    sim.add(Req(None))
-    sim.flush()
+    proc, _req, _sim = _one_request(smol_dir, None)
     original = torch.randn(1, 49152)
     assert torch.equal(proc.apply(original.clone()), original)
     assert proc._batch is None  # the tokenizer was never loaded
