@@ -2,7 +2,8 @@
 
 A small simulator plays the V1 persistent batch (adds, removals with condensing moves, swaps,
 chunked prefill, discarded tokens, preemption and resumption) and Model Runner V2 (slots and
-on-device token history). After every step each constrained row's finite logits must be
+on-device token history, on vLLM's own V2 objects: its loader, ``RequestState`` and
+``LogitsContext``). After every step each constrained row's finite logits must be
 exactly what a fresh replay of that request's history allows; other rows stay untouched.
 """
 
@@ -237,6 +238,20 @@ def test_validate_params_rejects_a_malformed_constraint() -> None:
     ConstraintLogitsProcessor.validate_params(SamplingParams())  # no constraint: fine
 
 
+def test_v2_admission_runs_through_vllms_validator() -> None:
+    # what Model Runner V2's frontend builds from the installed entry point
+    from vllm.exceptions import VLLMValidationError
+    from vllm.v1.worker.gpu.sample.logits_processor.loader import (
+        build_custom_logits_processors_params_validator,
+    )
+
+    validate = build_custom_logits_processors_params_validator(())
+    with pytest.raises(VLLMValidationError, match="choices is empty"):
+        validate(SamplingParams(extra_args={"podium_constraint": json.dumps(
+            {"type": "choice", "choices": []})}))
+    validate(_params({"type": "choice", "choices": ["Heat"]}))
+
+
 def test_requests_without_constraints_cost_nothing(smol_dir: Any) -> None:
     proc, _req, _sim = _one_request(smol_dir, None)
     original = torch.randn(1, 49152)
@@ -245,25 +260,44 @@ def test_requests_without_constraints_cost_nothing(smol_dir: Any) -> None:
 
 
 class V2Sim:
-    """Model Runner V2: requests live in slots; committed tokens in a device tensor."""
+    """Model Runner V2 with vLLM's own objects: its ``RequestState`` (host buffers, as vLLM's
+    CPU worker builds them), its processor loader (our ``vllm.logits_processors`` entry point)
+    and its ``LogitsContext``. Only the runner's device kernels (writing sampled tokens into
+    ``all_token_ids``) are done by hand here: they are Triton, absent on this CPU."""
 
-    def __init__(self, proc_factory: Any, max_reqs: int = 8, max_len: int = 256) -> None:
-        self.all_token_ids = torch.zeros(max_reqs, max_len, dtype=torch.int32)
-        self.prompt_len = np.zeros(max_reqs, dtype=np.int32)
-        self.total_len = np.zeros(max_reqs, dtype=np.int64)
-        req_states = SimpleNamespace(
-            all_token_ids=SimpleNamespace(gpu=self.all_token_ids),
-            prompt_len=SimpleNamespace(np=self.prompt_len))
-        self.proc = proc_factory(req_states)
+    def __init__(self, config: Any, monkeypatch: pytest.MonkeyPatch, max_reqs: int = 8,
+                 max_len: int = 256) -> None:
+        import vllm.v1.worker.cpu.buffer_utils as cpu_buffers
+        import vllm.v1.worker.gpu.buffer_utils as gpu_buffers
+        from vllm.v1.worker.gpu.sample.logits_processor.loader import (
+            build_custom_logits_processors,
+        )
+        from vllm.v1.worker.gpu.states import RequestState
+
+        # the swap vLLM's CPU worker makes (vllm.v1.worker.cpu.shm): no pinned memory here
+        monkeypatch.setattr(gpu_buffers, "UvaBuffer", cpu_buffers.UvaBuffer)
+        self.req_states = RequestState(max_reqs, max_len, 64, 0, 49152, torch.device("cpu"))
+        procs = build_custom_logits_processors(config, self.req_states, False)
+        [self.proc] = [p for p in procs if isinstance(p, ConstraintLogitsProcessor)]
+        self.all_token_ids = self.req_states.all_token_ids.gpu
+        self.prompt_len = self.req_states.prompt_len.np
 
     def ctx(self, slots: list[int], visible: list[int]) -> Any:
-        return SimpleNamespace(idx_mapping_np=np.array(slots),
-                               seq_lens_upper_bound_np=np.array(visible))
+        from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsContext
+
+        idx = torch.tensor(slots, dtype=torch.int32)
+        pos = torch.tensor(visible, dtype=torch.int64) - 1
+        return LogitsContext(
+            expanded_idx_mapping=idx, idx_mapping=idx, idx_mapping_np=idx.numpy(),
+            expanded_local_pos=torch.zeros(len(slots), dtype=torch.int32),
+            input_ids=self.all_token_ids[idx.long(), pos.clamp(min=0)], pos=pos,
+            seq_lens_upper_bound_np=np.array(visible, dtype=np.int32))
 
 
-def test_v2_slots_prefill_and_preemption(smol_dir: Any, tok: TokenizerInfo) -> None:
+def test_v2_slots_prefill_and_preemption(smol_dir: Any, tok: TokenizerInfo,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     oracle = Oracle(tok)
-    sim = V2Sim(lambda rs: ConstraintLogitsProcessor(_config(smol_dir), rs))
+    sim = V2Sim(_config(smol_dir), monkeypatch)
     rng = random.Random(1)
     reqs = {0: Req(SPECS[0]), 3: Req(SPECS[1]), 5: Req(None)}
     for slot, req in reqs.items():
