@@ -1,0 +1,77 @@
+"""Constraints as a client uses them: the official `openai` SDK against the shared real instance.
+
+For every built-in, 50 sampled requests at temperature 1.0 go through the whole serving path
+(``extra_body`` → admission → the engine's batch processor) 16 at a time, and every answer must
+satisfy its constraint. The engine-level traps (chunked prefill, preemption) are in
+``tests/constraints/test_engine.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import LLM
+from tests.constraints.catalog import make_titles
+
+pytestmark = pytest.mark.engine
+
+REQUESTS = 50  # sampled requests per built-in
+CONCURRENCY = 16
+
+
+def _sample(client: openai.OpenAI, constraint: dict[str, Any], task: str,
+            max_tokens: int) -> list[Any]:
+    """``REQUESTS`` chat completions, each its own prompt, all with ``constraint``."""
+
+    def one(i: int) -> Any:
+        r = client.chat.completions.create(
+            model=LLM, max_tokens=max_tokens, temperature=1.0,
+            messages=[{"role": "user", "content": f"{task} (request {i}; one line only)"}],
+            extra_body={"constraint": constraint})
+        assert len(r.choices) == 1
+        return r.choices[0]
+
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        return list(pool.map(one, range(REQUESTS)))
+
+
+def test_choice_every_answer_is_a_catalog_title(openai_client: openai.OpenAI) -> None:
+    titles = make_titles(2000)
+    answers = _sample(openai_client, {"type": "choice", "choices": titles},
+                      "Recommend one movie title for a rainy evening", 40)
+    outside = [a.message.content for a in answers if a.message.content not in set(titles)]
+    assert not outside, f"{len(outside)} answers outside the catalog: {outside[:3]}"
+    assert all(a.finish_reason == "stop" for a in answers)
+
+
+def test_distinct_items_every_answer_is_a_valid_array(openai_client: openai.OpenAI) -> None:
+    items = make_titles(300)
+    answers = _sample(openai_client,
+                      {"type": "distinct_items", "items": items, "min": 2, "max": 3},
+                      "List two or three movie titles as a JSON array", 80)
+    for a in answers:
+        assert a.finish_reason == "stop", a.message.content
+        value = json.loads(a.message.content)
+        assert 2 <= len(value) <= 3 and len(set(value)) == len(value), value
+        assert set(value) <= set(items), value
+
+
+def test_regex_every_answer_matches(openai_client: openai.OpenAI) -> None:
+    pattern = r"[A-Z]{2}-[0-9]{3,5}( \([a-z]+\))?"
+    answers = _sample(openai_client, {"type": "regex", "pattern": pattern},
+                      "Give a ticket ID like AB-1234", 24)
+    for a in answers:
+        text = a.message.content
+        if a.finish_reason == "stop":
+            assert re.fullmatch(pattern, text), text
+        else:
+            # cut by max_tokens: what was produced is still a prefix of the language
+            assert a.finish_reason == "length", a.finish_reason
+            assert re.fullmatch(r"[A-Z]{2}-[0-9]{3,5}( \([a-z]*)?", text), text
+    assert sum(a.finish_reason == "stop" for a in answers) >= REQUESTS // 2
