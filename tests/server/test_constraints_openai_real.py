@@ -75,3 +75,28 @@ def test_regex_every_answer_matches(openai_client: openai.OpenAI) -> None:
             assert a.finish_reason == "length", a.finish_reason
             assert re.fullmatch(r"[A-Z]{2}-[0-9]{3,5}( \([a-z]*)?", text), text
     assert sum(a.finish_reason == "stop" for a in answers) >= REQUESTS // 2
+
+
+def test_constraints_combine_with_sampling_options(openai_client: openai.OpenAI) -> None:
+    titles = make_titles(500)
+    choice = {"type": "choice", "choices": titles}
+
+    def ask(**options: Any) -> Any:
+        return openai_client.chat.completions.create(
+            model=LLM, messages=[{"role": "user", "content": "Recommend a film."}],
+            max_tokens=40, extra_body={"constraint": options.pop("constraint", choice)},
+            **options)
+
+    # temperature, top_p, n and seed: every sample complies, and a seed repeats its samples
+    first = ask(temperature=0.9, top_p=0.8, n=3, seed=42)
+    assert len(first.choices) == 3
+    assert all(c.message.content in titles for c in first.choices)
+    again = ask(temperature=0.9, top_p=0.8, n=3, seed=42)
+    assert [c.message.content for c in again.choices] == \
+        [c.message.content for c in first.choices]
+    # stop: the stop string cuts a constrained output like any other
+    items = {"type": "distinct_items", "items": titles, "min": 2, "max": 3}
+    cut = ask(constraint=items, temperature=1.0, stop=[", "])
+    assert cut.choices[0].finish_reason == "stop"
+    [item] = json.loads(cut.choices[0].message.content + "]")  # the array up to the 1st item
+    assert item in titles
