@@ -72,6 +72,21 @@ def test_bad_sampling_parameters_name_the_field(tensor: str, parameters: dict,
         assert word in err.value.message
 
 
+def test_constraint_rides_in_request_parameters_too() -> None:
+    # /generate's "parameters" (an object on HTTP; JSON text where only scalars travel, gRPC)
+    constraint = {"type": "choice", "choices": ["yes", "no"]}
+    for value in (constraint, json.dumps(constraint)):
+        parsed = vllm_tensors.parse_sampling_parameters(request(max_tokens=3,
+                                                                constraint=value))
+        assert parsed["max_tokens"] == 3
+        assert json.loads(parsed["extra_args"]["podium_constraint"])["choices"] == ["yes", "no"]
+    with pytest.raises(InvalidArgument, match="constraint is not valid JSON"):
+        vllm_tensors.parse_sampling_parameters(request(constraint="{choice"))
+    with pytest.raises(InvalidArgument, match="choices is empty"):
+        vllm_tensors.parse_sampling_parameters(request(constraint={"type": "choice",
+                                                                   "choices": []}))
+
+
 def test_sampling_fields_exist_on_vllms_sampling_params() -> None:
     spec = importlib.util.find_spec("vllm")
     assert spec is not None and spec.origin is not None

@@ -13,6 +13,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -100,3 +101,54 @@ def test_constraints_combine_with_sampling_options(openai_client: openai.OpenAI)
     assert cut.choices[0].finish_reason == "stop"
     [item] = json.loads(cut.choices[0].message.content + "]")  # the array up to the 1st item
     assert item in titles
+
+
+BAD_CONSTRAINTS = [
+    pytest.param({"type": "frob"}, "unknown constraint type 'frob'", id="unknown-type"),
+    pytest.param({"type": "choice", "choices": []}, "choices is empty", id="empty-choices"),
+    pytest.param({"type": "distinct_items", "items": [], "min": 1, "max": 2}, "items is empty",
+                 id="empty-candidates"),
+    pytest.param({"type": "distinct_items", "items": ["a", "b"], "min": 2, "max": 1},
+                 "min=2", id="min-over-max"),
+    pytest.param({"type": "regex", "pattern": "[a-"}, "invalid regex", id="invalid-regex"),
+]
+
+
+@pytest.mark.parametrize(("constraint", "needle"), BAD_CONSTRAINTS)
+def test_bad_constraint_is_a_400_on_both_protocols_then_good(instance, constraint: Any,
+                                                             needle: str) -> None:
+    headers = instance.headers()
+    chat = {"model": LLM, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+    r = httpx.post(f"{instance.openai_url}/chat/completions", headers=headers, timeout=60,
+                   json={**chat, "constraint": constraint})
+    assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text
+    # KServe v2: the constraint rides inside sampling_parameters
+    generate = f"{instance.http_url}/v2/models/{LLM}/generate"
+    r = httpx.post(generate, headers=headers, timeout=60, json={
+        "text_input": "Hi", "parameters": {"max_tokens": 4, "constraint": constraint}})
+    assert r.status_code == 400 and needle in r.json()["error"], r.text
+    # the server keeps serving, constrained requests included
+    good = {"type": "choice", "choices": ["yes", "no"]}
+    r = httpx.post(f"{instance.openai_url}/chat/completions", headers=headers, timeout=60,
+                   json={**chat, "constraint": good})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] in ("yes", "no")
+    r = httpx.post(generate, headers=headers, timeout=60, json={
+        "text_input": "Hi", "parameters": {"max_tokens": 4, "constraint": good}})
+    # /generate answers prompt + output, as Triton's vLLM backend does by default
+    assert r.status_code == 200 and r.json()["text_output"] in ("Hiyes", "Hino"), r.text
+
+
+def test_constraint_as_a_grpc_request_parameter(instance) -> None:
+    """gRPC parameters carry scalars only: the constraint travels as JSON text."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(instance.grpc_url)
+    text = grpcclient.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([b"Is the sky blue?"], dtype=object))
+    metadata = {k.lower(): v for k, v in instance.headers().items()}  # gRPC: lowercase keys
+    result = client.infer(LLM, [text], headers=metadata, parameters={
+        "max_tokens": 4, "temperature": 1.0,
+        "constraint": json.dumps({"type": "choice", "choices": [" yes", " no"]})})
+    assert result.as_numpy("text_output")[0].decode() in ("Is the sky blue? yes",
+                                                          "Is the sky blue? no")

@@ -197,11 +197,12 @@ def parse_sampling_parameters(request: InferenceRequest) -> dict[str, Any]:
     request's parameters (the tensor wins); unknown fields are rejected by name."""
     merged: dict[str, Any] = {}
     for key, value in request.parameters.items():
-        if key in SAMPLING_FIELDS:
+        if key in SAMPLING_FIELDS or key == "constraint":
             merged[key] = value
         else:
+            known = ", ".join(sorted(SAMPLING_FIELDS | {"constraint"}))
             raise InvalidArgument(f"request parameter {key!r} is not a sampling parameter "
-                                  f"(known: {', '.join(sorted(SAMPLING_FIELDS))})", param=key)
+                                  f"(known: {known})", param=key)
     raw = _text(request, "sampling_parameters", required=False)
     if raw:
         try:
@@ -214,7 +215,7 @@ def parse_sampling_parameters(request: InferenceRequest) -> dict[str, Any]:
             raise InvalidArgument(f"sampling_parameters must be a JSON object, got {raw[:80]!r}",
                                   param="sampling_parameters")
         merged.update(data)
-    constraint = merged.pop("constraint", None)
+    constraint = _constraint(merged.pop("constraint", None))
     kwargs = {key: _convert(key, value) for key, value in merged.items()}
     if constraint is not None:  # enforced in the decoding loop by the constraint processor
         from podium.constraints import check_sampling, to_vllm_xargs, validate_constraint
@@ -223,6 +224,18 @@ def parse_sampling_parameters(request: InferenceRequest) -> dict[str, Any]:
         check_sampling(min_tokens=kwargs.get("min_tokens"))
         kwargs["extra_args"] = to_vllm_xargs(normalized)
     return kwargs
+
+
+def _constraint(value: Any) -> Any:
+    """The constraint object; a request parameter may hold it as JSON text (gRPC parameters
+    carry only scalars)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"constraint is not valid JSON ({exc.msg} at character "
+                              f"{exc.pos}): {value[:80]!r}", param="constraint") from None
 
 
 def _convert(key: str, value: Any) -> Any:
