@@ -61,8 +61,7 @@ class TableConstraint(Constraint):
         return self.table.step(states, tokens)
 
     def allowed(self, handles: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows, edges = self.table.edges_of(states)
-        return rows, self.table.tokens[edges]
+        return self.table.tokens_of(states)
 
     def is_accepting(self, handles: np.ndarray, states: np.ndarray) -> np.ndarray:
         return self.table.is_accepting(states)

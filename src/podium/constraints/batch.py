@@ -51,6 +51,7 @@ class ConstraintBatch:
         self._group_of: dict[int, int] = {}  # id(constraint) -> group id
         self._free_handles: dict[int, list[int]] = {}  # group id -> recycled handles
         self._num_handles: dict[int, int] = {}
+        self._active: np.ndarray | None = None  # active_slots(), until the batch changes
         self._grow(capacity)
 
     def _grow(self, capacity: int) -> None:
@@ -61,6 +62,7 @@ class ConstraintBatch:
             return new
 
         g = getattr
+        self._active = None
         self.group = grown(g(self, "group", None), _NONE)
         self.handle = grown(g(self, "handle", None), _NONE)
         self.state = grown(g(self, "state", None), DEAD)
@@ -86,6 +88,7 @@ class ConstraintBatch:
             h = self._num_handles[gid]
             self._num_handles[gid] += 1
         self.group[slot], self.handle[slot] = gid, h
+        self._active = None
         self._restart(np.array([slot]))
 
     def remove(self, slot: int) -> None:
@@ -96,6 +99,7 @@ class ConstraintBatch:
         self._constraints[gid].release(np.array([h]))
         self._free_handles[gid].append(h)
         self.group[slot] = self.handle[slot] = _NONE
+        self._active = None
         if len(self._free_handles[gid]) == self._num_handles[gid]:
             # last request of this constraint left: let the compiled constraint be freed
             self._group_of.pop(id(self._constraints[gid]), None)
@@ -109,16 +113,20 @@ class ConstraintBatch:
         for a in (self.group, self.handle, self.state, self.consumed, self.last_token):
             a[dst] = a[src]
         self.group[src] = self.handle[src] = _NONE
+        self._active = None
 
     def swap(self, a: int, b: int) -> None:
         if max(a, b) >= len(self.group):
             self._grow(max(a, b) + 1)
         for arr in (self.group, self.handle, self.state, self.consumed, self.last_token):
             arr[[a, b]] = arr[[b, a]]
+        self._active = None
 
     def active_slots(self) -> np.ndarray:
         """Slots holding a constrained request, ascending."""
-        return np.flatnonzero(self.group != _NONE)
+        if self._active is None:
+            self._active = np.flatnonzero(self.group != _NONE)
+        return self._active
 
     # --- per step ---
 
@@ -178,8 +186,10 @@ class ConstraintBatch:
         need_eos |= (groups != _NONE) & ~has_any
         eos_rows = np.flatnonzero(need_eos)
         if len(eos_rows):
-            rows_parts.append(np.repeat(eos_rows, len(self.eos)))
-            tok_parts.append(np.tile(self.eos, len(eos_rows)))
+            k = len(self.eos)
+            rows_parts.append(np.repeat(eos_rows, k) if k > 1 else eos_rows)
+            tok_parts.append(np.full(len(eos_rows), self.eos[0]) if k == 1
+                             else np.tile(self.eos, len(eos_rows)))
         if not rows_parts:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate(rows_parts), np.concatenate(tok_parts)

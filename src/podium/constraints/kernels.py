@@ -35,6 +35,38 @@ def edge_index(offsets: np.ndarray, tokens: np.ndarray, states: np.ndarray,
 
 
 @njit(nogil=True, cache=True)
+def step(offsets: np.ndarray, tokens: np.ndarray, targets: np.ndarray, states: np.ndarray,
+         query: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """The state each ``(states[i], query[i])`` edge leads to, or -1 where none leaves."""
+    edges = edge_index(offsets, tokens, states, query)
+    out = np.empty(len(states), dtype=np.int64)
+    for i in range(len(states)):
+        out[i] = targets[edges[i]] if edges[i] >= 0 else -1
+    return out
+
+
+@njit(nogil=True, cache=True)
+def state_tokens(offsets: np.ndarray, tokens: np.ndarray,
+                 states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """The tokens leaving each row's state (none for a negative state): ``(row, token)``."""
+    rows, edges = state_edges(offsets, states)
+    out = np.empty(len(edges), dtype=np.int64)
+    for k in range(len(edges)):
+        out[k] = tokens[edges[k]]
+    return rows, out
+
+
+@njit(nogil=True, cache=True)
+def accepting_of(accepting: np.ndarray, states: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """Whether each row's state accepts (False for a negative state)."""
+    out = np.zeros(len(states), dtype=np.bool_)
+    for i in range(len(states)):
+        if states[i] >= 0:
+            out[i] = accepting[states[i]]
+    return out
+
+
+@njit(nogil=True, cache=True)
 def ragged_ranges(starts: np.ndarray,
                   counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
     """Concatenate ``range(starts[i], starts[i] + counts[i])``; also return each item's i."""
@@ -108,6 +140,9 @@ def warm() -> None:
     empty = np.zeros(0, dtype=np.int64)
     one = np.zeros(2, dtype=np.int64)
     edge_index(one, empty, empty, empty)
+    step(one, empty, empty, empty, empty)
+    state_tokens(one, empty, empty)
+    accepting_of(np.zeros(1, dtype=np.bool_), empty)
     ragged_ranges(empty, empty)
     state_edges(one, empty)
     keep_only_rows(np.zeros((1, 1), dtype=np.float32), empty, empty, empty)

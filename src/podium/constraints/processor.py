@@ -175,7 +175,7 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
         slots = self._batch.active_slots()
         if len(slots) == 0:
             return (slots, slots, slots), True
-        lists = [self._lists[i] for i in slots.tolist()]
+        lists = list(map(self._lists.__getitem__, slots.tolist()))
         lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
 
         def fetch(pos: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -79,8 +79,8 @@ class TokenTable:
 
     def step(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """The state each row reaches after its token; ``DEAD`` where the token has no edge."""
-        e = self.edge_index(states, tokens)
-        return np.where(e >= 0, self.targets[np.maximum(e, 0)], DEAD)
+        return kernels.step(self.offsets, self.tokens, self.targets, _i64(states),
+                            _i64(tokens))
 
     def walk(self, tokens: Iterable[int], state: int | None = None) -> int:
         """The state reached after a whole token sequence (``DEAD`` once it leaves)."""
@@ -95,8 +95,12 @@ class TokenTable:
         """All edges leaving each row's state, flattened: ``(row_position, edge_index)``."""
         return kernels.state_edges(self.offsets, _i64(states))
 
+    def tokens_of(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens each row may take now, flattened: ``(row_position, token)``."""
+        return kernels.state_tokens(self.offsets, self.tokens, _i64(states))
+
     def is_accepting(self, states: np.ndarray) -> np.ndarray:
-        return np.where(states >= 0, self.accepting[np.maximum(states, 0)], False)
+        return kernels.accepting_of(self.accepting, _i64(states))
 
 
 def ragged_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
