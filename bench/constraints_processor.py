@@ -13,6 +13,8 @@ batch size and vocabulary width, one run measures:
 (c) ``floor``: one pass writing the batch's logits tensor (``fill_``), which any dense mask
     must at least do.
 
+``b sync`` is the ``update_state`` part of (b): everything but the mask itself.
+
 Every row is mid-generation: its history is a prefix of a valid output and grows by one valid
 token per step, exactly as in decoding. Times are medians over the timed steps.
 
@@ -119,7 +121,7 @@ def bench_one(kind: str, spec: dict[str, Any], model: str, tok: Any, batch: int,
     params = SamplingParams(extra_args=to_vllm_xargs(spec))
     src = torch.randn(batch, vocab)
     buf = torch.empty_like(src)
-    times: dict[str, list[float]] = {"per_request": [], "batch": [], "floor": []}
+    times: dict[str, list[float]] = {"per_request": [], "batch": [], "sync": [], "floor": []}
     cache: dict[int, torch.Tensor] = {}
     moves: dict[int, dict[int, int]] = {}
     while len(times["batch"]) < steps:
@@ -150,6 +152,7 @@ def bench_one(kind: str, spec: dict[str, Any], model: str, tok: Any, batch: int,
             t0 = time.perf_counter()
             proc.apply(buf)
             times["batch"].append(prepare + time.perf_counter() - t0)
+            times["sync"].append(prepare)
             buf.copy_(src)
             t0 = time.perf_counter()
             for i, r in enumerate(rows):
@@ -189,7 +192,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs; median µs per step over {args.steps} steps")
     header = (f"{'constraint':<15}{'vocab':>8}{'batch':>6}{'(a) per-req':>13}{'(b) batch':>11}"
-              f"{'(c) floor':>11}{'b/c':>7}{'a/b':>7}{'b µs/req':>10}")
+              f"{'(c) floor':>11}{'b/c':>7}{'a/b':>7}{'b µs/req':>10}{'b sync':>8}")
     print(header)
     rng = random.Random(0)
     for kind, spec in specs.items():
@@ -201,7 +204,7 @@ def main() -> None:
                 per_req_at_1 = per_req_at_1 or per_req
                 print(f"{kind:<15}{vocab:>8}{batch:>6}{r['per_request']:>13.0f}"
                       f"{r['batch']:>11.0f}{r['floor']:>11.0f}{r['batch'] / r['floor']:>7.2f}"
-                      f"{r['per_request'] / r['batch']:>7.2f}{per_req:>10.1f}"
+                      f"{r['per_request'] / r['batch']:>7.2f}{per_req:>10.1f}{r['sync']:>8.0f}"
                       f"   (per-req µs vs batch 1: {per_req / per_req_at_1:.3f})", flush=True)
 
 
