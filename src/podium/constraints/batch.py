@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from podium.constraints.base import Constraint
-from podium.constraints.table import DEAD
+from podium.constraints import kernels
+from podium.constraints.base import Constraint, TableConstraint
+from podium.constraints.table import DEAD, TokenTable
 
 FetchTokens = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``fetch(positions, indices)``: output token ``indices[i]`` of the i-th synced slot
@@ -48,6 +49,7 @@ class ConstraintBatch:
     def __init__(self, eos_token_ids: tuple[int, ...], capacity: int = 8) -> None:
         self.eos = np.asarray(eos_token_ids, dtype=np.int64)
         self._constraints: list[Constraint] = []  # group id -> constraint
+        self._tables: list[TokenTable | None] = []  # group id -> its table, if a plain one
         self._group_of: dict[int, int] = {}  # id(constraint) -> group id
         self._free_handles: dict[int, list[int]] = {}  # group id -> recycled handles
         self._num_handles: dict[int, int] = {}
@@ -80,6 +82,7 @@ class ConstraintBatch:
         if gid is None:
             gid = self._group_of[id(constraint)] = len(self._constraints)
             self._constraints.append(constraint)
+            self._tables.append(_plain_table(constraint))
             self._free_handles[gid], self._num_handles[gid] = [], 0
         free = self._free_handles[gid]
         if free:
@@ -104,6 +107,7 @@ class ConstraintBatch:
             # last request of this constraint left: let the compiled constraint be freed
             self._group_of.pop(id(self._constraints[gid]), None)
             self._constraints[gid] = _RELEASED
+            self._tables[gid] = None
 
     def move(self, src: int, dst: int) -> None:
         """One-way move: ``dst`` takes ``src``'s request (its occupant is dropped)."""
@@ -164,11 +168,17 @@ class ConstraintBatch:
     def allowed(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Allowed ``(position into slots, token)`` pairs; EOS where the constraint may end,
         EOS alone where nothing else is allowed (complete, or left the language)."""
+        groups = self.group[slots]
+        by_group = _by_group(groups)
+        if len(by_group) == 1 and by_group[0][0] != _NONE:
+            t = self._tables[by_group[0][0]]
+            if t is not None:  # the usual batch: one table constraint for every row
+                return kernels.table_allowed(t.offsets, t.tokens, t.accepting,
+                                             self.state[slots], self.eos)
         rows_parts, tok_parts = [], []
         need_eos = np.zeros(len(slots), dtype=bool)
         has_any = np.zeros(len(slots), dtype=bool)
-        groups = self.group[slots]
-        for gid, m in _by_group(groups):
+        for gid, m in by_group:
             if gid == _NONE:
                 continue
             c = self._constraints[gid]
@@ -208,6 +218,10 @@ class ConstraintBatch:
             at = slots if m is None else slots[m]
             toks = tokens if m is None else tokens[m]
             s = self.state[at]
+            t = self._tables[gid]
+            if t is not None:  # one compiled call; a table steps DEAD rows to DEAD itself
+                self.state[at] = kernels.step(t.offsets, t.tokens, t.targets, s, toks)
+                continue
             live = s != DEAD
             if live.all():
                 self.state[at] = self._constraints[gid].advance(self.handle[at], s, toks)
@@ -219,6 +233,17 @@ class ConstraintBatch:
             self.state[at] = nxt
         self.consumed[slots] += 1
         self.last_token[slots] = tokens
+
+
+def _plain_table(constraint: Constraint) -> TokenTable | None:
+    """The table of a constraint that is only a table (its methods are TableConstraint's own),
+    which the batch can then step and query in one compiled call per step."""
+    if not isinstance(constraint, TableConstraint):
+        return None
+    cls = type(constraint)
+    own = (cls.advance, cls.allowed, cls.is_accepting)
+    base = (TableConstraint.advance, TableConstraint.allowed, TableConstraint.is_accepting)
+    return constraint.table if own == base else None
 
 
 def _by_group(groups: np.ndarray) -> list[tuple[int, np.ndarray | None]]:

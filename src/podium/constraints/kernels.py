@@ -67,6 +67,37 @@ def accepting_of(accepting: np.ndarray, states: np.ndarray) -> np.ndarray:  # pr
 
 
 @njit(nogil=True, cache=True)
+def table_allowed(offsets: np.ndarray, tokens: np.ndarray, accepting: np.ndarray,
+                  states: np.ndarray,
+                  eos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """Every row's allowed ``(row, token)`` pairs under one token table: its state's tokens,
+    plus ``eos`` where the state accepts; ``eos`` alone where no token leaves (or no state)."""
+    total = 0
+    for i in range(len(states)):
+        s = states[i]
+        n = offsets[s + 1] - offsets[s] if s >= 0 else 0
+        total += n + (len(eos) if n == 0 or accepting[s] else 0)
+    rows = np.empty(total, dtype=np.int64)
+    out = np.empty(total, dtype=np.int64)
+    k = 0
+    for i in range(len(states)):
+        s = states[i]
+        n = 0
+        if s >= 0:
+            n = offsets[s + 1] - offsets[s]
+            for e in range(offsets[s], offsets[s + 1]):
+                rows[k] = i
+                out[k] = tokens[e]
+                k += 1
+        if n == 0 or accepting[s]:
+            for t in eos:
+                rows[k] = i
+                out[k] = t
+                k += 1
+    return rows, out
+
+
+@njit(nogil=True, cache=True)
 def ragged_ranges(starts: np.ndarray,
                   counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
     """Concatenate ``range(starts[i], starts[i] + counts[i])``; also return each item's i."""
@@ -143,6 +174,7 @@ def warm() -> None:
     step(one, empty, empty, empty, empty)
     state_tokens(one, empty, empty)
     accepting_of(np.zeros(1, dtype=np.bool_), empty)
+    table_allowed(one, empty, np.zeros(1, dtype=np.bool_), empty, empty)
     ragged_ranges(empty, empty)
     state_edges(one, empty)
     keep_only_rows(np.zeros((1, 1), dtype=np.float32), empty, empty, empty)
