@@ -3,8 +3,10 @@
 One vLLM engine (SmolLM2, the Podium processor installed) serves the same chat prompts three
 ways at a fixed concurrency: unconstrained, Podium's ``choice`` over 10,000 titles, and vLLM's own
 ``structured_outputs`` ``choice`` over the same titles. Each mode is warmed up first (vLLM's
-grammar compile and Podium's trie build are reported separately), then timed; throughput is
-generated tokens per second of wall time, every request decoding exactly ``--max-tokens``.
+grammar compile and Podium's trie build are reported separately), then timed in ``--rounds``
+rounds that run every mode in turn, so a slow minute on a shared machine hits all of them;
+throughput is generated tokens per second of wall time, every request decoding exactly
+``--max-tokens``; ratios are reported per round and for the medians.
 
     HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python bench/constraints_engine.py
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -40,6 +43,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=96)
     ap.add_argument("--titles", type=int, default=10_000)
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="timed rounds; each runs every mode once, in turn")
     args = ap.parse_args()
     args.model = args.model or str(default_model_dir())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -64,18 +69,25 @@ def main() -> None:
         "vllm structured_outputs choice": SamplingParams(
             **base, structured_outputs=StructuredOutputsParams(choice=titles)),
     }
-    print(f"{args.requests} requests at concurrency {args.concurrency}, {len(titles)} titles")
-    results = {}
+    print(f"{args.requests} requests at concurrency {args.concurrency}, {len(titles)} titles, "
+          f"{args.rounds} rounds (modes interleaved)")
     for name, params in modes.items():
         warm, _, _ = _run(llm, params, prompts[:2])
-        elapsed, tokens, outs = _run(llm, params, prompts)
-        valid = sum(o.outputs[0].text in set(titles) for o in outs)
-        results[name] = tokens / elapsed
-        print(f"{name:<32} warm-up {warm:6.2f} s  {tokens:5d} tokens in {elapsed:6.2f} s = "
-              f"{tokens / elapsed:7.1f} tok/s  ({valid}/{len(outs)} outputs are titles)",
-              flush=True)
-    un, ours, theirs = results.values()
-    print(f"podium / unconstrained = {ours / un:.2f}; podium / vllm structured = "
+        print(f"{name:<32} warm-up (first use) {warm:6.2f} s", flush=True)
+    rates: dict[str, list[float]] = {name: [] for name in modes}
+    for rnd in range(args.rounds):
+        for name, params in modes.items():
+            elapsed, tokens, outs = _run(llm, params, prompts)
+            valid = sum(o.outputs[0].text in set(titles) for o in outs)
+            rates[name].append(tokens / elapsed)
+            print(f"round {rnd + 1} {name:<32} {tokens:5d} tokens in {elapsed:6.2f} s = "
+                  f"{tokens / elapsed:7.1f} tok/s  ({valid}/{len(outs)} outputs are titles)",
+                  flush=True)
+        un, ours, theirs = (r[-1] for r in rates.values())
+        print(f"round {rnd + 1}: podium / unconstrained = {ours / un:.2f}; "
+              f"podium / vllm structured = {ours / theirs:.2f}", flush=True)
+    un, ours, theirs = (statistics.median(r) for r in rates.values())
+    print(f"medians: podium / unconstrained = {ours / un:.2f}; podium / vllm structured = "
           f"{ours / theirs:.2f}")
     llm.llm_engine.engine_core.shutdown()
 
