@@ -119,23 +119,13 @@ def ragged_ranges(starts: np.ndarray,
 def state_edges(offsets: np.ndarray,
                 states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
     """All edges leaving each row's state (none for a negative state): ``(row, edge)``."""
-    total = 0
+    starts = np.zeros(len(states), dtype=np.int64)
+    counts = np.zeros(len(states), dtype=np.int64)
     for i in range(len(states)):
         s = states[i]
         if s >= 0:
-            total += offsets[s + 1] - offsets[s]
-    rows = np.empty(total, dtype=np.int64)
-    idx = np.empty(total, dtype=np.int64)
-    k = 0
-    for i in range(len(states)):
-        s = states[i]
-        if s < 0:
-            continue
-        for e in range(offsets[s], offsets[s + 1]):
-            rows[k] = i
-            idx[k] = e
-            k += 1
-    return rows, idx
+            starts[i], counts[i] = offsets[s], offsets[s + 1] - offsets[s]
+    return ragged_ranges(starts, counts)
 
 
 @njit(nogil=True, cache=True)
