@@ -14,12 +14,13 @@ import json
 
 import numpy as np
 
+from podium.constraints import kernels
 from podium.constraints.base import Constraint
-from podium.constraints.table import DEAD, TokenTable, ragged_ranges
+from podium.constraints.table import TokenTable, as_i64
 from podium.constraints.vocab import TokenizerInfo
 
 OPEN, SEPARATOR, CLOSE = "[", ", ", "]"
-_PLAIN, _ITEM, _SEP, _CLOSE = 0, 1, 2, 3  # edge guards
+_PLAIN, _ITEM, _SEP, _CLOSE = kernels.PLAIN, kernels.ITEM, kernels.SEP, kernels.CLOSE  # guards
 
 
 def render(items: list[str]) -> str:
@@ -108,41 +109,17 @@ class DistinctItemsConstraint(Constraint):
         return np.full(len(handles), self.table.start, dtype=np.int64)
 
     def advance(self, handles: np.ndarray, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        e = self.table.edge_index(states, tokens)
-        ok = e >= 0
-        ec = np.maximum(e, 0)
-        targets = self.table.targets[ec]
-        guard = self._guard[ec]
-        ok &= self._permits(handles, guard, targets)
-        nxt = np.where(ok, targets, DEAD)
-        item = np.where(ok, self._item_of_node[np.maximum(nxt, 0)], -1)
-        done = item >= 0
-        if done.any():
-            # an item completed: it is used up along its whole path
-            h = handles[done]
-            k = item[done]
-            rows, idx = ragged_ranges(self._path_offsets[k],
-                                      self._path_offsets[k + 1] - self._path_offsets[k])
-            np.subtract.at(self._alive, (h[rows], self._path_nodes[idx]), 1)
-            self._count[h] += 1
-            nxt[done] = self._after_item
-        return nxt
-
-    def _permits(self, handles: np.ndarray, guard: np.ndarray, targets: np.ndarray
-                 ) -> np.ndarray:
-        count = self._count[handles]
-        can_sep = (count < self.max_items) & (count < len(self.items))
-        return (
-            (guard == _PLAIN)
-            | ((guard == _ITEM) & (self._alive[handles, targets] > 0))
-            | ((guard == _SEP) & can_sep)
-            | ((guard == _CLOSE) & (count >= self.min_items))
-        )
+        t = self.table
+        return kernels.distinct_advance(
+            t.offsets, t.tokens, t.targets, self._guard, self._alive, self._count,
+            self._item_of_node, self._path_offsets, self._path_nodes, self._after_item,
+            as_i64(handles), as_i64(states), as_i64(tokens), self.min_items, self.max_items)
 
     def allowed(self, handles: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows, edges = self.table.edges_of(states)
-        ok = self._permits(handles[rows], self._guard[edges], self.table.targets[edges])
-        return rows[ok], self.table.tokens[edges[ok]]
+        t = self.table
+        return kernels.distinct_allowed(t.offsets, t.tokens, t.targets, self._guard,
+                                        self._alive, self._count, as_i64(handles), as_i64(states),
+                                        self.min_items, self.max_items)
 
     def is_accepting(self, handles: np.ndarray, states: np.ndarray) -> np.ndarray:
         return self.table.is_accepting(states)

@@ -156,6 +156,74 @@ def keep_only_rows(logits: np.ndarray, rows: np.ndarray, keep_rows: np.ndarray,
             logits[r, gap:] = -np.inf
 
 
+# distinct_items edge guards (see podium.constraints.distinct)
+PLAIN, ITEM, SEP, CLOSE = 0, 1, 2, 3
+
+
+@njit(nogil=True, cache=True)
+def _permits(guard: int, target: int, h: int, alive: np.ndarray, used: int, min_items: int,
+             max_items: int) -> bool:  # pragma: no cover - compiled
+    if guard == ITEM:
+        return alive[h, target] > 0
+    if guard == SEP:
+        return used < max_items
+    if guard == CLOSE:
+        return used >= min_items
+    return True
+
+
+@njit(nogil=True, cache=True)
+def distinct_allowed(offsets: np.ndarray, tokens: np.ndarray, targets: np.ndarray,
+                     guard: np.ndarray, alive: np.ndarray, count: np.ndarray,
+                     handles: np.ndarray, states: np.ndarray, min_items: int,
+                     max_items: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """``distinct_items``' allowed ``(row, token)`` pairs: each row's edges its guards pass."""
+    total = 0
+    for i in range(len(states)):
+        if states[i] >= 0:
+            total += offsets[states[i] + 1] - offsets[states[i]]
+    rows = np.empty(total, dtype=np.int64)
+    out = np.empty(total, dtype=np.int64)
+    k = 0
+    for i in range(len(states)):
+        s, h = states[i], handles[i]
+        if s < 0:
+            continue
+        for e in range(offsets[s], offsets[s + 1]):
+            if _permits(guard[e], targets[e], h, alive, count[h], min_items, max_items):
+                rows[k] = i
+                out[k] = tokens[e]
+                k += 1
+    return rows[:k], out[:k]
+
+
+@njit(nogil=True, cache=True)
+def distinct_advance(offsets: np.ndarray, tokens: np.ndarray, targets: np.ndarray,
+                     guard: np.ndarray, alive: np.ndarray, count: np.ndarray,
+                     item_of_node: np.ndarray, path_offsets: np.ndarray,
+                     path_nodes: np.ndarray, after_item: int, handles: np.ndarray,
+                     states: np.ndarray, query: np.ndarray, min_items: int,
+                     max_items: int) -> np.ndarray:  # pragma: no cover - compiled
+    """``distinct_items``' step: the next state of each row (-1 where its token is not
+    allowed); a completed item is used up along its whole path, in place."""
+    edges = edge_index(offsets, tokens, states, query)
+    out = np.empty(len(states), dtype=np.int64)
+    for i in range(len(states)):
+        e, h = edges[i], handles[i]
+        if e < 0 or not _permits(guard[e], targets[e], h, alive, count[h], min_items,
+                                 max_items):
+            out[i] = -1
+            continue
+        out[i] = targets[e]
+        item = item_of_node[out[i]]
+        if item >= 0:
+            for j in range(path_offsets[item], path_offsets[item + 1]):
+                alive[h, path_nodes[j]] -= 1
+            count[h] += 1
+            out[i] = after_item
+    return out
+
+
 def warm() -> None:
     """Compile (or load from the cache) every kernel now, e.g. at install time."""
     empty = np.zeros(0, dtype=np.int64)
@@ -165,6 +233,11 @@ def warm() -> None:
     state_tokens(one, empty, empty)
     accepting_of(np.zeros(1, dtype=np.bool_), empty)
     table_allowed(one, empty, np.zeros(1, dtype=np.bool_), empty, empty)
+    alive = np.zeros((1, 1), dtype=np.int32)
+    distinct_allowed(one, empty, empty, np.zeros(0, dtype=np.int8), alive, empty, empty, empty,
+                     0, 0)
+    distinct_advance(one, empty, empty, np.zeros(0, dtype=np.int8), alive, empty, empty, one,
+                     empty, 0, empty, empty, empty, 0, 0)
     ragged_ranges(empty, empty)
     state_edges(one, empty)
     keep_only_rows(np.zeros((1, 1), dtype=np.float32), empty, empty, empty)

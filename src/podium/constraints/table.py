@@ -3,7 +3,7 @@
 A table holds, for every state, the sorted tokens that leave it and where each one goes
 (compressed sparse rows). Both questions the decoding loop asks are answered for a whole batch
 by one compiled loop (:mod:`podium.constraints.kernels`): ``step`` (where does each row go after
-its sampled token) is a binary search in the row's state's sorted tokens; ``edges_of`` (which
+its sampled token) is a binary search in the row's state's sorted tokens; ``tokens_of`` (which
 tokens may each row take now) is one ragged gather.
 """
 
@@ -75,12 +75,12 @@ class TokenTable:
 
     def edge_index(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Index of the edge each (state, token) pair takes, or -1 where none leaves."""
-        return kernels.edge_index(self.offsets, self.tokens, _i64(states), _i64(tokens))
+        return kernels.edge_index(self.offsets, self.tokens, as_i64(states), as_i64(tokens))
 
     def step(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """The state each row reaches after its token; ``DEAD`` where the token has no edge."""
-        return kernels.step(self.offsets, self.tokens, self.targets, _i64(states),
-                            _i64(tokens))
+        return kernels.step(self.offsets, self.tokens, self.targets, as_i64(states),
+                            as_i64(tokens))
 
     def walk(self, tokens: Iterable[int], state: int | None = None) -> int:
         """The state reached after a whole token sequence (``DEAD`` once it leaves)."""
@@ -91,22 +91,14 @@ class TokenTable:
             s = int(self.step(np.array([s]), np.array([t]))[0])
         return s
 
-    def edges_of(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All edges leaving each row's state, flattened: ``(row_position, edge_index)``."""
-        return kernels.state_edges(self.offsets, _i64(states))
-
     def tokens_of(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The tokens each row may take now, flattened: ``(row_position, token)``."""
-        return kernels.state_tokens(self.offsets, self.tokens, _i64(states))
+        return kernels.state_tokens(self.offsets, self.tokens, as_i64(states))
 
     def is_accepting(self, states: np.ndarray) -> np.ndarray:
-        return kernels.accepting_of(self.accepting, _i64(states))
+        return kernels.accepting_of(self.accepting, as_i64(states))
 
 
-def ragged_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate ``range(starts[i], starts[i] + counts[i])``; also return each item's i."""
-    return kernels.ragged_ranges(_i64(starts), _i64(counts))
-
-
-def _i64(a: np.ndarray) -> np.ndarray:
+def as_i64(a: np.ndarray) -> np.ndarray:
+    """``a`` as the contiguous int64 array the compiled kernels take (no copy if it is one)."""
     return np.ascontiguousarray(a, dtype=np.int64)
