@@ -33,8 +33,10 @@ def _pairs(batch: ConstraintBatch, slots: np.ndarray) -> set[tuple[int, int]]:
     return set(zip(rows.tolist(), tokens.tolist(), strict=True))
 
 
-def _batch(constraint: TableConstraint, states: list[int]) -> ConstraintBatch:
-    batch = ConstraintBatch(EOS)
+def _batch(constraint: TableConstraint, states: list[int],
+           eos: tuple[int, ...] = EOS) -> ConstraintBatch:
+    """One constraint instance for every row (one group), each row at its given state."""
+    batch = ConstraintBatch(eos)
     for slot, state in enumerate(states):
         batch.add(slot, constraint)
         batch.state[slot] = state
@@ -58,3 +60,11 @@ def test_plain_table_path_allows_what_the_general_path_allows() -> None:
 def test_a_table_subclass_with_its_own_rules_is_not_bypassed() -> None:
     batch = _batch(NoFive(TABLE), [0])
     assert _pairs(batch, np.arange(1)) == {(0, 7)}
+
+
+def test_plain_table_pairs_come_sorted_with_eos_merged_in() -> None:
+    # sorted pairs let the mask skip its per-row sort
+    batch = _batch(TableConstraint(TABLE), [0, 3, 2], eos=(6, 0))  # EOS ids given unsorted
+    rows, tokens = batch.allowed(np.arange(3))
+    assert list(zip(rows.tolist(), tokens.tolist(), strict=True)) == [
+        (0, 5), (0, 7), (1, 0), (1, 5), (1, 6), (2, 0), (2, 6)]

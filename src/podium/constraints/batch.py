@@ -47,7 +47,7 @@ class ConstraintBatch:
     """Constraint state for up to ``capacity`` slots (batch rows or request slots)."""
 
     def __init__(self, eos_token_ids: tuple[int, ...], capacity: int = 8) -> None:
-        self.eos = np.asarray(eos_token_ids, dtype=np.int64)
+        self.eos = np.sort(np.asarray(eos_token_ids, dtype=np.int64))  # sorted: see table_allowed
         self._constraints: list[Constraint] = []  # group id -> constraint
         self._tables: list[TokenTable | None] = []  # group id -> its table, if a plain one
         self._group_of: dict[int, int] = {}  # id(constraint) -> group id

@@ -71,7 +71,8 @@ def table_allowed(offsets: np.ndarray, tokens: np.ndarray, accepting: np.ndarray
                   states: np.ndarray,
                   eos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
     """Every row's allowed ``(row, token)`` pairs under one token table: its state's tokens,
-    plus ``eos`` where the state accepts; ``eos`` alone where no token leaves (or no state)."""
+    plus ``eos`` where the state accepts; ``eos`` alone where no token leaves (or no state).
+    Rows come in order, each with its tokens ascending (``eos`` must be sorted)."""
     total = 0
     for i in range(len(states)):
         s = states[i]
@@ -82,18 +83,18 @@ def table_allowed(offsets: np.ndarray, tokens: np.ndarray, accepting: np.ndarray
     k = 0
     for i in range(len(states)):
         s = states[i]
-        n = 0
+        lo = hi = 0
         if s >= 0:
-            n = offsets[s + 1] - offsets[s]
-            for e in range(offsets[s], offsets[s + 1]):
-                rows[k] = i
-                out[k] = tokens[e]
-                k += 1
-        if n == 0 or accepting[s]:
-            for t in eos:
-                rows[k] = i
-                out[k] = t
-                k += 1
+            lo, hi = offsets[s], offsets[s + 1]
+        with_eos = hi == lo or accepting[s]
+        e, j = lo, 0  # merge the state's sorted tokens with the sorted EOS ids
+        while e < hi or (with_eos and j < len(eos)):
+            take_eos = with_eos and j < len(eos) and (e == hi or eos[j] < tokens[e])
+            rows[k] = i
+            out[k] = eos[j] if take_eos else tokens[e]
+            j += take_eos
+            e += not take_eos
+            k += 1
     return rows, out
 
 
@@ -146,7 +147,11 @@ def keep_only_rows(logits: np.ndarray, rows: np.ndarray, keep_rows: np.ndarray,
         bucketed[fill[keep_rows[i]]] = keep_tokens[i]
         fill[keep_rows[i]] += 1
     for r in rows:
-        kept = np.sort(bucketed[start[r]:start[r + 1]])
+        kept = bucketed[start[r]:start[r + 1]]
+        for j in range(1, len(kept)):
+            if kept[j] < kept[j - 1]:  # token tables list a state's tokens sorted already
+                kept = np.sort(kept)
+                break
         gap = 0
         for t in kept:
             if t > gap:
