@@ -235,7 +235,9 @@ def _constraint(value: Any) -> Any:
         return json.loads(value)
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"constraint is not valid JSON ({exc.msg} at character "
-                              f"{exc.pos}): {value[:80]!r}", param="constraint") from None
+                              f"{exc.pos}): {value[:80]!r}; send the constraint object, or its "
+                              "JSON text where parameters must be scalars (gRPC)",
+                              param="constraint") from None
 
 
 def _convert(key: str, value: Any) -> Any:
