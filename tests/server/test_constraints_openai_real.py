@@ -95,7 +95,9 @@ def test_constraints_combine_with_sampling_options(openai_client: openai.OpenAI)
     again = ask(temperature=0.9, top_p=0.8, n=3, seed=42)
     assert [c.message.content for c in again.choices] == \
         [c.message.content for c in first.choices]
-    # stop: the stop string cuts a constrained output like any other
+    # stop: the stop string cuts a constrained output like any other (no title holds ", ";
+    # with min 2 the separator must follow the first item)
+    assert not any(", " in t for t in titles)
     items = {"type": "distinct_items", "items": titles, "min": 2, "max": 3}
     cut = ask(constraint=items, temperature=1.0, stop=[", "])
     assert cut.choices[0].finish_reason == "stop"
@@ -122,7 +124,7 @@ def test_bad_constraint_is_a_400_on_both_protocols_then_good(instance, constrain
     r = httpx.post(f"{instance.openai_url}/chat/completions", headers=headers, timeout=60,
                    json={**chat, "constraint": constraint})
     assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text
-    # KServe v2: the constraint rides inside sampling_parameters
+    # KServe v2 /generate: the constraint is a request parameter
     generate = f"{instance.http_url}/v2/models/{LLM}/generate"
     r = httpx.post(generate, headers=headers, timeout=60, json={
         "text_input": "Hi", "parameters": {"max_tokens": 4, "constraint": constraint}})
