@@ -46,17 +46,6 @@ def step(offsets: np.ndarray, tokens: np.ndarray, targets: np.ndarray, states: n
 
 
 @njit(nogil=True, cache=True)
-def state_tokens(offsets: np.ndarray, tokens: np.ndarray,
-                 states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
-    """The tokens leaving each row's state (none for a negative state): ``(row, token)``."""
-    rows, edges = state_edges(offsets, states)
-    out = np.empty(len(edges), dtype=np.int64)
-    for k in range(len(edges)):
-        out[k] = tokens[edges[k]]
-    return rows, out
-
-
-@njit(nogil=True, cache=True)
 def accepting_of(accepting: np.ndarray, states: np.ndarray) -> np.ndarray:  # pragma: no cover
     """Whether each row's state accepts (False for a negative state)."""
     out = np.zeros(len(states), dtype=np.bool_)
@@ -96,37 +85,6 @@ def table_allowed(offsets: np.ndarray, tokens: np.ndarray, accepting: np.ndarray
             e += not take_eos
             k += 1
     return rows, out
-
-
-@njit(nogil=True, cache=True)
-def ragged_ranges(starts: np.ndarray,
-                  counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
-    """Concatenate ``range(starts[i], starts[i] + counts[i])``; also return each item's i."""
-    total = 0
-    for i in range(len(counts)):
-        total += max(counts[i], 0)
-    rows = np.empty(total, dtype=np.int64)
-    idx = np.empty(total, dtype=np.int64)
-    k = 0
-    for i in range(len(counts)):
-        for j in range(max(counts[i], 0)):
-            rows[k] = i
-            idx[k] = starts[i] + j
-            k += 1
-    return rows, idx
-
-
-@njit(nogil=True, cache=True)
-def state_edges(offsets: np.ndarray,
-                states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
-    """All edges leaving each row's state (none for a negative state): ``(row, edge)``."""
-    starts = np.zeros(len(states), dtype=np.int64)
-    counts = np.zeros(len(states), dtype=np.int64)
-    for i in range(len(states)):
-        s = states[i]
-        if s >= 0:
-            starts[i], counts[i] = offsets[s], offsets[s + 1] - offsets[s]
-    return ragged_ranges(starts, counts)
 
 
 @njit(nogil=True, cache=True)
@@ -235,7 +193,6 @@ def warm() -> None:
     one = np.zeros(2, dtype=np.int64)
     edge_index(one, empty, empty, empty)
     step(one, empty, empty, empty, empty)
-    state_tokens(one, empty, empty)
     accepting_of(np.zeros(1, dtype=np.bool_), empty)
     table_allowed(one, empty, np.zeros(1, dtype=np.bool_), empty, empty)
     alive = np.zeros((1, 1), dtype=np.int32)
@@ -243,6 +200,4 @@ def warm() -> None:
                      0, 0)
     distinct_advance(one, empty, empty, np.zeros(0, dtype=np.int8), alive, empty, empty, one,
                      empty, 0, empty, empty, empty, 0, 0)
-    ragged_ranges(empty, empty)
-    state_edges(one, empty)
     keep_only_rows(np.zeros((1, 1), dtype=np.float32), empty, empty, empty)

@@ -93,10 +93,14 @@ class TokenTable:
 
     def tokens_of(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The tokens each row may take now, flattened: ``(row_position, token)``."""
-        return kernels.state_tokens(self.offsets, self.tokens, as_i64(states))
+        return kernels.table_allowed(self.offsets, self.tokens, self.accepting, as_i64(states),
+                                     _NO_EOS)
 
     def is_accepting(self, states: np.ndarray) -> np.ndarray:
         return kernels.accepting_of(self.accepting, as_i64(states))
+
+
+_NO_EOS = np.zeros(0, dtype=np.int64)  # tokens_of lists a state's own tokens only
 
 
 def as_i64(a: np.ndarray) -> np.ndarray:
