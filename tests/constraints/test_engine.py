@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import regex
 
 from podium.constraints import engine_logits_processors
 from podium.constraints.admission import to_vllm_xargs, validate_constraint
@@ -119,8 +120,9 @@ def test_regex_all_outputs_match(llm: Any) -> None:
         if o.finish_reason == "stop":
             assert re.fullmatch(pattern, o.text), o.text
         else:
-            # cut by max_tokens: the text so far must still be a prefix of the language
-            assert re.fullmatch(r"[A-Z]{2}-[0-9]{3,5}( \([a-z]*)?", o.text), o.text
+            # cut by max_tokens: the text so far is a prefix of the language (or a whole word
+            # of it, when the budget ran out on its last character, before EOS)
+            assert regex.fullmatch(pattern, o.text, partial=True), o.text
     assert sum(o.finish_reason == "stop" for o in outs) >= len(outs) // 2
 
 

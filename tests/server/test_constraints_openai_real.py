@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import regex
 
 from tests.conftest import LLM
 from tests.constraints.catalog import make_titles
@@ -72,9 +73,10 @@ def test_regex_every_answer_matches(openai_client: openai.OpenAI) -> None:
         if a.finish_reason == "stop":
             assert re.fullmatch(pattern, text), text
         else:
-            # cut by max_tokens: what was produced is still a prefix of the language
+            # cut by max_tokens: what was produced is a prefix of the language (or a whole
+            # word of it, when the budget ran out on its last character, before EOS)
             assert a.finish_reason == "length", a.finish_reason
-            assert re.fullmatch(r"[A-Z]{2}-[0-9]{3,5}( \([a-z]*)?", text), text
+            assert regex.fullmatch(pattern, text, partial=True), text
     assert sum(a.finish_reason == "stop" for a in answers) >= REQUESTS // 2
 
 
