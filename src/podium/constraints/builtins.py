@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from podium.constraints.base import Constraint
 from podium.constraints.registry import ConstraintType
-from podium.constraints.vocab import TokenizerInfo
+
+if TYPE_CHECKING:  # base loads numba, which must wait for vLLM's worker (docs/constraints.md)
+    from podium.constraints.base import Constraint
+    from podium.constraints.vocab import TokenizerInfo
 
 MAX_CHOICES = 100_000
 MAX_PATTERN_CHARS = 10_000

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,14 +28,12 @@ from vllm.v1.worker.gpu.sample.logits_processor.interface import (
 )
 
 from podium.constraints.admission import XARGS_KEY, validate_constraint
-from podium.constraints.base import TableConstraint
-from podium.constraints.batch import ConstraintBatch
-from podium.constraints.compiler import ConstraintCompiler
-from podium.constraints.masking import keep_only
-from podium.constraints.table import TokenTable
 from podium.constraints.vocab import TokenizerInfo
 from podium.errors import InvalidArgument
 
+# The state machines (numba) load on first use, never at import: vLLM's CPU worker crashes at
+# start-up if llvmlite is already imported, and a spawned engine process imports this module
+# before that point when its config names this class (docs/constraints.md).
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.sampling_params import SamplingParams
@@ -42,6 +41,10 @@ if TYPE_CHECKING:
         LogitsContext,
         LogitsProcRequestState,
     )
+
+    from podium.constraints.base import Constraint
+    from podium.constraints.batch import ConstraintBatch
+    from podium.constraints.compiler import ConstraintCompiler
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,9 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
     def _ensure_ready(self) -> ConstraintBatch:
         if self._batch is None:
             # loaded on first use so engines serving no constrained request never pay for it
+            from podium.constraints.batch import ConstraintBatch
+            from podium.constraints.compiler import ConstraintCompiler
+
             mc = self._model_config
             tok = TokenizerInfo.from_pretrained(mc.tokenizer, vocab_size=mc.get_vocab_size())
             self._compiler = ConstraintCompiler(tok)
@@ -105,7 +111,7 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
             # admission validates specs, so this is a bug or a plugin failure: fail the
             # request closed (EOS only) rather than take the engine down
             log.exception("constraint failed to compile; the request will end at once")
-            constraint = _END_AT_ONCE
+            constraint = _end_at_once()
         batch.add(slot, constraint)
         return True
 
@@ -166,6 +172,8 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
             keep = keep_slots < rows
             slots = slots[slots < rows]
             keep_slots, keep_tokens = keep_slots[keep], keep_tokens[keep]
+        from podium.constraints.masking import keep_only
+
         return keep_only(logits, slots, keep_slots, keep_tokens)
 
     def _prepare_v1(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], bool]:
@@ -217,8 +225,15 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
 
         self._batch.sync(slots, lengths, fetch)
         rows, tokens = self._batch.allowed(slots)
+        from podium.constraints.masking import keep_only
+
         return keep_only(logits, positions, positions[rows], tokens)
 
 
-# a constraint with no edges and no accepting state: the batch allows only EOS
-_END_AT_ONCE = TableConstraint(TokenTable.from_edges(1, np.zeros((0, 3)), [], 0, 1))
+@cache
+def _end_at_once() -> Constraint:
+    """A constraint with no edges and no accepting state: the batch allows only EOS."""
+    from podium.constraints.base import TableConstraint
+    from podium.constraints.table import TokenTable
+
+    return TableConstraint(TokenTable.from_edges(1, np.zeros((0, 3)), [], 0, 1))

@@ -18,10 +18,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from podium.constraints.base import Constraint
-from podium.constraints.vocab import TokenizerInfo
+if TYPE_CHECKING:  # base loads numba, which must wait for vLLM's worker (docs/constraints.md)
+    from podium.constraints.base import Constraint
+    from podium.constraints.vocab import TokenizerInfo
 
 ENTRY_POINT_GROUP = "podium.constraints"
 log = logging.getLogger(__name__)
