@@ -1,9 +1,10 @@
 """Importing Podium's constraints must not load numba: vLLM 0.32's CPU worker crashes at
 start-up when llvmlite is already imported (``_rebind_kernels`` in
 ``vllm/triton_utils/dispatcher.py`` calls ``vars(x).get`` on every module attribute, and
-llvmlite's ``_lib_fn_wrapper`` answers ``__dict__`` with a C function). A worker is spawned, so
-it re-imports the user's script, and it unpickles an engine config naming the processor class,
-both before that scan."""
+llvmlite's ``ffi.lib``, a slotted proxy, answers ``__dict__`` with a ``_lib_fn_wrapper``). A
+worker is spawned, so it re-imports the user's script, and it unpickles an engine config naming
+the processor class, both before that scan: the first test pins what both need, the second runs
+the first on a real engine."""
 
 from __future__ import annotations
 
