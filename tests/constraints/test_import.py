@@ -17,19 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.metrics._subproc import run_python
+
 CHOICES = ["red", "green", "blue"]
 
 
-def _python(*args: str, timeout: float = 120) -> str:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
-
-
 def test_importing_the_package_and_the_processor_loads_no_numba() -> None:
-    out = _python("-c", textwrap.dedent("""
+    loaded = run_python("""
         import json, sys
         import podium.constraints as c
         c.validate_constraint({"type": "choice", "choices": ["a"]})
@@ -37,8 +31,8 @@ def test_importing_the_package_and_the_processor_loads_no_numba() -> None:
         c.validate_constraint({"type": "distinct_items", "items": ["a", "b"]})
         import podium.constraints.processor
         print(json.dumps(sorted(m for m in ("numba", "llvmlite") if m in sys.modules)))
-    """))
-    assert json.loads(out.splitlines()[-1]) == []
+    """)
+    assert loaded == []
 
 
 @pytest.mark.engine
@@ -64,7 +58,12 @@ def test_a_script_importing_podium_at_the_top_runs_a_constrained_request(
                            sampling_params=params, use_tqdm=False)
             print("ANSWERS", json.dumps([o.outputs[0].text for o in out]), flush=True)
     """))
-    out = _python(str(script), timeout=600)  # a file: spawned processes re-import it
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # run as a file: the spawned engine processes re-import it
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
     [line] = [x for x in out.splitlines() if x.startswith("ANSWERS ")]  # vLLM logs here too
     answers = json.loads(line.removeprefix("ANSWERS "))
     assert len(answers) == 4 and set(answers) <= set(CHOICES), answers
