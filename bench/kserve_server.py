@@ -18,7 +18,7 @@ from fastapi import FastAPI
 
 from podium.frontends.kserve_grpc import create_server
 from podium.frontends.kserve_http import create_router
-from podium.server.repository import ModelRepository, scan_repository
+from podium.repository import ModelRepository, scan_repository
 
 
 def build_app(repository_dir: Path, models: list[str], grpc_port: int) -> FastAPI:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from podium.examples import create_examples
-from podium.server.repository import scan_repository
+from podium.repository import scan_repository
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from podium.examples import create_examples
 from podium.frontends.kserve_grpc import create_server
 from podium.frontends.kserve_http import create_router
 from podium.package.package import write_manifest
-from podium.server.repository import ModelRepository, scan_repository
+from podium.repository import ModelRepository, scan_repository
 
 from .fake_llm import FakeLlmBackend
 

@@ -102,8 +102,7 @@ class FakeEngine:
 
 
 class FakeLlmBackend(Backend):
-    """What the real VllmBackend does with vllm_tensors, over the fake engine (no
-    `optional_inputs`: the repository knows the vLLM contract's optional tensors itself)."""
+    """What the real VllmBackend does with vllm_tensors, over the fake engine."""
 
     decoupled = True
 
@@ -126,6 +125,10 @@ class FakeLlmBackend(Backend):
     @property
     def max_batch_size(self) -> int:
         return 0
+
+    @property
+    def optional_inputs(self) -> frozenset[str]:
+        return vllm_tensors.optional_inputs(self.manifest.task)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         return await vllm_tensors.infer(self.engine, request, task=self.manifest.task,

@@ -10,7 +10,7 @@ from typing import Any
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
 from podium.package.manifest import TensorSpec, parse_manifest
 from podium.package.package import Package
-from podium.server.repository import ModelEntry
+from podium.repository import ModelEntry
 
 
 class _Result:

@@ -3,6 +3,11 @@
 Frontends know protocols, backends know models. A frontend turns its wire format into an
 `InferenceRequest` of named numpy tensors and hands it to `Backend.infer` (or `infer_stream`
 for decoupled models); LLM backends additionally expose `openai`, vLLM's own serving objects.
+
+Every optional capability has a default here, and a backend overrides what it supports:
+nothing above this layer probes a backend with getattr/hasattr. Errors: `BackendError` fails
+one request (recoverable); `BackendDead` means the engine is gone and the instance must restart
+(fatal); `is_alive()` turning false means the same.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -53,6 +58,15 @@ class InferenceResponse:
     parameters: dict[str, Any] = field(default_factory=dict)
     final: bool = True
     """False on every part of a decoupled stream but the last."""
+    model_version: str = ""
+    """The version that served the request (set by the repository)."""
+
+
+class ModelCaller(Protocol):
+    """What a backend may call other models through (the repository; python ensembles)."""
+
+    async def infer(self, name: str, version: str | None, request: InferenceRequest
+                    ) -> InferenceResponse: ...
 
 
 class Backend(abc.ABC):
@@ -110,6 +124,43 @@ class Backend(abc.ABC):
     def openai(self) -> Any | None:
         """vLLM serving state for OpenAI routes (chat, completions, embeddings), if any."""
         return None
+
+    # -- optional capabilities: the defaults of a backend that has none ----------------------
+    @property
+    def task(self) -> str | None:
+        """What an LLM does (`generate`, `embed`); None for other models."""
+        return None
+
+    @property
+    def max_model_len(self) -> int | None:
+        """An LLM's context length in tokens; None for other models."""
+        return None
+
+    @property
+    def optional_inputs(self) -> frozenset[str]:
+        """Declared inputs a request may omit."""
+        return frozenset()
+
+    @property
+    def execution_count(self) -> int | None:
+        """Model calls made; None when every request is one call."""
+        return None
+
+    def batch_stats(self) -> list[dict[str, Any]]:
+        """Triton-style per-batch-size statistics; empty without a dynamic batcher."""
+        return []
+
+    def check_seed(self, seed: object) -> None:
+        """Raise InvalidArgument if a request's `seed` cannot be honoured."""
+        return None  # by default every seed is honoured
+
+    def bind_repository(self, repository: ModelCaller) -> None:
+        """Called before `load` with the repository the model may call other models through."""
+        return None  # only models that call others keep it
+
+    def is_alive(self) -> bool:
+        """False once the engine has died for good: the instance must restart."""
+        return True
 
     def config(self) -> dict[str, Any]:
         """Triton-style model configuration, as served at /v2/models/{m}/config."""

@@ -20,23 +20,20 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from podium.backends.base import InferenceRequest, Tensor
+from podium.backends.base import InferenceRequest, ModelCaller, Tensor
 from podium.backends.classic import Arrays, ClassicBackend
 from podium.backends.datatypes import NUMPY_DTYPES, datatype_of
 from podium.errors import BackendError, InvalidArgument, PackageError, PodiumError
-
-if TYPE_CHECKING:
-    from podium.server.repository import ModelRepository
 
 
 class ModelClient:
     """Lets a python model score other models of the same instance from inside `execute`."""
 
-    def __init__(self, repository: ModelRepository, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, repository: ModelCaller, loop: asyncio.AbstractEventLoop) -> None:
         self._repository = repository
         self._loop = loop
 
@@ -60,10 +57,10 @@ class PythonBackend(ClassicBackend):
     """Runs the package's Python class; I/O must be declared in the manifest."""
 
     _instance: Any = None
-    _repository: ModelRepository | None = None
+    _repository: ModelCaller | None = None
     _loop: asyncio.AbstractEventLoop | None = None
 
-    def bind_repository(self, repository: ModelRepository) -> None:
+    def bind_repository(self, repository: ModelCaller) -> None:
         """Called by the repository before `load`: the handle `config['models']` wraps."""
         self._repository = repository
 

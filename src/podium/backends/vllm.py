@@ -9,9 +9,10 @@ them; request models, sampling, structured outputs and streaming are vLLM's own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from argparse import Namespace
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
@@ -109,20 +110,40 @@ class VllmBackend(Backend):
 
         return vllm_tensors.output_specs(self.task)
 
+    @property
+    def optional_inputs(self) -> frozenset[str]:
+        """The optional tensors of Triton's vLLM contract (stream, sampling_parameters, …)."""
+        from podium.backends import vllm_tensors
+
+        return vllm_tensors.optional_inputs(self.task)
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         from podium.backends import vllm_tensors
 
         self._check_alive()
-        return await vllm_tensors.infer(self.engine, request, task=self.task,
-                                        sampling_params=self._sampling_params)
+        with self._fatal_if_dead():
+            return await vllm_tensors.infer(self.engine, request, task=self.task,
+                                            sampling_params=self._sampling_params)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         from podium.backends import vllm_tensors
 
         self._check_alive()
-        async for response in vllm_tensors.infer_stream(self.engine, request, task=self.task,
-                                                         sampling_params=self._sampling_params):
-            yield response
+        with self._fatal_if_dead():
+            async for response in vllm_tensors.infer_stream(
+                    self.engine, request, task=self.task, sampling_params=self._sampling_params):
+                yield response
+
+    @contextlib.contextmanager
+    def _fatal_if_dead(self) -> Iterator[None]:
+        """vLLM's EngineDeadError (fatal) becomes BackendDead; its other errors stay
+        recoverable, failing one request."""
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        try:
+            yield
+        except EngineDeadError as exc:
+            raise BackendDead(f"the engine of {self.package.key} died: {exc}") from exc
 
     def _sampling_params(self, **kwargs: Any) -> Any:
         from vllm import SamplingParams

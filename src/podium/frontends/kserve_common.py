@@ -8,7 +8,7 @@ from typing import Any
 import podium
 from podium.backends.validation import expected_shape
 from podium.errors import InvalidArgument
-from podium.server.repository import ModelRepository, VersionPolicy, version_key
+from podium.repository import ModelRepository, VersionPolicy
 
 SERVER_NAME = "podium"
 EXTENSIONS = ["binary_tensor_data", "model_repository", "model_repository(unload_dependents)",
@@ -23,9 +23,8 @@ def server_metadata() -> dict[str, Any]:
 def model_metadata(repository: ModelRepository, name: str, version: str | None
                    ) -> dict[str, Any]:
     """`GET /v2/models/{m}[/versions/{v}]`: versions, platform and I/O with batch dimension."""
-    backend = repository.get(name, version)
-    versions = sorted((e.backend.version for e in repository.ready_entries()
-                       if e.backend.name == name), key=version_key)
+    backend = repository.find(name, version).backend
+    versions = repository.versions(name)
     batch = backend.max_batch_size
     return {
         "name": backend.name,

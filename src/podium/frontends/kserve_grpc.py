@@ -24,7 +24,7 @@ from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
 from podium.frontends import kserve_codec as codec
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
 from podium.metrics.grpc_log import track_grpc
-from podium.server.repository import ModelRepository
+from podium.repository import ModelRepository, inference
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,8 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelConfig(self, request: Any, context: Any) -> Any:
         try:
-            config = dict(self._repository.get(request.name, request.version or None).config())
+            config = dict(self._repository.find(request.name,
+                                                request.version or None).backend.config())
         except PodiumError as exc:
             await _abort(context, exc)
         if not all(v.isdigit() for v in
@@ -142,12 +143,11 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         async with track_grpc(context, "ModelInfer"):
             try:
-                served = self._repository.get(request.model_name, request.model_version or None)
-                response = await self._repository.infer(served.name, served.version,
-                                                        decode_request(request))
+                response = await self._repository.infer(
+                    request.model_name, request.model_version or None, decode_request(request))
             except PodiumError as exc:
                 await _abort(context, exc)
-            return encode_response(response, request.model_name, served.version)
+            return encode_response(response, request.model_name, response.model_version)
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any
                                ) -> AsyncIterator[Any]:
@@ -180,20 +180,20 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def _stream_one(self, request: Any, queue: asyncio.Queue[Any]) -> None:
         empty_final = _request_flag(request, "triton_enable_empty_final_response")
         try:
-            served = self._repository.get(request.model_name, request.model_version or None)
-            responses = self._repository.infer_stream(served.name, served.version,
-                                                      decode_request(request))
-            # hold one response back so the last one can carry the final flag
-            held: InferenceResponse | None = None
-            async for response in responses:
-                if held is not None:
-                    await queue.put(_stream_message(held, request, served.version, final=False))
-                held = response
+            async with self._repository.lease(request.model_name,
+                                              request.model_version or None) as entry:
+                # hold one response back so the last one can carry the final flag
+                held: InferenceResponse | None = None
+                async for response in inference.infer_stream(entry, decode_request(request)):
+                    if held is not None:
+                        await queue.put(_stream_message(held, request, final=False))
+                    held = response
             if held is not None and (held.outputs or empty_final):
-                await queue.put(_stream_message(held, request, served.version, final=True))
+                await queue.put(_stream_message(held, request, final=True))
             elif empty_final:
-                await queue.put(_stream_message(InferenceResponse(outputs=[], id=request.id),
-                                                request, served.version, final=True))
+                await queue.put(_stream_message(
+                    InferenceResponse(outputs=[], id=request.id, model_version=entry.version),
+                    request, final=True))
         except PodiumError as exc:  # a bad request fails alone; the stream stays open
             await queue.put(service_pb2.ModelStreamInferResponse(error_message=exc.message))
         except Exception as exc:  # never leave the client waiting for a response
@@ -246,9 +246,8 @@ def encode_response(response: InferenceResponse, model: str, version: str) -> An
     return message
 
 
-def _stream_message(response: InferenceResponse, request: Any, version: str, *, final: bool
-                    ) -> Any:
-    message = encode_response(response, request.model_name, version)
+def _stream_message(response: InferenceResponse, request: Any, *, final: bool) -> Any:
+    message = encode_response(response, request.model_name, response.model_version)
     message.id = response.id or request.id
     message.parameters["triton_final_response"].bool_param = final
     return service_pb2.ModelStreamInferResponse(infer_response=message)

@@ -19,13 +19,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 
-from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
+from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
 from podium.backends.datatypes import NUMPY_DTYPES
 from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
 from podium.frontends import kserve_codec as codec
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
 from podium.metrics import request_log
-from podium.server.repository import ModelRepository
+from podium.repository import ModelRepository
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 logger = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ def _model_ready(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
 
 def _model_config(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
     async def handler(model: str, version: str | None = None) -> dict[str, Any]:
-        return repository.get(model, version).config()
+        return repository.find(model, version).backend.config()
     return handler
 
 
@@ -148,9 +148,8 @@ def _infer(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
         body = await _body(request)
         header, binary_outputs, infer_request = parse_infer_request(
             body, request.headers.get(HEADER_LENGTH))
-        served = repository.get(model, version).version
-        response = await repository.infer(model, served, infer_request)
-        return encode_infer_response(response, model=model, version=served,
+        response = await repository.infer(model, version, infer_request)
+        return encode_infer_response(response, model=model, version=response.model_version,
                                      binary_outputs=binary_outputs,
                                      default_binary=bool(header.get("parameters", {})
                                                          .get("binary_data_output", False)))
@@ -160,17 +159,18 @@ def _infer(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
 def _generate(repository: ModelRepository, *, stream: bool) -> Callable[..., Awaitable[Any]]:
     async def handler(model: str, request: Request, version: str | None = None) -> Response:
         body = await _json_body(request)
-        backend = repository.get(model, version)
-        served = backend.version
-        infer_request = generate_request(body, backend.inputs(), backend.max_batch_size,
-                                         stream=stream)
+
+        def infer_request(backend: Backend) -> InferenceRequest:
+            return generate_request(body, backend.inputs(), backend.max_batch_size,
+                                    stream=stream)
+
         if not stream:
-            response = await repository.infer(model, served, infer_request)
-            return JSONResponse(generate_response(response, model, served))
-        responses = repository.infer_stream(model, served, infer_request)
+            response = await repository.infer(model, version, infer_request)
+            return JSONResponse(generate_response(response, model, response.model_version))
+        responses = repository.infer_stream(model, version, infer_request)
         # the first response (or the bad-request error) comes before the 200 status is sent
         first = await anext(responses)
-        return StreamingResponse(_sse(first, responses, model, served),
+        return StreamingResponse(_sse(first, responses, model, first.model_version),
                                  media_type="text/event-stream")
     return handler
 
@@ -190,10 +190,9 @@ def _score(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
         inputs = {"context": codec.tensor_from_json("context", "BYTES", [1], [context]),
                   "candidates": codec.tensor_from_json("candidates", "BYTES",
                                                        [len(candidates)], candidates)}
-        served = repository.get(model, version).version
-        response = await repository.infer(model, served, InferenceRequest(
+        response = await repository.infer(model, version, InferenceRequest(
             inputs=inputs, id=str(body.get("id", ""))))
-        return JSONResponse(score_response(response, model, served))
+        return JSONResponse(score_response(response, model, response.model_version))
     return handler
 
 

@@ -9,7 +9,6 @@ validate with vLLM's own request model → vLLM's serving class → JSON or SSE.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from podium.errors import InvalidArgument, NotFound, PodiumError
 from podium.frontends.http_body import read_json_object
 from podium.metrics import request_log
 from podium.metrics.server import track_in_flight
-from podium.server.repository import ModelRepository
+from podium.repository import ModelEntry, ModelRepository
 from podium.validation import describe, first_field
 
 
@@ -50,17 +49,17 @@ def create_router(repository: ModelRepository, *, max_body_bytes: int) -> APIRou
 
     @router.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        return {"object": "list", "data": [_model_card(e.backend) for e in
+        return {"object": "list", "data": [_model_card(e) for e in
                                            repository.ready_entries() if e.backend.openai]}
 
     @router.get("/v1/models/{model_id:path}")
     async def get_model(model_id: str) -> dict[str, Any]:
         name, version = split_model_id(model_id)
-        backend = repository.get(name, version)
-        if backend.openai is None:
+        entry = repository.find(name, version)
+        if entry.backend.openai is None:
             raise NotFound(f"model {model_id!r} is not served over the OpenAI API",
                            param="model")
-        return _model_card(backend)
+        return _model_card(entry)
 
     for endpoint in (CHAT, COMPLETIONS, EMBEDDINGS):
         router.add_api_route(endpoint.path, _handler(repository, endpoint, max_body_bytes),
@@ -78,16 +77,15 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, max_body_bytes: in
                                   "served model (see GET /v1/models)", param="model")
         name, version = split_model_id(model_id)
         stack = AsyncExitStack()
-        backend = await stack.enter_async_context(repository.lease(name, version))
+        entry = await stack.enter_async_context(repository.lease(name, version))
+        backend = entry.backend
         try:
             serving = _serving(backend, endpoint, model_id)
             body["model"] = name
-            if hasattr(backend, "check_seed"):
-                backend.check_seed(body.get("seed"))
+            backend.check_seed(body.get("seed"))
             hidden_usage = _ask_for_usage(endpoint, body)
             request_model = _parse(endpoint, body)
-            request_log.annotate(model=name, version=backend.version)
-            stack.enter_context(track_in_flight("openai", endpoint.path, name, backend.version))
+            stack.enter_context(track_in_flight("openai", endpoint.path, name, entry.version))
             result = await _call(serving, endpoint, request_model, request)
         except BaseException:
             await stack.aclose()
@@ -286,15 +284,15 @@ def _known_fields(model_cls: type) -> frozenset[str]:
     return _FIELDS[model_cls]
 
 
-def _model_card(backend: Any) -> dict[str, Any]:
-    entry_created = int(getattr(backend, "loaded_at", 0) or time.time())
+def _model_card(entry: ModelEntry) -> dict[str, Any]:
+    backend = entry.backend
     return {
-        "id": backend.name,
+        "id": entry.name,
         "object": "model",
-        "created": entry_created,
+        "created": int(entry.loaded_at),  # when this version became ready
         "owned_by": "podium",
-        "root": backend.name,
-        "version": backend.version,
-        "max_model_len": getattr(backend, "max_model_len", None),
-        "task": getattr(backend, "task", None),
+        "root": entry.name,
+        "version": entry.version,
+        "max_model_len": backend.max_model_len,
+        "task": backend.task,
     }

@@ -67,7 +67,7 @@ async def _step(instance: Instance, name: str, fn: Callable[..., Any], *args: An
 
 
 def _open_packages(instance: Instance) -> list[Package]:
-    from podium.server.repository import scan_repository
+    from podium.repository import scan_repository
 
     config = instance.config
     packages = [open_package(p) for p in config.packages]

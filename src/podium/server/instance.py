@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from podium.repository import ModelEntry, ModelRepository
 from podium.server.config import ServerConfig
-from podium.server.repository import ModelRepository
+
+log = logging.getLogger("podium.instance")
 
 
 @dataclass
@@ -22,15 +26,18 @@ class Instance:
 
     config: ServerConfig
     repository: ModelRepository = field(default_factory=ModelRepository)
-
-    def __post_init__(self) -> None:
-        # a load over the API rescans --repository, finding packages added after boot
-        self.repository.root = self.config.repository
     booted: bool = False
     draining: bool = False
     boot_error: str | None = None
     boot_steps: list[BootStep] = field(default_factory=list)
     boot_task: asyncio.Task | None = None
+    stop: Callable[[], None] | None = None
+    """Ends the serving process (set by `podium.server.serve`); a dead engine calls it."""
+
+    def __post_init__(self) -> None:
+        # a load over the API rescans --repository, finding packages added after boot
+        self.repository.root = self.config.repository
+        self.repository.on_dead = self._engine_died
 
     def is_ready(self) -> bool:
         """Ready: booted, not draining, and every model loaded."""
@@ -42,3 +49,16 @@ class Instance:
         if self.draining:
             return "draining"
         return "ready" if self.is_ready() else "starting"
+
+    def _engine_died(self, entry: ModelEntry) -> None:
+        """A dead engine never comes back: stop (exit 1) so a supervisor starts a fresh
+        instance, instead of answering 500 to everything while looking alive."""
+        if self.draining:
+            return  # already stopping
+        from podium.metrics.server import set_ready
+
+        self.boot_error = f"engine died: {entry.key}"
+        set_ready(False)
+        log.error("the engine of %s died; stopping so the instance is restarted", entry.key)
+        if self.stop is not None:
+            self.stop()

@@ -52,6 +52,7 @@ async def _serve(instance: Instance) -> int:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
+        instance.stop = lambda: setattr(server, "should_exit", True)
         grpc_server = await _start_grpc(instance)
         instance.boot_task = asyncio.create_task(_boot_or_exit(instance, server))
         try:
@@ -104,17 +105,11 @@ async def _boot_or_exit(instance: Instance, server: Any) -> None:
 
 
 async def _watch_engines(instance: Instance, server: Any, interval_s: float = 1.0) -> None:
-    """A dead engine never comes back: stop (exit 1) so a supervisor starts a fresh instance,
-    instead of answering 500 to everything while looking alive."""
+    """Poll the engines; one found dead stops the instance through the repository's
+    dead-engine hook (`Instance._engine_died`), as a request that met a dead engine does."""
     while not server.should_exit:
         await asyncio.sleep(interval_s)
-        dead = [e.backend for e in instance.repository.entries()
-                if not getattr(e.backend, "is_alive", lambda: True)()]
-        if dead and not instance.draining:
-            names = ", ".join(f"{b.name}@{b.version}" for b in dead)
-            instance.boot_error = f"engine died: {names}"
-            log.error("the engine of %s died; stopping so the instance is restarted", names)
-            server.should_exit = True
+        instance.repository.check_alive()
 
 
 async def _start_grpc(instance: Instance) -> Any:

@@ -12,7 +12,7 @@ import pytest
 from podium.backends.base import InferenceRequest, Tensor
 from podium.errors import BackendError, InvalidArgument, NotFound, PackageError
 from podium.package.package import build_package, write_manifest
-from podium.server.repository import ModelRepository, VersionPolicy, scan_repository
+from podium.repository import ModelRepository, VersionPolicy, scan_repository
 
 MODEL_PY = '''
 import time

@@ -1,0 +1,258 @@
+"""The model repository of one instance: loaded backends by name and version.
+
+A request takes a lease (`async with repository.lease(name, version) as entry`): one lookup
+resolves the version (the latest ready one when none is given) and holds the entry until the
+request ends. Unloading removes the entry from routing first and waits for its leases, so
+in-flight requests finish on the version they started on.
+
+A dead engine is handled in one place, `report_dead`: the entry stops serving (readiness turns
+false) and `on_dead` tells the instance, which exits so a supervisor starts a fresh one. It is
+reached from a lease whose request raised `BackendDead` and from `check_alive`, the poll of
+every ready backend's `is_alive()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from podium.backends import create_backend
+from podium.backends.base import Backend, InferenceRequest, InferenceResponse
+from podium.errors import BackendDead, BackendError, Conflict, NotFound, PodiumError, Unavailable
+from podium.metrics import request_log
+from podium.metrics.server import observe_load
+from podium.package.package import Package
+from podium.repository import inference
+from podium.repository.entry import LOADING, READY, UNAVAILABLE, UNLOADING, ModelEntry
+from podium.repository.policy import VersionPolicy, version_key
+from podium.repository.scan import scan_repository
+
+log = logging.getLogger("podium.repository")
+
+RequestFor = Callable[[Backend], InferenceRequest]
+"""Builds a request once the version is resolved (generate needs the model's inputs)."""
+
+
+class ModelRepository:
+    """Loaded models of one instance; the only place that loads and unloads backends."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self._entries: dict[str, dict[str, ModelEntry]] = {}
+        self.packages: dict[str, Package] = {}
+        """Packages known to this instance by name@version (loaded or not)."""
+        self.root = root
+        """The `--repository` directory, rescanned when a model is loaded by name."""
+        self.on_dead: Callable[[ModelEntry], None] | None = None
+        """Called once per entry whose engine died (the instance stops)."""
+        self._changes = asyncio.Lock()
+        self._failures: dict[tuple[str, str], str] = {}
+        """Why the last load of name@version failed, for the repository index."""
+
+    def register(self, packages: list[Package]) -> None:
+        """Make packages known (loadable by name) without loading them."""
+        for package in packages:
+            self.packages[package.key] = package
+
+    # -- queries -----------------------------------------------------------------------------
+    def entries(self) -> list[ModelEntry]:
+        return [e for versions in self._entries.values() for e in versions.values()]
+
+    def ready_entries(self) -> list[ModelEntry]:
+        return [e for e in self.entries() if e.ready]
+
+    def all_ready(self) -> bool:
+        entries = self.entries()
+        return bool(entries) and all(e.ready for e in entries)
+
+    def versions(self, name: str) -> list[str]:
+        """The ready versions of `name`, oldest first."""
+        return sorted((e.version for e in self.ready_entries() if e.name == name),
+                      key=version_key)
+
+    def find(self, name: str, version: str | None = None) -> ModelEntry:
+        """The entry for name@version; without a version, the latest READY one."""
+        versions = self._entries.get(name)
+        if not versions:
+            known = ", ".join(sorted(self._entries)) or "none"
+            raise NotFound(f"model {name!r} is not served here (models: {known})", param="model")
+        if version is not None:
+            entry = versions.get(version)
+            if entry is None:
+                raise NotFound(f"model {name!r} has no version {version!r} (versions: "
+                               f"{', '.join(sorted(versions, key=version_key))})", param="model")
+            return entry
+        ready = [v for v, e in versions.items() if e.ready]
+        if not ready:
+            raise Unavailable(f"model {name!r} has no ready version yet")
+        return versions[max(ready, key=version_key)]
+
+    @asynccontextmanager
+    async def lease(self, name: str, version: str | None = None) -> AsyncIterator[ModelEntry]:
+        """Hold a READY entry (version resolved) for the span of one request."""
+        entry = self.find(name, version)
+        if not entry.ready:
+            raise Unavailable(f"model {name!r} version {entry.version} is "
+                              f"{entry.state.lower()}, not ready")
+        entry.acquire()
+        request_log.annotate(model=entry.name, version=entry.version)
+        try:
+            yield entry
+        except BackendDead as exc:
+            self.report_dead(entry, exc.message)
+            raise
+        finally:
+            entry.release()
+
+    # -- the request path ------------------------------------------------------------------
+    async def infer(self, name: str, version: str | None,
+                    request: InferenceRequest | RequestFor) -> InferenceResponse:
+        """Score one request on name@version (latest ready without a version)."""
+        async with self.lease(name, version) as entry:
+            return await inference.infer(entry, _build(request, entry))
+
+    async def infer_stream(self, name: str, version: str | None,
+                           request: InferenceRequest | RequestFor
+                           ) -> AsyncIterator[InferenceResponse]:
+        """Decoupled scoring: every response of the request, the last with `final` set."""
+        async with self.lease(name, version) as entry:
+            async for response in inference.infer_stream(entry, _build(request, entry)):
+                yield response
+
+    def statistics(self, name: str | None = None, version: str | None = None
+                   ) -> list[dict[str, Any]]:
+        """Triton's `model_stats` list: one model version, all versions of one, or all."""
+        if name is None:
+            entries = self.ready_entries()
+        elif version is None:
+            self.find(name)  # 404 for unknown models
+            entries = [e for e in self.ready_entries() if e.name == name]
+        else:
+            entries = [self.find(name, version)]
+        ordered = sorted(entries, key=lambda e: (e.name, version_key(e.version)))
+        return [inference.statistics_row(entry) for entry in ordered]
+
+    def index(self, *, ready_only: bool = False) -> list[dict[str, str]]:
+        """Triton's repository index: every packaged or served version with its state."""
+        rows: dict[tuple[str, str], dict[str, str]] = {}
+        for package in self.packages.values():
+            key = (package.manifest.name, package.manifest.version)
+            rows[key] = {"name": key[0], "version": key[1], "state": UNAVAILABLE,
+                         "reason": self._failures.get(key, "unloaded")}
+        for entry in self.entries():
+            key = (entry.name, entry.version)
+            rows[key] = {"name": key[0], "version": key[1], "state": entry.state,
+                         "reason": entry.reason}
+        ordered = [rows[k] for k in sorted(rows, key=lambda k: (k[0], version_key(k[1])))]
+        return [r for r in ordered if r["state"] == READY] if ready_only else ordered
+
+    # -- a dead engine ---------------------------------------------------------------------
+    def report_dead(self, entry: ModelEntry, reason: str) -> None:
+        """The entry's engine is gone for good: stop serving it and tell the instance."""
+        if entry.state != READY:
+            return  # already reported, or unloading (an engine shutting down is not dead)
+        entry.state, entry.reason = UNAVAILABLE, f"engine died: {reason}"
+        log.error("the engine of %s died: %s", entry.key, reason)
+        if self.on_dead is not None:
+            self.on_dead(entry)
+
+    def check_alive(self) -> list[ModelEntry]:
+        """Poll every ready backend; report (and return) those whose engine died."""
+        dead = [e for e in self.ready_entries() if not e.backend.is_alive()]
+        for entry in dead:
+            self.report_dead(entry, "is_alive() turned false")
+        return dead
+
+    # -- changes -----------------------------------------------------------------------------
+    async def load(self, package: Package, backend: Backend | None = None) -> ModelEntry:
+        """Create and load the package's backend (or `backend`, built by the caller, e.g. one
+        sharing an engine); it serves once loaded."""
+        name, version = package.manifest.name, package.manifest.version
+        existing = self._entries.get(name, {}).get(version)
+        if existing is not None and existing.state in (LOADING, READY):
+            raise Conflict(f"model {name!r} version {version!r} is already "
+                           f"{existing.state.lower()}")
+        entry = ModelEntry(backend or create_backend(package))
+        entry.backend.bind_repository(self)  # python models call other models through it
+        self._entries.setdefault(name, {})[version] = entry
+        self.packages[package.key] = package
+        self._failures.pop((name, version), None)
+        started = time.monotonic()
+        try:
+            await entry.backend.load()
+        except BaseException as exc:
+            observe_load(name, version, "load", time.monotonic() - started, ok=False)
+            entry.state, entry.reason = UNAVAILABLE, str(exc)
+            # a failed version does not serve and must not hold the instance's readiness back;
+            # the index keeps the reason
+            self._entries[name].pop(version, None)
+            if not self._entries[name]:
+                self._entries.pop(name)
+            self._failures[(name, version)] = str(exc) or type(exc).__name__
+            if isinstance(exc, Exception) and not isinstance(exc, PodiumError):
+                raise BackendError(f"loading {package.key} failed: {type(exc).__name__}: "
+                                   f"{exc}") from exc
+            raise
+        entry.state, entry.loaded_at = READY, time.time()
+        observe_load(name, version, "load", time.monotonic() - started, ok=True)
+        return entry
+
+    async def unload(self, name: str, version: str | None = None,
+                     timeout_s: float | None = None) -> list[ModelEntry]:
+        """Stop routing to the model (one version or all), let in-flight requests finish,
+        then release it."""
+        versions = self._entries.get(name)
+        if not versions:
+            raise NotFound(f"model {name!r} is not loaded", param="model")
+        targets = [self.find(name, version)] if version is not None else list(versions.values())
+        for entry in targets:
+            entry.state = UNLOADING
+        for entry in targets:
+            # the deadline wins over stragglers; their requests fail with 503
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(entry.idle.wait(), timeout_s)
+            started = time.monotonic()
+            await entry.backend.unload()
+            observe_load(entry.name, entry.version, "unload", time.monotonic() - started,
+                         ok=True)
+            entry.state = UNAVAILABLE
+            versions.pop(entry.version, None)
+        if not versions:
+            self._entries.pop(name, None)
+        return targets
+
+    async def load_model(self, name: str, policy: VersionPolicy | None = None
+                         ) -> list[ModelEntry]:
+        """Serve the packaged versions of `name` that `policy` picks (newest by default):
+        load the missing ones, then unload served versions the policy no longer picks."""
+        async with self._changes:
+            if self.root is not None:
+                self.register(scan_repository(self.root))
+            packaged = {p.manifest.version: p for p in self.packages.values()
+                        if p.manifest.name == name}
+            if not packaged:
+                known = sorted({p.manifest.name for p in self.packages.values()})
+                raise NotFound(f"no package for model {name!r} in the repository (packaged: "
+                               f"{', '.join(known) or 'none'})", param="model")
+            wanted = (policy or VersionPolicy()).select(list(packaged))
+            served = self._entries.get(name, {})
+            for version in wanted:
+                entry = served.get(version)
+                if entry is None or entry.state not in (LOADING, READY):
+                    await self.load(packaged[version])
+            for version in [v for v in list(served) if v not in wanted]:
+                await self.unload(name, version)
+            return [self._entries[name][v] for v in wanted]
+
+    async def unload_all(self, timeout_s: float | None = None) -> None:
+        for name in list(self._entries):
+            await self.unload(name, timeout_s=timeout_s)
+
+
+def _build(request: InferenceRequest | RequestFor, entry: ModelEntry) -> InferenceRequest:
+    return request if isinstance(request, InferenceRequest) else request(entry.backend)

@@ -1,0 +1,30 @@
+"""The packages of a repository directory (`podium serve --repository DIR`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from podium.errors import PackageError
+from podium.package.manifest import MANIFEST_NAME
+from podium.package.package import Package, open_package
+from podium.repository.policy import version_key
+
+
+def scan_repository(directory: Path) -> list[Package]:
+    """Packages in a repository directory: `DIR/*/podium.json`, `DIR/*/*/podium.json`
+    (name/version layout) and `DIR/*.tar.gz`, sorted by name then version."""
+    directory = Path(directory).expanduser()
+    if not directory.is_dir():
+        raise PackageError(f"{directory}: the model repository must be a directory")
+    locations = sorted({*directory.glob(f"*/{MANIFEST_NAME}"),
+                        *directory.glob(f"*/*/{MANIFEST_NAME}")})
+    packages = [open_package(path.parent) for path in locations]
+    packages += [open_package(path) for path in sorted(directory.glob("*.tar.gz"))]
+    seen: dict[str, Package] = {}
+    for package in packages:
+        if package.key in seen:
+            first = seen[package.key].root
+            raise PackageError(f"{directory}: {package.key} is packaged twice ({first} and "
+                               f"{package.root}); remove one")
+        seen[package.key] = package
+    return sorted(packages, key=lambda p: (p.manifest.name, version_key(p.manifest.version)))
