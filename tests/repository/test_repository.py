@@ -47,7 +47,9 @@ def request() -> InferenceRequest:
 async def served_version(repository: ModelRepository, name: str,
                          version: str | None = None) -> float:
     response = await repository.infer(name, version, request())
-    return float(response.outputs[0].data[0, 0])
+    value = float(response.outputs[0].data[0, 0])
+    assert response.model_version == f"{value:g}", "the response names the version that served"
+    return value
 
 
 def test_scan_finds_every_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,6 +112,26 @@ def test_load_by_name_follows_the_policy(tmp_path: Path) -> None:
         assert await served_version(repository, "m") == 4
         with pytest.raises(NotFound, match="no package for model 'x'"):
             await repository.load_model("x")
+        await repository.unload_all()
+
+    asyncio.run(run())
+
+
+def test_a_lease_resolves_the_version_once_and_holds_it(tmp_path: Path) -> None:
+    for version in ("1", "2"):
+        write_versioned(tmp_path / "m" / version, "m", version)
+
+    async def run() -> None:
+        repository = ModelRepository(root=tmp_path)
+        await repository.load_model("m", VersionPolicy.parse({"all": {}}))
+        async with repository.lease("m") as entry:
+            assert (entry.name, entry.version, entry.in_flight) == ("m", "2", 1)
+            unload = asyncio.create_task(repository.unload("m", "2"))
+            await asyncio.sleep(0.05)
+            assert not unload.done(), "unload waits for the lease"
+            assert await served_version(repository, "m") == 1  # new requests go elsewhere
+        await unload
+        assert entry.in_flight == 0 and entry.stats.success.count == 0
         await repository.unload_all()
 
     asyncio.run(run())

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
-from podium.backends.base import Backend, InferenceRequest, InferenceResponse
+import numpy as np
+
+from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
+from podium.errors import BackendDead
 from podium.package.manifest import TensorSpec, parse_manifest
 from podium.package.package import Package
 from podium.repository import ModelEntry
@@ -71,7 +75,30 @@ class FakeLlmBackend(Backend):
         return self.state
 
 
-def add_ready(repository, backend: Backend) -> ModelEntry:
-    entry = ModelEntry(backend, state="READY")
+class FakeEngineBackend(FakeLlmBackend):
+    """An engine-backed model whose engine can fail a request (recoverable) or die (fatal)."""
+
+    def __init__(self, name: str = "fake-engine", version: str = "1") -> None:
+        super().__init__(name, version)
+        self.alive = True
+        self.fail_next: Exception | None = None
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            if isinstance(error, BackendDead):
+                self.alive = False
+            raise error
+        return InferenceResponse(outputs=[Tensor("out", "BYTES", np.array([b"ok"],
+                                                                          dtype=object))])
+
+
+def add_ready(repository, backend: Backend, loaded_at: float | None = None) -> ModelEntry:
+    entry = ModelEntry(backend, state="READY",
+                       loaded_at=time.time() if loaded_at is None else loaded_at)
     repository._entries.setdefault(backend.name, {})[backend.version] = entry
     return entry
+

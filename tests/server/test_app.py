@@ -151,3 +151,14 @@ async def test_unload_waits_for_in_flight_request() -> None:
         backend.chat.gate.set()
         assert (await request).status_code == 200
         await unload
+
+
+async def test_models_report_when_each_version_became_ready() -> None:
+    """`created` is the version's load time, not the time of the listing."""
+    client, instance, _ = _client()
+    add_ready(instance.repository, FakeLlmBackend(version="2"), loaded_at=1_700_000_000)
+    async with client:
+        cards = {m["version"]: m for m in (await client.get("/v1/models")).json()["data"]}
+        assert cards["2"]["created"] == 1_700_000_000
+        one = (await client.get("/v1/models/fake-llm@2")).json()
+        assert one["created"] == 1_700_000_000 and one["version"] == "2"
