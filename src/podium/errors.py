@@ -90,9 +90,12 @@ class BootError(PodiumError):
 
 
 class BackendError(PodiumError):
-    pass
+    """Recoverable: the model failed on one request; that request fails, the model serves on."""
 
 
 class BackendDead(BackendError):
+    """Fatal: the engine is gone for good (vLLM's EngineDeadError). The repository takes the
+    version out of service and the instance exits 1 (`ModelRepository.report_dead`)."""
+
     http_status = 500
     grpc_code = "INTERNAL"
