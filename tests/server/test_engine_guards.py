@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
+from typing import Any
 
+import numpy as np
 import pytest
 
+from podium.backends.base import InferenceRequest, Tensor
 from podium.backends.vllm import VllmBackend
-from podium.errors import InvalidArgument
+from podium.errors import BackendDead, BackendError, InvalidArgument
 from podium.package.manifest import parse_manifest
 from podium.package.package import Package
+from podium.repository import ModelEntry, ModelRepository
 
 
 def _backend(device: str, chunked: bool, errored: bool = False) -> VllmBackend:
@@ -38,3 +43,44 @@ def test_seed_allowed_where_safe(device: str, chunked: bool) -> None:
 def test_dead_engine_is_reported() -> None:
     assert _backend("cpu", False).is_alive()
     assert not _backend("cpu", False, errored=True).is_alive()
+
+
+class _FailingEngine:
+    """An AsyncLLM whose `generate` raises the error vLLM raises for one request."""
+
+    def __init__(self, error: Exception, fatal: bool) -> None:
+        self.errored = False
+        self.error, self.fatal = error, fatal
+        self.vllm_config = SimpleNamespace(
+            device_config=SimpleNamespace(device_type="cuda"),
+            scheduler_config=SimpleNamespace(enable_chunked_prefill=False))
+
+    async def generate(self, prompt: Any, params: Any, request_id: str) -> AsyncIterator[Any]:
+        self.errored = self.fatal
+        raise self.error
+        yield  # an async generator, like AsyncLLM.generate
+
+
+def _prompt() -> InferenceRequest:
+    return InferenceRequest({"text_input": Tensor("text_input", "BYTES",
+                                                  np.array([b"hi"], dtype=object))})
+
+
+@pytest.mark.parametrize(("error", "fatal"), [("EngineGenerateError", False),
+                                              ("EngineDeadError", True)],
+                         ids=["generate-error", "engine-dead"])
+async def test_vllm_engine_errors_are_fatal_only_when_the_engine_died(
+        error: str, fatal: bool) -> None:
+    from vllm.v1.engine import exceptions  # heavy: imported by this test only
+
+    backend = _backend("cuda", False)
+    backend.engine = _FailingEngine(getattr(exceptions, error)(), fatal)
+    repository = ModelRepository()
+    died: list[str] = []
+    repository.on_dead = lambda entry: died.append(entry.key)
+    repository._entries["m"] = {"1": ModelEntry(backend, state="READY")}
+    with pytest.raises(BackendDead if fatal else BackendError) as raised:
+        await repository.infer("m", None, _prompt())
+    assert isinstance(raised.value, BackendDead) == fatal
+    assert died == (["m@1"] if fatal else [])
+    assert repository.all_ready() != fatal

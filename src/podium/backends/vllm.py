@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
-from podium.errors import BackendDead, BootError, InvalidArgument, PackageError
+from podium.errors import BackendDead, BackendError, BootError, InvalidArgument, PackageError
 from podium.package.manifest import TensorSpec, VllmManifest
 
 log = logging.getLogger("podium.backends.vllm")
@@ -121,7 +121,7 @@ class VllmBackend(Backend):
         from podium.backends import vllm_tensors
 
         self._check_alive()
-        with self._fatal_if_dead():
+        with self._engine_errors():
             return await vllm_tensors.infer(self.engine, request, task=self.task,
                                             sampling_params=self._sampling_params)
 
@@ -129,21 +129,24 @@ class VllmBackend(Backend):
         from podium.backends import vllm_tensors
 
         self._check_alive()
-        with self._fatal_if_dead():
+        with self._engine_errors():
             async for response in vllm_tensors.infer_stream(
                     self.engine, request, task=self.task, sampling_params=self._sampling_params):
                 yield response
 
     @contextlib.contextmanager
-    def _fatal_if_dead(self) -> Iterator[None]:
-        """vLLM's EngineDeadError (fatal) becomes BackendDead; its other errors stay
-        recoverable, failing one request."""
-        from vllm.v1.engine.exceptions import EngineDeadError
+    def _engine_errors(self) -> Iterator[None]:
+        """vLLM's two engine errors in Podium's terms: EngineDeadError is fatal (BackendDead),
+        EngineGenerateError fails this request only (BackendError)."""
+        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
         try:
             yield
         except EngineDeadError as exc:
             raise BackendDead(f"the engine of {self.package.key} died: {exc}") from exc
+        except EngineGenerateError as exc:
+            raise BackendError(f"the engine of {self.package.key} failed this request: "
+                               f"{exc}") from exc
 
     def _sampling_params(self, **kwargs: Any) -> Any:
         from vllm import SamplingParams
