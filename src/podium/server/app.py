@@ -47,7 +47,7 @@ def _add_health_routes(app: FastAPI, instance: Instance) -> None:
     async def ready() -> JSONResponse:
         body = {
             "status": instance.status(),
-            "models": {f"{e.backend.name}@{e.backend.version}": e.state.lower()
+            "models": {e.key: e.state.lower()
                        for e in instance.repository.entries()},
             "boot_steps": [{"step": s.name, "seconds": round(s.seconds, 3)}
                            for s in instance.boot_steps],
