@@ -178,3 +178,47 @@ def _snapshot(layout: h.Layout) -> dict[str, tuple[int, int, int]]:
     if (layout.home / "unpacked").is_dir() and not any((layout.home / "unpacked").iterdir()):
         seen.pop("home/unpacked", None)
     return seen
+
+
+@pytest.mark.parametrize("case", ["output-under-a-file", "home-is-a-file"])
+def test_unusable_arguments_are_one_line_errors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        case: str) -> None:
+    layout = h.Layout(tmp_path).create()
+    monkeypatch.setenv("PODIUM_HOME", str(layout.home))
+    if case == "output-under-a-file":
+        argv = ["package", str(layout.good), "-o", str(layout.out / "bad.tar.gz" / "x.tar.gz")]
+        expected = "cannot write the archive"
+    else:
+        monkeypatch.setenv("PODIUM_HOME", str(layout.out / "bad.tar.gz"))
+        argv, expected = ["inspect", str(layout.good_archive)], "set PODIUM_HOME"
+    before = _snapshot(layout)
+    code = main(argv)
+    err = capsys.readouterr().err.rstrip("\n")
+    assert code == 2 and err.startswith("podium: error: ") and expected in err, err
+    assert "\n" not in err
+    assert _snapshot(layout) == before
+    monkeypatch.setenv("PODIUM_HOME", str(layout.home))
+    assert main(["package", str(layout.good), "-o", str(layout.out / "good.tar.gz")]) == 0
+    assert main(["inspect", str(layout.out / "good.tar.gz"), "--json"]) == 0
+
+
+def test_a_nul_byte_in_a_path_is_refused_not_raised(tmp_path: Path) -> None:
+    """The control API passes paths from JSON, where "\\u0000" is a valid character."""
+    layout = h.Layout(tmp_path).create()
+    with pytest.raises(PackageError, match="cannot be read"):
+        open_package(str(layout.good) + "\0")
+    assert open_package(layout.good).key == "good@1"
+
+
+def test_staging_left_by_a_dead_process_is_swept(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = h.Layout(tmp_path).create()
+    monkeypatch.setenv("PODIUM_HOME", str(layout.home))
+    unpacked = layout.home / "unpacked"
+    dead = unpacked / "0123456789abcdef.partial-999999999-x"  # past any pid_max
+    (dead / "half").mkdir(parents=True)
+    alive = unpacked / f"0123456789abcdef.partial-{os.getpid()}-y"
+    alive.mkdir()
+    assert open_package(layout.good_archive).key == "good@1"
+    assert not dead.exists() and alive.is_dir()

@@ -8,6 +8,7 @@ the size caps or the decompression ratio cap. A refused archive leaves nothing b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tarfile
@@ -45,20 +46,22 @@ def pack(source: Path, target: Path) -> Path:
     if target.is_dir():
         raise PackageError(f"{target} is a directory; name the .tar.gz file to write")
     source = source.resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
     target = target.parent.resolve() / target.name
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     # an -o inside the package is not packed into itself
     entries = [e for e in package_entries(source) if source / e not in (target, partial)]
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(partial, "w:gz") as tar:
             for entry in entries:
                 tar.add(source / entry, arcname=str(entry), recursive=False)
         os.replace(partial, target)
     except OSError as exc:
-        raise PackageError(f"{target}: cannot write the archive ({exc.strerror})") from None
+        failed = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
+        raise PackageError(f"{target}: cannot write the archive ({failed})") from None
     finally:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
     return target
 
 
@@ -67,7 +70,10 @@ def unpack(archive: Path, target: Path, limits: ArchiveLimits | None = None) -> 
     member is checked before it is written, and on any failure `target` is removed."""
     limits = limits or ArchiveLimits()
     size = _archive_size(archive)
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UnsafeArchive(f"{target}: cannot unpack here ({exc.strerror})") from None
     checker = _MemberChecker(limits, archive, size)
     try:
         with archive.open("rb") as raw:

@@ -46,8 +46,9 @@ def open_package(location: Path | str) -> Package:
     except FileNotFoundError:
         raise PackageError(f"{path}: no such package (a directory with {MANIFEST_NAME} "
                            "or a .tar.gz of one)") from None
-    except OSError as exc:
-        raise PackageError(f"{path}: cannot be read ({exc.strerror})") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise PackageError(f"{path!r}: cannot be read ({getattr(exc, 'strerror', exc)})",
+                           param="path") from None
     if stat.S_ISDIR(info.st_mode):
         return check_package(path)
     if not path.name.endswith((".tar.gz", ".tgz", ".tar")):
@@ -55,14 +56,20 @@ def open_package(location: Path | str) -> Package:
     if not stat.S_ISREG(info.st_mode):
         raise PackageError(f"{path} is a {kind_of(info.st_mode)}; a package archive is a "
                            "regular .tar.gz file")
-    digest = _file_digest(path)[:16]
+    return _open_archive(path)
+
+
+def _open_archive(path: Path) -> Package:
+    """Unpack once into $PODIUM_HOME/unpacked/<digest>: staged, validated, then renamed."""
+    try:
+        digest = _file_digest(path)[:16]
+    except OSError as exc:
+        raise PackageError(f"{path}: cannot be read ({exc.strerror})") from None
     target = env.home() / "unpacked" / digest
     if (target / MANIFEST_NAME).is_file():
         return check_package(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{digest}.partial-", dir=target.parent))
+    staging = _new_staging(target)
     try:
-        staging.chmod(0o755)  # as a plain mkdir would make it, not mkdtemp's 0700
         unpack(path, staging)
         if not (staging / MANIFEST_NAME).is_file():
             raise PackageError(f"{path}: no {MANIFEST_NAME} at the top of the archive; pack "
@@ -73,6 +80,35 @@ def open_package(location: Path | str) -> Package:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return Package(target.resolve(), manifest)
+
+
+def _new_staging(target: Path) -> Path:
+    """A fresh `<digest>.partial-<pid>-*` folder beside `target`, after removing the ones
+    processes that no longer run left behind (a crash mid-unpack)."""
+    unpacked = target.parent
+    try:
+        unpacked.mkdir(parents=True, exist_ok=True)
+        for stale in unpacked.glob("*.partial-*"):
+            pid = stale.name.rpartition(".partial-")[2].split("-")[0]
+            if pid.isdigit() and not _is_running(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-{os.getpid()}-",
+                                        dir=unpacked))
+        staging.chmod(0o755)  # as a plain mkdir would make it, not mkdtemp's 0700
+    except OSError as exc:
+        raise PackageError(f"{unpacked}: cannot unpack packages here ({exc.strerror}); set "
+                           "PODIUM_HOME to a writable directory") from None
+    return staging
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: running
+        return True
+    return True
 
 
 def check_package(root: Path, *, files_must_exist: bool = False) -> Package:

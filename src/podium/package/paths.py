@@ -138,7 +138,10 @@ def _require_small_regular(path: Path, info: os.stat_result, max_bytes: int, wha
 
 def _check_entry(root: Path, path: Path) -> None:
     rel = str(path.relative_to(root))
-    info = os.lstat(path)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:  # removed while we walked: nothing left to refuse
+        return
     if stat.S_ISLNK(info.st_mode):
         target = Path(os.path.realpath(path))
         if not is_inside(root, target):
