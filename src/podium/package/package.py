@@ -17,6 +17,8 @@ from podium.package.archive import pack, unpack
 from podium.package.manifest import (
     MANIFEST_NAME,
     Manifest,
+    PythonManifest,
+    VllmManifest,
     WeightsFromPackage,
     load_manifest,
     parse_manifest,
@@ -124,15 +126,13 @@ def check_package(root: Path, *, files_must_exist: bool = False) -> Package:
 
 def named_paths(manifest: Manifest) -> list[tuple[str, str, tuple[str, ...]]]:
     """(field, value, allowed kinds) for every package-relative path the manifest names."""
-    names: list[tuple[str, str, tuple[str, ...]]] = []
-    for attr in ("model_file", "module"):
-        if isinstance(value := getattr(manifest, attr, None), str):
-            names.append((attr, value, (FILE,)))
-    for attr in ("weights", "tokenizer"):
-        source = getattr(manifest, attr, None)
-        if isinstance(source, WeightsFromPackage):
-            names.append((f"{attr}.path", source.path, (FILE, DIRECTORY)))
-    return names
+    if isinstance(manifest, PythonManifest):
+        return [("module", manifest.module, (FILE,))]
+    if isinstance(manifest, VllmManifest):
+        sources = (("weights", manifest.weights), ("tokenizer", manifest.tokenizer))
+        return [(f"{field}.path", source.path, (FILE, DIRECTORY)) for field, source in sources
+                if isinstance(source, WeightsFromPackage)]
+    return [("model_file", manifest.model_file, (FILE,))]
 
 
 def build_package(source: Path, target: Path) -> Package:
