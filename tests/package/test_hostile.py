@@ -6,15 +6,18 @@ that follows it still works."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
 from podium.backends import create_backend
 from podium.backends.base import InferenceRequest, Tensor
 from podium.cli import main
+from podium.control.api import create_app
 from podium.control.plane import ControlPlane
 from podium.control.store import Store
 from podium.errors import PackageError
@@ -124,12 +127,17 @@ def _refusal(entry_point: str, bad: Path, layout: h.Layout, plane: ControlPlane,
         err = captured.err.rstrip("\n")
         assert err.startswith("podium: error: ")
         return err
-    with pytest.raises(PackageError) as refused:
-        if entry_point == "announce":
+    if entry_point == "announce":  # `podium announce` posts the path to the control API
+        response = TestClient(create_app(plane)).post("/v1/packages", json={"path": str(bad)})
+        assert response.status_code == 400, response.text
+        assert not [p for p in plane.store.list_packages() if p.name == "bad"]
+        with pytest.raises(PackageError) as refused:
             plane.announce(str(bad))
-        else:  # what `podium serve PACKAGE` does first (server/boot.py, "open packages")
-            open_package(bad)
-    assert not [p for p in plane.store.list_packages() if p.name == "bad"]
+        # whatever shape the error body has, it carries the message
+        assert json.dumps(refused.value.message, ensure_ascii=False)[1:-1] in response.text
+        return refused.value.message
+    with pytest.raises(PackageError) as refused:  # what `podium serve PACKAGE` does first
+        open_package(bad)                          # (server/boot.py, "open packages")
     return refused.value.message
 
 
@@ -143,7 +151,9 @@ def _succeeds(entry_point: str, layout: h.Layout, plane: ControlPlane,
         assert main(["inspect", str(layout.good_archive), "--json"]) == 0
         assert '"name": "good"' in capsys.readouterr().out
     elif entry_point == "announce":
-        assert plane.announce(str(layout.good))["name"] == "good"
+        response = TestClient(create_app(plane)).post("/v1/packages",
+                                                      json={"path": str(layout.good)})
+        assert response.status_code == 201, response.text
     else:
         assert _serve_once(open_package(layout.good_archive), 21.0) == 42.0
 
