@@ -78,12 +78,12 @@ def named_path(root: Path, value: str, field: str, kinds: Iterable[str] = (FILE,
     return resolved
 
 
-def package_entries(root: Path) -> list[Path]:
-    """Every entry below `root` (relative, sorted), refusing FIFOs, sockets, devices and links
-    that leave the package or point at one of those."""
+def package_entries(root: Path, under: Path | None = None) -> list[Path]:
+    """Every entry below `root` (or its folder `under`), relative to `root` and sorted,
+    refusing FIFOs, sockets, devices and links that leave `root` or point at one of those."""
     root = root.resolve()
     entries: list[Path] = []
-    for current, dirs, files in os.walk(root, onerror=_raise_walk_error):
+    for current, dirs, files in os.walk(under or root, onerror=_raise_walk_error):
         for name in dirs + files:
             path = Path(current) / name
             _check_entry(root, path)

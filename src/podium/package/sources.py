@@ -13,7 +13,7 @@ from podium.package.manifest import (
     WeightsFromPythonPackage,
     WeightsSource,
 )
-from podium.package.paths import DIRECTORY, FILE, kind_of, named_path
+from podium.package.paths import DIRECTORY, FILE, kind_of, named_path, package_entries
 from podium.package.progress import Progress
 
 
@@ -21,7 +21,10 @@ def locate(source: WeightsSource, package_root: Path, field: str = "weights") ->
     """The local file or folder a weights source names; a clear error if it is absent, is not
     a regular file or folder, or (for a `package` source) leaves the package."""
     if isinstance(source, WeightsFromPackage):
-        return named_path(package_root, source.path, f"{field}.path", (FILE, DIRECTORY))
+        path = named_path(package_root, source.path, f"{field}.path", (FILE, DIRECTORY))
+        if path.is_dir():  # every file in it is read: none may lead outside the package
+            package_entries(package_root, under=path)
+        return path
     if isinstance(source, WeightsFromPath):
         path = Path(source.path).expanduser()
     elif isinstance(source, WeightsFromPythonPackage):
