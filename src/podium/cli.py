@@ -102,10 +102,9 @@ def _add_package_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _package(args: argparse.Namespace) -> int:
-    from podium.package.package import build_package, open_package
+    from podium.package.package import build_package, default_archive_name
 
-    manifest = open_package(args.source).manifest
-    output = args.output or Path(f"{manifest.name}-{manifest.version}.tar.gz")
+    output = args.output or default_archive_name(args.source)
     package = build_package(args.source, output)
     print(f"wrote {output} ({package.key}, {output.stat().st_size} bytes)")
     return 0
@@ -113,11 +112,11 @@ def _package(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from podium.package.package import open_package
-    from podium.package.sources import files_of
+    from podium.package.paths import regular_files
 
     package = open_package(args.package)
     data = package.manifest.model_dump(mode="json")
-    files = [str(f.relative_to(package.root)) for f in files_of(package.root)]
+    files = [str(f) for f in regular_files(package.root)]
     if args.json:
         print(json.dumps({"manifest": data, "root": str(package.root), "files": files},
                          indent=2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import tarfile
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from podium.errors import UnsafeArchive
+from podium.errors import PackageError, UnsafeArchive
 from podium.package.archive import ArchiveLimits, pack, unpack
+from podium.package.inflate import BoundedInflate
 from podium.package.package import open_package
 
 MANIFEST = {"name": "p", "backend": "python"}
@@ -41,10 +43,11 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "", size: int 
     pytest.param(_member("fifo", tarfile.FIFOTYPE), id="fifo"),
 ])
 def test_unsafe_members_are_rejected(tmp_path: Path, member: tarfile.TarInfo) -> None:
-    archive = _tar(tmp_path / "a.tar.gz", [member])
+    archive = _tar(tmp_path / "a.tar.gz", [_member("first"), member])
     with pytest.raises(UnsafeArchive):
         unpack(archive, tmp_path / "out")
     assert not (tmp_path / "evil").exists()
+    assert not (tmp_path / "out").exists()  # what was unpacked before the refusal is gone
 
 
 def test_size_caps(tmp_path: Path) -> None:
@@ -53,6 +56,67 @@ def test_size_caps(tmp_path: Path) -> None:
         unpack(archive, tmp_path / "out", ArchiveLimits(max_member_bytes=5))
     with pytest.raises(UnsafeArchive, match="more than"):
         unpack(archive, tmp_path / "out2", ArchiveLimits(max_total_bytes=5))
+
+
+def _zeros_archive(path: Path, size: int) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        info = _member("zeros", size=size)
+        tar.addfile(info, io.BytesIO(bytes(size)))
+    return path
+
+
+def test_ratio_cap_spares_small_archives_and_stops_bombs(tmp_path: Path) -> None:
+    archive = _zeros_archive(tmp_path / "z.tar.gz", 4 * 1024 * 1024)  # ~1000x, under 16 MiB
+    assert (unpack(archive, tmp_path / "ok") / "zeros").stat().st_size == 4 * 1024 * 1024
+    with pytest.raises(UnsafeArchive, match="100 times its compressed size"):
+        unpack(archive, tmp_path / "refused", ArchiveLimits(ratio_floor_bytes=1024 * 1024))
+    assert not (tmp_path / "refused").exists()
+    assert unpack(archive, tmp_path / "lenient", ArchiveLimits(
+        max_ratio=2000, ratio_floor_bytes=1024 * 1024)).is_dir()
+
+
+def test_ratio_cap_holds_while_streaming_whatever_the_headers_say(tmp_path: Path) -> None:
+    """A member whose header understates its size cannot smuggle output past the cap."""
+    stream = io.BytesIO(gzip.compress(bytes(8 * 1024 * 1024)))
+    inflate = BoundedInflate(stream, tmp_path / "x.gz", len(stream.getvalue()), max_ratio=10,
+                             ratio_floor_bytes=1024 * 1024, max_bytes=1 << 40)
+    with pytest.raises(UnsafeArchive, match="10 times"):
+        while inflate.read(1 << 16):
+            pass
+    assert inflate.produced <= 1024 * 1024 + (1 << 16)
+
+
+def test_failed_pack_leaves_no_partial_archive_and_keeps_the_old_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "pkg"
+    src.mkdir()
+    (src / "podium.json").write_text(json.dumps(MANIFEST))
+    (src / "a.bin").write_bytes(b"a")
+    (src / "b.bin").write_bytes(b"b")
+    target = tmp_path / "out" / "p.tar.gz"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    real_add = tarfile.TarFile.add
+
+    def failing_add(self, name, *args, **kwargs):
+        if str(name).endswith("b.bin"):
+            raise OSError(5, "Input/output error", str(name))
+        return real_add(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(tarfile.TarFile, "add", failing_add)
+    with pytest.raises(PackageError, match="Input/output error"):
+        pack(src, target)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["p.tar.gz"]
+    assert target.read_bytes() == b"old"
+
+
+def test_output_inside_the_package_is_not_packed_into_itself(tmp_path: Path) -> None:
+    src = tmp_path / "pkg"
+    src.mkdir()
+    (src / "podium.json").write_text(json.dumps(MANIFEST))
+    pack(src, src / "p.tar.gz")
+    with tarfile.open(src / "p.tar.gz") as tar:
+        assert tar.getnames() == ["podium.json"]
 
 
 def test_symlink_inside_package_is_kept(tmp_path: Path) -> None:

@@ -82,3 +82,17 @@ def test_default_model_second_materialize_reuses(default_model_dir: Path) -> Non
 
     entry = ModelCache().materialize(write_default_package(), Progress(False))
     assert entry.reused and entry.path == default_model_dir
+
+
+def test_weights_folder_linking_outside_the_package_is_refused(tmp_path: Path) -> None:
+    """Even for a package that skipped open_package, no file outside is hashed or copied."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not yours")
+    package = _hf_package(tmp_path)
+    (package.root / "weights" / "extra.bin").symlink_to(secret)
+    cache = ModelCache(tmp_path / "cache")
+    with pytest.raises(PackageError, match=r"'weights/extra\.bin' is a link"):
+        cache.materialize(package, Progress(False))
+    assert not (tmp_path / "cache" / "objects").exists()
+    (package.root / "weights" / "extra.bin").unlink()
+    assert not cache.materialize(package, Progress(False)).reused

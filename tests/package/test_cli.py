@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from . import hostile as h
 
 PODIUM = [sys.executable, "-m", "podium.cli"]
 
@@ -54,3 +59,28 @@ def test_schema_command_prints_json_schema() -> None:
     result = _run("schema")
     assert result.returncode == 0
     assert json.loads(result.stdout)["title"].startswith("Podium package manifest")
+
+
+@pytest.mark.parametrize(("build", "command", "expected"), [
+    pytest.param(h.manifest_is_fifo, "inspect", "podium.json is a FIFO",
+                 id="inspect-fifo-manifest"),
+    pytest.param(h.archive_gzip_bomb, "inspect", "times its compressed size", id="inspect-bomb"),
+    pytest.param(h.fifo_in_package, "package", "'data/pipe' is a FIFO", id="package-fifo"),
+    pytest.param(h.manifest_nested_100000, "package", "nested too deeply", id="package-deep"),
+])
+def test_a_real_process_refuses_in_one_line_then_packages(
+        tmp_path: Path, build: h.Builder, command: str, expected: str) -> None:
+    layout = h.Layout(tmp_path).create()
+    env = {**os.environ, "PODIUM_HOME": str(layout.home)}
+    args = [command, str(build(layout))]
+    args += ["-o", str(layout.out / "bad.tar.gz")] if command == "package" else []
+    refused = subprocess.run([*PODIUM, *args], capture_output=True, text=True, timeout=60,
+                             env=env)
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and expected in refused.stderr, refused.stderr
+    assert (layout.out / "bad.tar.gz").read_bytes().startswith(b"a previous archive")
+    assert not list(layout.root.rglob("*.partial*"))
+    good = subprocess.run([*PODIUM, "package", str(layout.good), "-o",
+                           str(layout.out / "good.tar.gz")], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert good.returncode == 0, good.stderr

@@ -28,6 +28,7 @@ from podium.backends.base import InferenceRequest, ModelCaller, Tensor
 from podium.backends.classic import Arrays, ClassicBackend
 from podium.backends.datatypes import NUMPY_DTYPES, datatype_of
 from podium.errors import BackendError, InvalidArgument, PackageError, PodiumError
+from podium.package.paths import named_path
 
 
 class ModelClient:
@@ -72,7 +73,8 @@ class PythonBackend(ClassicBackend):
         await super().load()
 
     def _load_model(self) -> None:
-        path = self.package.root / self.manifest.module
+        # resolved inside the package before anything is imported: `../x.py` never runs
+        path = named_path(self.package.root, self.manifest.module, "module")
         module_name = f"podium_models.{self.name}.v{self.version}".replace("-", "_")
         spec = importlib.util.spec_from_file_location(module_name, path)
         if spec is None or spec.loader is None:

