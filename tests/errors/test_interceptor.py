@@ -152,3 +152,30 @@ async def test_kserve_methods_answer_with_the_status_of_what_they_raised(
             assert live.live
     finally:
         await server.stop(None)
+
+
+async def test_a_stream_request_fails_alone_in_band_naming_the_calls_request_id() -> None:
+    repository = ModelRepository()
+    server = create_server(repository, port=0, host="127.0.0.1", server_ready=lambda: True)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+            call = stub.ModelStreamInfer(metadata=(("x-request-id", "stream-trace-3"),))
+            await call.write(service_pb2.ModelInferRequest(model_name="ghost", id="a"))
+            first = await call.read()
+            assert "'ghost'" in first.error_message  # Triton's way: in band, stream open
+            repository.get = _boom  # type: ignore[method-assign]
+            await call.write(service_pb2.ModelInferRequest(model_name="ghost", id="b"))
+            second = await call.read()
+            assert "internal error (request id stream-trace-3)" in second.error_message
+            assert "secret" not in second.error_message
+            await call.done_writing()
+            assert await call.code() == grpc.StatusCode.OK
+    finally:
+        await server.stop(None)
+
+
+def _boom(*_args: Any, **_kwargs: Any) -> Any:
+    raise RuntimeError("secret-path /etc/shadow")
