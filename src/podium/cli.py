@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from podium.errors import PodiumError
+from podium.errors.render import cli_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except PodiumError as exc:
-        print(f"podium: error: {exc.message}", file=sys.stderr)
+        print(cli_line(exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -67,6 +67,7 @@ def installed_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         podium_constraints = podium.constraints.processor:ConstraintLogitsProcessor
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("podium_demo_plugin", None)  # another test may have imported its own
     yield tmp_path
     sys.modules.pop("podium_demo_plugin", None)
 

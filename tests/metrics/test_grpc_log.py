@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
+from podium.errors.interceptor import ErrorInterceptor
 from podium.metrics import request_log, server
 from podium.metrics.grpc_log import track_grpc
 
@@ -31,7 +32,7 @@ async def channel() -> AsyncIterator[grpc.aio.Channel]:
     handler = grpc.method_handlers_generic_handler(
         SERVICE, {"ModelInfer": grpc.unary_unary_rpc_method_handler(model_infer)}
     )
-    srv = grpc.aio.server()
+    srv = grpc.aio.server(interceptors=[ErrorInterceptor()])
     srv.add_generic_rpc_handlers((handler,))
     port = srv.add_insecure_port("127.0.0.1:0")
     await srv.start()
@@ -55,7 +56,7 @@ def call(channel: grpc.aio.Channel, body: bytes, request_id: str | None = None) 
 
 @pytest.mark.parametrize(
     ("body", "code"),
-    [(b"x", "OK"), (b"bad", "INVALID_ARGUMENT"), (b"crash", "UNKNOWN")],
+    [(b"x", "OK"), (b"bad", "INVALID_ARGUMENT"), (b"crash", "INTERNAL")],
     ids=["ok", "abort", "crash"],
 )
 async def test_rpcs_are_logged_and_counted_with_their_status(
@@ -71,6 +72,9 @@ async def test_rpcs_are_logged_and_counted_with_their_status(
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await rpc
         assert err.value.code().name == code
+        # a crash shows no exception text, only the id its log line is under
+        assert ("backend died" in err.value.details()) is False
+        assert ("grpc-trace-7" in err.value.details()) is (body == b"crash")
     assert dict(await rpc.initial_metadata())["x-request-id"] == "grpc-trace-7"
     [line] = [json.loads(x) for x in out.getvalue().splitlines()]
     assert (line["request_id"], line["status"], line["protocol"]) == (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from podium.constraints.registry import ConstraintType
+from podium.constraints.constraint_type import ConstraintType
 
 if TYPE_CHECKING:  # base loads numba, which must wait for vLLM's worker (docs/constraints.md)
     from podium.constraints.base import Constraint

@@ -16,68 +16,61 @@ process calls it when it first compiles a constraint (it is a different process)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # base loads numba, which must wait for vLLM's worker (docs/constraints.md)
-    from podium.constraints.base import Constraint
-    from podium.constraints.vocab import TokenizerInfo
+from podium.constraints.builtins import BUILTIN_TYPES
+from podium.constraints.constraint_type import ConstraintType
 
 ENTRY_POINT_GROUP = "podium.constraints"
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class ConstraintType:
-    """A named kind of constraint."""
-
-    name: str
-    """The ``type`` requests use, e.g. ``"choice"``."""
-    validate: Callable[[dict[str, Any]], dict[str, Any]]
-    """Spec (``type`` included) -> normalized spec; raise ``ValueError`` naming the problem."""
-    compile: Callable[[dict[str, Any], TokenizerInfo], Constraint]
-    """Normalized spec + tokenizer -> compiled constraint (cached by the caller)."""
-
-
-_TYPES: dict[str, ConstraintType] = {}
+_BUILTINS = {ct.name: ct for ct in BUILTIN_TYPES}
+# the built-ins are there from import on, whatever registers (or fails to) after them
+_TYPES: dict[str, ConstraintType] = dict(_BUILTINS)
 _plugins_loaded = False
 
 
 def register_constraint_type(ct: ConstraintType, *, replace: bool = False) -> None:
-    """Make ``ct`` available to requests as ``{"type": ct.name, ...}``."""
-    if ct.name in _TYPES and not replace:
+    """Make ``ct`` available to requests as ``{"type": ct.name, ...}``.
+
+    A built-in name is never taken over; ``replace`` lets a type replace an earlier
+    registration of its name (plugins reload that way)."""
+    if ct.name in _BUILTINS and ct is not _BUILTINS[ct.name]:
+        raise ValueError(f"constraint type {ct.name!r} is built in; give yours another name "
+                         f"(built in: {', '.join(sorted(_BUILTINS))})")
+    if ct.name in _TYPES and not replace and ct is not _TYPES[ct.name]:
         raise ValueError(f"constraint type {ct.name!r} is already registered")
     _TYPES[ct.name] = ct
 
 
 def constraint_type(name: str) -> ConstraintType | None:
-    _ensure_builtins()
+    """The type registered as ``name``, if any."""
     return _TYPES.get(name)
 
 
 def constraint_type_names() -> list[str]:
-    _ensure_builtins()
+    """Every registered name, sorted."""
     return sorted(_TYPES)
 
 
 def load_constraint_plugins() -> list[str]:
     """Register every ``podium.constraints`` entry point; return the names loaded.
 
-    Idempotent. A plugin that fails to import or is not a ``ConstraintType`` raises, so a
-    broken plugin stops boot instead of half-serving.
+    Idempotent. A plugin that fails to import, is not a ``ConstraintType`` or takes a
+    built-in's name raises, so a broken plugin stops boot instead of half-serving.
     """
     global _plugins_loaded
     from importlib.metadata import entry_points
 
-    _ensure_builtins()
     names = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         obj = ep.load()
         ct = obj() if callable(obj) and not isinstance(obj, ConstraintType) else obj
         if not isinstance(ct, ConstraintType):
             raise TypeError(f"entry point {ep.name} = {ep.value} is not a ConstraintType")
-        register_constraint_type(ct, replace=True)
+        try:
+            register_constraint_type(ct, replace=True)
+        except ValueError as exc:
+            raise ValueError(f"entry point {ep.name} = {ep.value}: {exc}") from None
         names.append(ct.name)
         log.info("loaded constraint plugin %s from %s", ct.name, ep.value)
     _plugins_loaded = True
@@ -85,13 +78,10 @@ def load_constraint_plugins() -> list[str]:
 
 
 def ensure_plugins_loaded() -> None:
+    """Load the plugins once per process (the engine process is another one)."""
     if not _plugins_loaded:
         load_constraint_plugins()
 
 
-def _ensure_builtins() -> None:
-    if "choice" not in _TYPES:
-        from podium.constraints.builtins import BUILTIN_TYPES
-
-        for ct in BUILTIN_TYPES:
-            _TYPES.setdefault(ct.name, ct)
+__all__ = ["ENTRY_POINT_GROUP", "ConstraintType", "constraint_type", "constraint_type_names",
+           "ensure_plugins_loaded", "load_constraint_plugins", "register_constraint_type"]

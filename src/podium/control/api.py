@@ -1,7 +1,9 @@
 """The control-plane REST API (FastAPI, OpenAPI at /docs and /openapi.json; port 8080).
 
 Request bodies are strict pydantic models: an unknown or bad field is a 400 naming it, and
-nothing is changed. Errors from the control plane map to their status through `podium.errors`.
+nothing is changed. Every error is `{"error": {"message", "type", "param", "code"}}` (the
+OpenAI shape, `code` the HTTP status, `param` the offending field or null), rendered by
+`podium.errors.render.control_body` with the status of its `podium.errors` class.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from podium.auth import ApiKeyMiddleware
 from podium.control.plane import ControlPlane, rollout_summary
 from podium.control.rollout_config import RolloutConfig
-from podium.errors import PodiumError
+from podium.errors import InvalidArgument
+from podium.errors.http import error_response, install_error_handlers
 
 NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 VERSION = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
@@ -73,9 +77,7 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None) -> FastAPI:
                               "roll back, and read status.")
     _install_errors(app)
     if api_key:
-        from podium.server.auth import ApiKeyMiddleware
-
-        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key, shape_of=lambda _path: "control")
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -128,13 +130,10 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None) -> FastAPI:
 
 
 def _install_errors(app: FastAPI) -> None:
-    @app.exception_handler(PodiumError)
-    async def podium_error(_request: Request, exc: PodiumError) -> JSONResponse:
-        return JSONResponse({"error": {"message": exc.message, "type": type(exc).__name__,
-                                       "param": exc.param}}, status_code=exc.http_status)
+    install_error_handlers(app, lambda _path: "control")
 
     @app.exception_handler(RequestValidationError)
-    async def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def bad_request(_request: Request, exc: RequestValidationError) -> Response:
         problems = []
         for err in exc.errors():
             loc = _field(err["loc"])
@@ -145,9 +144,7 @@ def _install_errors(app: FastAPI) -> None:
             problems.append(f"{loc or 'body'}: {msg}{got}")
         first = exc.errors()[0]["loc"] if exc.errors() else ()
         param = _field(first) or None
-        return JSONResponse({"error": {"message": "; ".join(problems),
-                                       "type": "InvalidArgument", "param": param}},
-                            status_code=400)
+        return error_response("control", InvalidArgument("; ".join(problems), param=param))
 
 
 def _field(loc: tuple | list) -> str:

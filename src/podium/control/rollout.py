@@ -21,25 +21,10 @@ from typing import Any
 
 from podium.control.actions import Action, MoveAlias, Scale, SetSplit
 from podium.control.rollout_config import RolloutConfig
+from podium.gateway.stats import VersionHealth
 
 RUNNING, SUCCEEDED, ROLLED_BACK, FAILED = "running", "succeeded", "rolled_back", "failed"
 LATEST = "latest"
-
-
-@dataclass(frozen=True)
-class VersionHealth:
-    """What the runtime and gateway observed of one version."""
-
-    num_ready: int = 0
-    """Instances answering ready now."""
-    num_crashes: int = 0
-    """Crashes of this version's instances since the control plane started counting."""
-    num_requests: int = 0
-    """Requests answered since the current analysis window began."""
-    num_errors: int = 0
-    """Of those, how many failed (5xx or connection error)."""
-    p99_ms: float | None = None
-    """p99 latency of those requests; None without requests."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 import uvicorn
 
 from podium import env
+from podium.auth import ApiKeyMiddleware
 from podium.control.api import create_app
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
@@ -29,7 +30,6 @@ from podium.control.world import RuntimeWorld
 from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.health import run_health_checks
 from podium.gateway.proxy import Gateway
-from podium.server.auth import ApiKeyMiddleware
 
 log = logging.getLogger("podium.control")
 

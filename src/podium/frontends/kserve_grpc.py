@@ -2,7 +2,8 @@
 
 Outputs always travel as `raw_output_contents`; inputs may come raw or as typed `contents`.
 `ModelStreamInfer` serves decoupled models: every response of a request is sent as it comes,
-the last one flagged with the parameter `triton_final_response`=true.
+the last one flagged with the parameter `triton_final_response`=true. Methods raise
+`podium.errors`; one interceptor (`podium.errors.interceptor`) turns them into gRPC statuses.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,13 +20,13 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
-from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
+from podium.errors import InvalidArgument, NotFound, Unavailable
+from podium.errors.interceptor import ErrorInterceptor
+from podium.errors.render import grpc_status, problem_of
 from podium.frontends import kserve_codec as codec
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
 from podium.metrics.grpc_log import track_grpc
 from podium.repository import ModelRepository, inference
-
-logger = logging.getLogger(__name__)
 
 # typed `contents` fields by datatype; FP16 and BF16 have none and must be sent raw
 _CONTENTS_FIELD = {
@@ -41,20 +41,16 @@ def create_server(repository: ModelRepository, *, port: int, server_ready: Calla
                   host: str = "0.0.0.0", api_key: str | None = None) -> grpc.aio.Server:
     """A gRPC server (not started) serving `repository`; `await server.start()` opens `port`.
     With `api_key`, every method but ServerLive requires `authorization: Bearer <key>`."""
-    from podium.frontends.grpc_auth import ApiKeyInterceptor
+    from podium.auth import ApiKeyInterceptor
 
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", 256 << 20),
                  ("grpc.max_send_message_length", 256 << 20)],
-        interceptors=[ApiKeyInterceptor(api_key)] if api_key else None)
+        interceptors=[ErrorInterceptor(), *([ApiKeyInterceptor(api_key)] if api_key else [])])
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceService(repository, server_ready), server)
     server.add_insecure_port(f"{host}:{port}")
     return server
-
-
-async def _abort(context: grpc.aio.ServicerContext, exc: PodiumError) -> None:
-    await context.abort(grpc.StatusCode[exc.grpc_code], exc.message)
 
 
 class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -83,18 +79,12 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.ServerMetadataResponse(**server_metadata())
 
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
-        try:
-            data = model_metadata(self._repository, request.name, request.version or None)
-        except PodiumError as exc:
-            await _abort(context, exc)
+        data = model_metadata(self._repository, request.name, request.version or None)
         return json_format.ParseDict(data, service_pb2.ModelMetadataResponse())
 
     async def ModelConfig(self, request: Any, context: Any) -> Any:
-        try:
-            config = dict(self._repository.find(request.name,
-                                                request.version or None).backend.config())
-        except PodiumError as exc:
-            await _abort(context, exc)
+        config = dict(self._repository.find(request.name,
+                                            request.version or None).backend.config())
         if not all(v.isdigit() for v in
                    config.get("version_policy", {}).get("specific", {}).get("versions", [])):
             config.pop("version_policy")  # the proto holds numeric versions only
@@ -103,10 +93,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.ModelConfigResponse(config=message)
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
-        try:
-            rows = self._repository.statistics(request.name or None, request.version or None)
-        except PodiumError as exc:
-            await _abort(context, exc)
+        rows = self._repository.statistics(request.name or None, request.version or None)
         return json_format.ParseDict({"model_stats": rows}, service_pb2.ModelStatisticsResponse(),
                                      ignore_unknown_fields=True)
 
@@ -117,36 +104,27 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             models=[service_pb2.RepositoryIndexResponse.ModelIndex(**row) for row in rows])
 
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
-        try:
-            parameters = {key: _repository_parameter(value)
-                          for key, value in request.parameters.items()}
-            if isinstance(parameters.get("version_policy"), str):
-                parameters["version_policy"] = _json_parameter("version_policy",
-                                                               parameters["version_policy"])
-            await self._repository.load_model(request.model_name, load_policy(parameters))
-        except PodiumError as exc:
-            await _abort(context, exc)
+        parameters = {key: _repository_parameter(value)
+                      for key, value in request.parameters.items()}
+        if isinstance(parameters.get("version_policy"), str):
+            parameters["version_policy"] = _json_parameter("version_policy",
+                                                           parameters["version_policy"])
+        await self._repository.load_model(request.model_name, load_policy(parameters))
         return service_pb2.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-        try:
-            unknown = sorted(set(request.parameters) - {"unload_dependents"})
-            if unknown:
-                raise InvalidArgument(f"unload parameters {unknown} are not supported",
-                                      param=unknown[0])
-            await self._repository.unload(request.model_name)
-        except PodiumError as exc:
-            await _abort(context, exc)
+        unknown = sorted(set(request.parameters) - {"unload_dependents"})
+        if unknown:
+            raise InvalidArgument(f"unload parameters {unknown} are not supported",
+                                  param=unknown[0])
+        await self._repository.unload(request.model_name)
         return service_pb2.RepositoryModelUnloadResponse()
 
     # -- inference -----------------------------------------------------------------------------
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         async with track_grpc(context, "ModelInfer"):
-            try:
-                response = await self._repository.infer(
-                    request.model_name, request.model_version or None, decode_request(request))
-            except PodiumError as exc:
-                await _abort(context, exc)
+            response = await self._repository.infer(
+                request.model_name, request.model_version or None, decode_request(request))
             return encode_response(response, request.model_name, response.model_version)
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any
@@ -165,17 +143,17 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             finally:  # the client half-closed or went away: end the response stream
                 await queue.put(None)
 
-        reader = asyncio.create_task(read())
-        try:
-            async with track_grpc(context, "ModelStreamInfer"):
+        async with track_grpc(context, "ModelStreamInfer"):
+            reader = asyncio.create_task(read())  # inside: its errors name the call's id
+            try:
                 while (message := await queue.get()) is not None:
                     yield message
-        finally:
-            reader.cancel()
-            for task in list(tasks):
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            finally:
+                reader.cancel()
+                for task in list(tasks):
+                    task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
 
     async def _stream_one(self, request: Any, queue: asyncio.Queue[Any]) -> None:
         empty_final = _request_flag(request, "triton_enable_empty_final_response")
@@ -194,12 +172,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 await queue.put(_stream_message(
                     InferenceResponse(outputs=[], id=request.id, model_version=entry.version),
                     request, final=True))
-        except PodiumError as exc:  # a bad request fails alone; the stream stays open
-            await queue.put(service_pb2.ModelStreamInferResponse(error_message=exc.message))
-        except Exception as exc:  # never leave the client waiting for a response
-            logger.exception("stream request %r to %r failed", request.id, request.model_name)
-            await queue.put(service_pb2.ModelStreamInferResponse(
-                error_message=f"internal error: {type(exc).__name__}: {exc}"))
+        except Exception as exc:  # Triton's way: this request fails alone, the stream stays open
+            _code, details = grpc_status(problem_of(exc))
+            await queue.put(service_pb2.ModelStreamInferResponse(error_message=details))
 
 
 # -- messages ------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import logging
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -21,14 +20,15 @@ from fastapi.routing import APIRoute
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
 from podium.backends.datatypes import NUMPY_DTYPES
-from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
+from podium.errors import InvalidArgument, NotFound, Unavailable
+from podium.errors.http import error_response
+from podium.errors.render import encode, kserve_body, problem_of
 from podium.frontends import kserve_codec as codec
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
 from podium.metrics import request_log
 from podium.repository import ModelRepository
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-logger = logging.getLogger(__name__)
 
 
 class _KServeRoute(APIRoute):
@@ -41,19 +41,10 @@ class _KServeRoute(APIRoute):
             request_log.annotate(protocol="kserve_http", endpoint=self.path)
             try:
                 return await handler(request)
-            except PodiumError as exc:
-                return error_response(exc)
-            except Exception as exc:  # still Triton-shaped, so clients can read it
-                logger.exception("KServe %s %s failed", request.method, request.url.path)
-                return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"},
-                                    status_code=500)
+            except Exception as exc:  # Triton-shaped even for a bug, so clients can read it
+                return error_response("kserve", exc)
 
         return guarded
-
-
-def error_response(exc: PodiumError) -> JSONResponse:
-    """Triton's error body with the status the error class declares."""
-    return JSONResponse({"error": exc.message}, status_code=exc.http_status)
 
 
 def create_router(repository: ModelRepository, *, server_ready: Callable[[], bool]) -> APIRouter:
@@ -212,12 +203,8 @@ async def _sse(first: InferenceResponse, responses: AsyncIterator[InferenceRespo
     try:
         async for response in responses:
             yield f"data: {json.dumps(generate_response(response, model, version))}\n\n".encode()
-    except PodiumError as exc:  # headers are gone: the error travels as the last event
-        yield f"data: {json.dumps({'error': exc.message})}\n\n".encode()
-    except Exception as exc:
-        logger.exception("generate_stream on %r failed", model)
-        message = f"internal error: {type(exc).__name__}: {exc}"
-        yield f"data: {json.dumps({'error': message})}\n\n".encode()
+    except Exception as exc:  # headers are gone: the error travels as the last event
+        yield b"data: " + encode(kserve_body(problem_of(exc))) + b"\n\n"
 
 
 # -- infer body ------------------------------------------------------------------------------
@@ -398,4 +385,4 @@ def _tensor_header(item: Any) -> tuple[str, str, list[int]]:
     return name, datatype, shape
 
 
-__all__ = ["create_router", "encode_infer_response", "error_response", "parse_infer_request"]
+__all__ = ["create_router", "encode_infer_response", "parse_infer_request"]

@@ -183,7 +183,12 @@ async def _call(serving: Any, endpoint: Endpoint, request_model: Any, request: R
     except PodiumError:
         raise
     except Exception as exc:  # vLLM signals bad input by raising; it maps the class itself
-        return create_error_response(exc)
+        from vllm.exceptions import VLLMError
+
+        response = create_error_response(exc)
+        if response.error.code >= 500 and not isinstance(exc, VLLMError):
+            raise  # a bug, not vLLM's verdict: a 500 naming the request id, never its text
+        return response
 
 
 def _ask_for_usage(endpoint: Endpoint, body: dict[str, Any]) -> bool:

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podium.errors.render import instance_shape, json_error
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -42,6 +44,12 @@ class Answer:
         await send({"type": "http.response.start", "status": self.status,
                     "headers": self.headers})
         await send({"type": "http.response.body", "body": self.body})
+
+
+def error_answer(path: str, exc: BaseException) -> Answer:
+    """`exc` in the shape an instance answers on `path`, byte for byte."""
+    status, body = json_error(instance_shape(path), exc)
+    return Answer.typed(body, "application/json", status)
 
 
 async def read_body(receive: Receive) -> bytes:

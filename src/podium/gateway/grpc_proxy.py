@@ -3,7 +3,9 @@
 Model and version are read from fields 1 and 2 of the request (every model-scoped message of the
 service keeps them there) without decoding the tensors; the message is re-encoded only when the
 version is an alias to replace. `ModelStreamInfer` is routed by its first message and piped both
-ways. Server-level calls (live, ready, metadata) are answered by the gateway itself.
+ways. Server-level calls (live, ready, metadata) are answered by the gateway itself. The
+gateway's own errors (no such model, no instance) are `podium.errors` rendered by the same
+interceptor as an instance's; an instance's status is relayed as it came.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2
 
-from podium.errors import PodiumError
+from podium.errors import InvalidArgument, Unavailable
+from podium.errors.interceptor import ErrorInterceptor
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import Outcome, VersionStats
 from podium.gateway.wire import peek_name_version
@@ -29,7 +32,6 @@ ROUTED = {"ModelInfer": service_pb2.ModelInferRequest,
 # codes a model or its instance failed with (counted as errors by the rollout analysis)
 _FAILED = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
            grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.DATA_LOSS}
-_CODES = {code.name: code for code in grpc.StatusCode}
 
 
 def _never_sent(exc: grpc.aio.AioRpcError) -> bool:
@@ -55,10 +57,10 @@ class GrpcGateway:
                     api_key: str | None = None) -> tuple[grpc.aio.Server, int]:
         """Start a gRPC server on host:port (0: any free port); returns it and the bound port.
         With `api_key`, every call but ServerLive needs `authorization: Bearer <key>`."""
-        from podium.frontends.grpc_auth import ApiKeyInterceptor
+        from podium.auth import ApiKeyInterceptor
 
         server = grpc.aio.server(
-            interceptors=[ApiKeyInterceptor(api_key)] if api_key else None,
+            interceptors=[ErrorInterceptor(), *([ApiKeyInterceptor(api_key)] if api_key else [])],
             options=[("grpc.max_receive_message_length", -1),
                      ("grpc.max_send_message_length", -1)])
         server.add_generic_rpc_handlers((self._handler(),))
@@ -106,7 +108,7 @@ class GrpcGateway:
             tried: set[str] = set()
             last = ""
             for _ in range(self.max_attempts):
-                resolved, endpoint = await self._resolve(context, model, version, tried)
+                resolved, endpoint = self._resolve(model, version, tried)
                 payload = _with_version(ROUTED[method], request, version, resolved)
                 started = time.perf_counter()
                 endpoint.num_in_flight += 1
@@ -125,9 +127,7 @@ class GrpcGateway:
                     endpoint.num_in_flight -= 1
                 self._record(method, model, resolved, started, grpc.StatusCode.OK)
                 return answer
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"no instance of {model} accepted a connection: {last}")
-            raise AssertionError("unreachable")  # abort raises
+            raise Unavailable(f"no instance of {model} accepted a connection: {last}")
 
         return call
 
@@ -137,7 +137,7 @@ class GrpcGateway:
         if first is None:
             return
         model, version = peek_name_version(first)
-        resolved, endpoint = await self._resolve(context, model, version, set())
+        resolved, endpoint = self._resolve(model, version, set())
         cls = service_pb2.ModelInferRequest
 
         async def upstream_requests() -> AsyncIterator[bytes]:
@@ -159,17 +159,11 @@ class GrpcGateway:
             endpoint.num_in_flight -= 1
             self._record("ModelStreamInfer", model, resolved, started, code)
 
-    async def _resolve(self, context: grpc.aio.ServicerContext, model: str, version: str | None,
-                       tried: set[str]) -> tuple[str, Endpoint]:
+    def _resolve(self, model: str, version: str | None, tried: set[str]) -> tuple[str, Endpoint]:
         if not model:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "the request names no model (field 1)")
+            raise InvalidArgument("the request names no model (field 1)", param="model_name")
         exclude = frozenset(tried | {e.id for e in self.table.endpoints() if not e.grpc_target})
-        try:
-            return self.table.resolve(model, version, exclude=exclude)
-        except PodiumError as exc:
-            await context.abort(_CODES.get(exc.grpc_code, grpc.StatusCode.INTERNAL), exc.message)
-            raise AssertionError("unreachable") from exc
+        return self.table.resolve(model, version, exclude=exclude)
 
     def _stub(self, endpoint: Endpoint, method: str) -> grpc.aio.UnaryUnaryMultiCallable:
         key = (endpoint.grpc_target or "", method)

@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from podium.errors import PodiumError, Unavailable
+from podium.errors import MethodNotAllowed, Unavailable, UpstreamFailed
 from podium.gateway import asgi
 from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
 from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
@@ -91,11 +91,20 @@ class Gateway:
         if own is not None:
             await own.send(send)
             return
+        started = False
+
+        async def tracked(message: asgi.Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
             route = route_of(method, path, await asgi.read_body(receive))
-            await self._forward(scope, route, receive, send)
-        except PodiumError as exc:
-            await _error(path, exc).send(send)
+            await self._forward(scope, route, receive, tracked)
+        except Exception as exc:  # rendered as the instance renders it
+            if started:  # a relay that broke after its headers: nothing more can be said
+                raise
+            await asgi.error_answer(path, exc).send(send)
 
     async def _forward(self, scope: Scope, route: RequestRoute, receive: Receive,
                        send: Send) -> None:
@@ -118,24 +127,22 @@ class Gateway:
                 continue
             except SENT_FAILED as exc:  # sent, then failed: the instance may have acted
                 self._finish(attempt, ok=False)
-                await _failed_mid_request(scope["path"], attempt, exc).send(send)
-                return
+                raise _failed_mid_request(attempt, exc) from exc
             if _is_small_whole(response):
-                await self._answer_whole(scope["path"], response, attempt, send)
+                await self._answer_whole(response, attempt, send)
             else:
                 await self._relay(response, attempt, receive, send)
             return
         raise Unavailable(f"no instance of {route.model} accepted a connection after "
                           f"{len(tried)} attempt(s): {last}")
 
-    async def _answer_whole(self, path: str, response: aiohttp.ClientResponse,
-                            attempt: _Attempt, send: Send) -> None:
+    async def _answer_whole(self, response: aiohttp.ClientResponse, attempt: _Attempt,
+                            send: Send) -> None:
         try:
             body = await response.read()
         except SENT_FAILED as exc:
             self._finish(attempt, ok=False)
-            await _failed_mid_request(path, attempt, exc).send(send)
-            return
+            raise _failed_mid_request(attempt, exc) from exc
         finally:
             response.release()
         # the instance is done with it: count it before the client hears back
@@ -169,8 +176,11 @@ class Gateway:
 
     def _own_route(self, method: str, path: str) -> Answer | None:
         if method not in METHODS:
-            return Answer(405, b"Method Not Allowed",
-                          [(b"allow", ", ".join(sorted(METHODS)).encode())])
+            answer = asgi.error_answer(path, MethodNotAllowed(
+                f"{method} is not a method the gateway routes; use one of "
+                f"{', '.join(sorted(METHODS))}"))
+            return Answer(answer.status, answer.body,
+                          [*answer.headers, (b"allow", ", ".join(sorted(METHODS)).encode())])
         if path in ("/health", "/health/live", "/v2/health/live"):
             return Answer.json({"status": "live"})
         if path in ("/health/ready", "/v2/health/ready"):
@@ -227,16 +237,6 @@ def _response_headers(response: aiohttp.ClientResponse) -> Headers:
             if k.lower() not in _DROP_RESPONSE]
 
 
-def _failed_mid_request(path: str, attempt: _Attempt, exc: Exception) -> Answer:
-    return _error(path, Unavailable(f"{attempt.model}@{attempt.version} failed mid-request: "
-                                    f"{type(exc).__name__}"), status=502)
-
-
-def _error(path: str, exc: PodiumError, status: int | None = None) -> Answer:
-    status = status or exc.http_status
-    if path.startswith("/v1"):
-        body: dict[str, object] = {"error": {"message": exc.message, "type": exc.openai_type,
-                                             "param": exc.param, "code": status}}
-    else:
-        body = {"error": exc.message}
-    return Answer.json(body, status=status)
+def _failed_mid_request(attempt: _Attempt, exc: Exception) -> UpstreamFailed:
+    return UpstreamFailed(f"{attempt.model}@{attempt.version} failed mid-request: "
+                          f"{type(exc).__name__}")

@@ -6,9 +6,24 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from podium.control.rollout import VersionHealth
-
 MAX_SAMPLES = 100_000
+
+
+@dataclass(frozen=True)
+class VersionHealth:
+    """What was observed of one version: the gateway fills the request fields, the control
+    plane adds readiness and crashes from its runtime, and the rollout judges the result."""
+
+    num_ready: int = 0
+    """Instances answering ready now."""
+    num_crashes: int = 0
+    """Crashes of this version's instances since the control plane started counting."""
+    num_requests: int = 0
+    """Requests answered since the current analysis window began."""
+    num_errors: int = 0
+    """Of those, how many failed (5xx or connection error)."""
+    p99_ms: float | None = None
+    """p99 latency of those requests; None without requests."""
 
 
 @dataclass(frozen=True)

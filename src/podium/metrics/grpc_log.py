@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from podium.errors.render import bind_request_id, kind_of
 from podium.metrics import request_log
 
 
@@ -36,12 +37,15 @@ async def track_grpc(context: Any, method: str) -> AsyncIterator[request_log.Req
         endpoint=method,
     )
     token = request_log._current.set(call)
+    # not unbound: the error interceptor, outside this block, names the id in a 500's message
+    bind_request_id(call.request_id)
     await context.send_initial_metadata(((request_log.HEADER, call.request_id),))
     try:
         yield call
         call.status = _code_name(context.code()) or "OK"
     except BaseException as exc:
-        # context.abort() raises after setting the code; anything else is a server fault.
+        # context.abort() raises after setting the code; an exception raised instead is
+        # rendered by the error interceptor, with the code its class maps to
         call.status = _code_name(context.code()) or _fault(exc, grpc)
         raise
     finally:
@@ -69,4 +73,4 @@ def _fault(exc: BaseException, grpc: Any) -> str:
 
     if isinstance(exc, asyncio.CancelledError):
         return grpc.StatusCode.CANCELLED.name
-    return grpc.StatusCode.UNKNOWN.name
+    return kind_of(exc).grpc_code

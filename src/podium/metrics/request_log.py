@@ -23,6 +23,8 @@ from typing import IO, Any, Literal
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from podium.errors.render import bind_request_id, unbind_request_id
+
 LogFormat = Literal["text", "json"]
 HEADER = "x-request-id"
 LOGGER_NAME = "podium.request"
@@ -153,6 +155,7 @@ class RequestIdMiddleware:
             request_id=request_id_from(incoming), method=scope["method"], path=scope["path"]
         )
         token = _current.set(ctx)
+        bound = bind_request_id(ctx.request_id)  # a 500's message names this id
         id_header = (HEADER.encode(), ctx.request_id.encode())
 
         async def send_with_id(message: Message) -> None:
@@ -169,6 +172,7 @@ class RequestIdMiddleware:
             raise
         finally:
             _current.reset(token)
+            unbind_request_id(bound)
             log_request(ctx)
             if ctx.protocol is not None:
                 _observe(ctx, scope)

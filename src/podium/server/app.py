@@ -7,10 +7,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from podium.auth import ApiKeyMiddleware
+from podium.errors.http import install_error_handlers
+from podium.errors.render import instance_shape
 from podium.metrics import request_log
 from podium.metrics.exposition import create_router as metrics_router
-from podium.server.auth import ApiKeyMiddleware
-from podium.server.errors import install_error_handlers
 from podium.server.instance import Instance
 
 
@@ -21,7 +22,7 @@ def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
     app = FastAPI(title="Podium instance", version=__version__, lifespan=lifespan,
                   docs_url="/docs", redoc_url=None)
     app.state.instance = instance
-    install_error_handlers(app)
+    install_error_handlers(app, instance_shape)
     _add_health_routes(app, instance)
 
     from podium.frontends.openai import create_router as openai_router

@@ -1,0 +1,97 @@
+"""Podium's exception hierarchy, drawn once; `podium.errors.render` maps it to every protocol.
+
+    PodiumError                 500 INTERNAL
+    ├── RequestError            a bad request: that request fails, the server keeps serving
+    │   ├── InvalidArgument     400 INVALID_ARGUMENT
+    │   ├── Unauthorized        401 UNAUTHENTICATED
+    │   ├── NotFound            404 NOT_FOUND
+    │   ├── MethodNotAllowed    405 UNIMPLEMENTED
+    │   ├── Conflict            409 ALREADY_EXISTS
+    │   └── PayloadTooLarge     413 RESOURCE_EXHAUSTED
+    ├── Unavailable             503 UNAVAILABLE: not ready yet, draining, or shutting down
+    │   └── UpstreamFailed      502 UNAVAILABLE: an instance failed mid-request (gateway)
+    ├── PackageError            400: a package or manifest is invalid (exit 2 at the CLI)
+    │   ├── UnsafeArchive       an archive tried to escape its directory or hold device files
+    │   └── EngineVersionMismatch  a package asks for an engine other than the platform's pin
+    ├── BootError               a boot step failed: the instance never reports ready
+    └── BackendError            500 INTERNAL: the model failed on a request it accepted
+        └── BackendDead         503 UNAVAILABLE: the engine is gone; the instance must restart
+
+`BackendDead` differs from its parent on purpose: the request was fine and the model did not
+fail on it, the process serving it can no longer serve anything. 503 / UNAVAILABLE tells a
+client (and the gateway's retry and rollout analysis) to try another instance, as for a draining
+one; 500 would blame this request. Any other exception is a bug: it renders as 500 / INTERNAL
+with a message naming the request id, and the log line with that id carries the traceback.
+"""
+
+from __future__ import annotations
+
+
+class PodiumError(Exception):
+    """Base of every error Podium raises on purpose; `message` is shown to the client."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class RequestError(PodiumError):
+    """The request is wrong; the client can fix it."""
+
+
+class InvalidArgument(RequestError):
+    """A field or value is invalid (`param` names it)."""
+
+
+class Unauthorized(RequestError):
+    """No valid API key."""
+
+
+class NotFound(RequestError):
+    """The model, version or route does not exist."""
+
+
+class MethodNotAllowed(RequestError):
+    """The route exists but not with this HTTP method."""
+
+
+class Conflict(RequestError):
+    """The request contradicts the current state (e.g. announcing a version twice)."""
+
+
+class PayloadTooLarge(RequestError):
+    """The body is past the server's limit."""
+
+
+class Unavailable(PodiumError):
+    """The server cannot take the request now; another instance or a retry may."""
+
+
+class UpstreamFailed(Unavailable):
+    """The gateway sent the request to an instance that failed before answering."""
+
+
+class PackageError(PodiumError):
+    """A package or its manifest is invalid."""
+
+
+class UnsafeArchive(PackageError):
+    """An archive tried to escape its directory or hold device files."""
+
+
+class EngineVersionMismatch(PackageError):
+    """A package asks for an engine other than the platform's pinned one."""
+
+
+class BootError(PodiumError):
+    """A boot step failed; the instance never reports ready."""
+
+
+class BackendError(PodiumError):
+    """Recoverable: the model failed on one request; that request fails, the model serves on."""
+
+
+class BackendDead(BackendError):
+    """Fatal: the engine is gone for good (vLLM's EngineDeadError). The repository takes the
+    version out of service and the instance exits 1 (`ModelRepository.report_dead`)."""
