@@ -165,11 +165,6 @@ class Store:
             row.num_desired = min(max(row.num_desired, min_instances), max_instances)
             return row
 
-    def set_desired(self, model: str, version: str, count: int) -> None:
-        """Record how many instances of model@version should run (the autoscaler's output)."""
-        with self.session() as s:
-            _apply(s, Scale(model, version, count), strategy="red-black")
-
     def touch(self, model: str, version: str, now_ms: int) -> None:
         """Note that model@version served a request at `now_ms` (for idle-version GC)."""
         with self.session() as s:
