@@ -119,7 +119,8 @@ def test_rollback_after_success_rolls_out_the_previous_version(env: Env) -> None
 
 
 BAD_REQUESTS = [
-    ("post", "/v1/packages", {"path": "/nonexistent/pkg"}, 400, None, "no such package"),
+    ("post", "/v1/packages", {"path": "/nonexistent/pkg"}, 400, "path",
+     "No such file or directory"),
     ("post", "/v1/packages", {"paht": "/x"}, 400, "path",
      "path: is required; paht: is not a known field"),
     ("post", "/v1/packages", {"path": "x", "force": True}, 400, "force", "not a known field"),
