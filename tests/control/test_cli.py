@@ -80,6 +80,29 @@ def test_bad_input_exits_2_with_the_api_message(
     assert json.loads(capsys.readouterr().out) == []  # nothing was started
 
 
+def test_events_table_and_json_newest_first(api: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")  # rich sizes the table to the terminal
+    assert podium("announce", str(_package(tmp_path, "1")), "--api", api) == 0
+    assert podium("deploy", "iris@1", "--stages", "100", "--api", api) == 0
+    capsys.readouterr()
+    assert podium("events", "iris", "--api", api) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["time", "(UTC)", "kind", "model", "message"]
+    rows = [line for line in lines[2:] if line.strip()]
+    assert [r.split()[2] for r in rows] == ["rollout.wait_ready", "rollout", "announce"]
+    assert "rollout 1: starting 1 instance(s) of iris@1" in rows[0]
+    assert "announced iris@1 (python)" in rows[2]
+    assert podium("events", "--limit", "1", "--api", api, "--json") == 0
+    [newest] = json.loads(capsys.readouterr().out)
+    assert (newest["kind"], newest["model"]) == ("rollout.wait_ready", "iris")
+    assert podium("events", "ghost", "--api", api) == 0
+    assert capsys.readouterr().out.strip() == "no events"
+    assert podium("events", "--limit", "0", "--api", api) == 2
+    assert "limit: Input should be greater than or equal to 1" in capsys.readouterr().err
+
+
 def test_unreachable_api_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert podium("status", "--api", closed_port_url()) == 1
     assert "is `podium up` running?" in capsys.readouterr().err
