@@ -13,6 +13,7 @@ from podium.control.api import create_app
 from podium.control.cli import register
 from podium.control.plane import ControlPlane
 from podium.control.store import Store
+from podium.errors import InvalidArgument
 
 from ..gateway.servers import Served, closed_port_url
 from .fakes import FakeWorld
@@ -101,6 +102,13 @@ def test_events_table_and_json_newest_first(api: str, tmp_path: Path,
     assert capsys.readouterr().out.strip() == "no events"
     assert podium("events", "--limit", "0", "--api", api) == 2
     assert "limit: Input should be greater than or equal to 1" in capsys.readouterr().err
+
+
+def test_up_refuses_bad_api_limits_before_starting(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="api_max_body_bytes=10 is out of range"):
+        podium("up", "--api-max-body-bytes", "10")
+    with pytest.raises(InvalidArgument, match="is not a directory"):
+        podium("up", "--package-root", str(tmp_path / "missing"))
 
 
 def test_unreachable_api_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
