@@ -11,20 +11,22 @@ from __future__ import annotations
 from pathlib import Path as FilePath
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Path, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
 from podium.control.api_limits import (
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
     MAX_PATH_CHARS,
     RequestLimits,
     checked_package_path,
 )
 from podium.control.plane import ControlPlane, event_summary, rollout_summary
 from podium.control.rollout_config import RolloutConfig
-from podium.errors import PodiumError
+from podium.errors import InvalidArgument, PodiumError
 
 NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 VERSION = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
@@ -84,14 +86,17 @@ class ScalingRequest(_Strict):
 
 def create_app(plane: ControlPlane, *, api_key: str | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
                package_roots: tuple[FilePath, ...] = ()) -> FastAPI:
     """The API app over one control plane; with `api_key`, every route but /health needs
     `Authorization: Bearer <key>`; with `package_roots`, only packages under them announce."""
     app = FastAPI(title="Podium control plane", version="1",
                   description="Announce packages, deploy with Red-Black or Versioned rollouts, "
-                              "roll back, and read status and events.")
+                              "roll back, and read status and events.",
+                  dependencies=[Depends(_known_query)])
     _install_errors(app)
-    app.add_middleware(RequestLimits, max_body_bytes=max_body_bytes, render=error_response)
+    app.add_middleware(RequestLimits, max_body_bytes=max_body_bytes,
+                       max_header_bytes=max_header_bytes, render=error_response)
     if api_key:
         from podium.server.auth import ApiKeyMiddleware
 
@@ -153,6 +158,18 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None,
         return [event_summary(e) for e in plane.store.list_events(model, limit=limit)]
 
     return app
+
+
+def _known_query(request: Request) -> None:
+    """A misspelt query parameter is a 400 naming it, not silently ignored."""
+    route = request.scope.get("route")
+    known = {p.alias for p in route.dependant.query_params} if isinstance(
+        route, APIRoute) else set()
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        hint = f"use {', '.join(sorted(known))}" if known else "this route takes none"
+        raise InvalidArgument(f"query parameter {unknown[0][:60]!r} is not known; {hint}",
+                              param=unknown[0][:60])
 
 
 def error_response(exc: PodiumError) -> JSONResponse:

@@ -1,10 +1,10 @@
-"""What the control API checks before a route sees a request: body size and shape, paths.
+"""What the control API checks before a route sees a request: headers, body, paths.
 
-`RequestLimits` buffers the body (at most `max_body_bytes`, declared or actually sent), refuses
-compressed bodies (never decoded, so no gzip bomb), and refuses anything that is not UTF-8 JSON
-nested at most `MAX_JSON_DEPTH` deep, each with a 4xx naming the limit and the value. Bodies of
-the control API are a few hundred bytes, so parsing them once here and again in the route is
-cheap.
+`RequestLimits` refuses headers over `max_header_bytes` in all, buffers the body (at most
+`max_body_bytes`, declared or actually sent), refuses compressed bodies (never decoded, so no
+gzip bomb), and refuses anything that is not UTF-8 JSON nested at most `MAX_JSON_DEPTH` deep,
+each with a 4xx naming the limit and the value. Bodies of the control API are a few hundred
+bytes, so parsing them once here and again in the route is cheap.
 """
 
 from __future__ import annotations
@@ -19,21 +19,30 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from podium.errors import InvalidArgument, PayloadTooLarge, PodiumError
+from podium.errors import InvalidArgument, PayloadTooLarge, PodiumError, RequestError
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MAX_HEADER_BYTES = 32 * 1024
 MAX_JSON_DEPTH = 32
 MAX_PATH_CHARS = 4096
 
 Render = Callable[[PodiumError], Response]
 
 
+class HeaderFieldsTooLarge(RequestError):
+    """The request's headers, all together, exceed the API's header limit."""
+
+    http_status = 431
+
+
 class RequestLimits:
     """ASGI middleware: a request over a limit is answered here and never reaches a route."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, render: Render) -> None:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, render: Render,
+                 max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_header_bytes = max_header_bytes
         self.render = render
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -48,8 +57,13 @@ class RequestLimits:
         await self.app(scope, _replay(body, receive), send)
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", [])}
+        raw_headers = scope.get("headers", [])
+        header_bytes = sum(len(k) + len(v) + 4 for k, v in raw_headers)  # + ": " and CRLF
+        if header_bytes > self.max_header_bytes:
+            raise HeaderFieldsTooLarge(f"request headers of {header_bytes} bytes exceed the "
+                                       f"control API's {self.max_header_bytes}-byte limit "
+                                       "(podium up --api-max-header-bytes)")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw_headers}
         limit = self.max_body_bytes
         declared = headers.get("content-length")
         if declared is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES
+from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
 
 DEFAULT_API = "http://127.0.0.1:8080"
 
@@ -46,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                    help="largest request body the control-plane API reads (default 1 MiB); "
                         "larger gets 413")
+    p.add_argument("--api-max-header-bytes", type=int, default=DEFAULT_MAX_HEADER_BYTES,
+                   help="largest total size of a request's headers the API takes "
+                        "(default 32 KiB); larger gets 431")
     p.add_argument("--package-root", dest="package_roots", type=Path, action="append",
                    default=[], metavar="DIR",
                    help="announce only packages under DIR (repeatable; default: anywhere)")
@@ -116,6 +119,7 @@ def _up(args: argparse.Namespace) -> int:
                            database_url=args.database, runtime=args.runtime,
                            ray_address=args.ray_address, ray_num_cpus=args.ray_cpus,
                            api_key=args.api_key, api_max_body_bytes=args.api_max_body_bytes,
+                           api_max_header_bytes=args.api_max_header_bytes,
                            package_roots=tuple(args.package_roots),
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
 

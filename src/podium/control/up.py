@@ -21,7 +21,7 @@ import uvicorn
 
 from podium import env
 from podium.control.api import create_app
-from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES
+from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
 from podium.control.runtime import create_runtime
@@ -66,6 +66,8 @@ class UpConfig:
     `Authorization: Bearer <key>`; liveness stays open."""
     api_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Largest request body the control-plane API reads (declared or sent); larger is a 413."""
+    api_max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    """Largest total size of a request's headers the API takes; larger is a 431."""
     package_roots: tuple[Path, ...] = ()
     """When given, the API announces only packages under these directories."""
 
@@ -74,6 +76,10 @@ class UpConfig:
                 1024 <= self.api_max_body_bytes <= 1024**3):
             raise InvalidArgument(f"api_max_body_bytes={self.api_max_body_bytes!r} is out of "
                                   "range; use 1024..1073741824", param="api_max_body_bytes")
+        if isinstance(self.api_max_header_bytes, bool) or not (
+                1024 <= self.api_max_header_bytes <= 1024**2):
+            raise InvalidArgument(f"api_max_header_bytes={self.api_max_header_bytes!r} is out "
+                                  "of range; use 1024..1048576", param="api_max_header_bytes")
         for root in self.package_roots:
             if not root.is_dir():
                 raise InvalidArgument(f"package root {str(root)!r} is not a directory",
@@ -132,6 +138,7 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> Non
                                timeout_keep_alive=KEEP_ALIVE_S)),
         _Server(uvicorn.Config(create_app(plane, api_key=config.api_key,
                                           max_body_bytes=config.api_max_body_bytes,
+                                          max_header_bytes=config.api_max_header_bytes,
                                           package_roots=config.package_roots),
                                host=config.host,
                                port=config.api_port,
