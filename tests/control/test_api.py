@@ -192,7 +192,9 @@ def test_openapi_documents_every_route(env: Env) -> None:
     paths = env.client.get("/openapi.json").json()["paths"]
     assert {"/v1/packages", "/v1/rollouts", "/v1/rollouts/{rollout_id}",
             "/v1/models/{model}/rollback", "/v1/status",
-            "/v1/deployments/{model}/{version}/scaling"} <= set(paths)
+            "/v1/deployments/{model}/{version}/scaling", "/v1/events"} <= set(paths)
+    limit = {p["name"]: p for p in paths["/v1/events"]["get"]["parameters"]}["limit"]
+    assert (limit["schema"]["minimum"], limit["schema"]["maximum"]) == (1, 1000)
 
 
 def test_events_show_each_rollout_step_newest_first(env: Env) -> None:
