@@ -214,7 +214,16 @@ def test_events_show_each_rollout_step_newest_first(env: Env) -> None:
     assert steps[0]["kind"] == "rollout.done" and "draining and stopping 1" in steps[0]["message"]
     assert events[-1]["kind"] == "announce" and events[-1]["message"].startswith("announced iris@1")
     assert events[0]["at"].endswith("+00:00")
-    newest = env.client.get("/v1/events", params={"limit": 2}).json()
+    newest = env.client.get("/v1/events", params={"model": "iris", "limit": 2}).json()
     assert [e["id"] for e in newest] == [e["id"] for e in events[:2]]
+    # paging: `before` the last id of a page gives the next page, with no gap or overlap
+    pages = newest
+    while True:
+        page = env.client.get("/v1/events", params={"model": "iris", "limit": 2,
+                                                    "before": pages[-1]["id"]}).json()
+        if not page:
+            break
+        pages += page
+    assert pages == events
     everything = env.client.get("/v1/events").json()
     assert any(e["model"] == "rose" for e in everything)

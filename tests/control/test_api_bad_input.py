@@ -96,8 +96,9 @@ EDGES: list[tuple[str, str, dict[str, Any], int, str | None, str]] = [
     ("get", "/v1/events?limit=1001", {}, 400, "limit", "less than or equal to 1000"),
     ("get", "/v1/events?limit=true", {}, 400, "limit", "valid integer"),
     ("get", "/v1/events?model=Not%20A%20Name", {}, 400, "model", "should match pattern"),
+    ("get", f"/v1/events?before={2**40}", {}, 400, "before", "less than or equal to 2147483647"),
     ("get", "/v1/events?modle=iris", {}, 400, "modle",
-     "query parameter 'modle' is not known; use limit, model"),
+     "query parameter 'modle' is not known; use before, limit, model"),
     ("get", "/v1/status?verbose=1", {}, 400, "verbose", "this route takes none"),
     ("get", "/v1/status", {"headers": {"x-pad": "a" * 40_000}}, 431, None,
      "exceed the control API's 32768-byte limit (podium up --api-max-header-bytes)"),
@@ -108,8 +109,8 @@ IDS = ["huge-rollout-id", "int64-overflow-id", "zero-id", "boolean-id", "boolean
        "deep-field", "non-utf8", "truncated-json", "text-plain", "gzip-body", "over-body-limit",
        "bad-content-length", "relative-path", "nul-in-path", "path-over-4096",
        "path-name-too-long", "fifo", "device", "path-not-string", "events-limit-zero",
-       "events-limit-huge", "events-limit-boolean", "events-bad-model", "misspelt-query",
-       "query-on-a-route-without-any", "headers-over-limit"]
+       "events-limit-huge", "events-limit-boolean", "events-bad-model", "events-huge-before",
+       "misspelt-query", "query-on-a-route-without-any", "headers-over-limit"]
 
 
 @pytest.mark.parametrize(("method", "url", "kwargs", "status", "param", "message"), EDGES,

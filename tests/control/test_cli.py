@@ -90,14 +90,17 @@ def test_events_table_and_json_newest_first(api: str, tmp_path: Path,
     capsys.readouterr()
     assert podium("events", "iris", "--api", api) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["time", "(UTC)", "kind", "model", "message"]
+    assert lines[0].split() == ["id", "time", "(UTC)", "kind", "model", "message"]
     rows = [line for line in lines[2:] if line.strip()]
-    assert [r.split()[2] for r in rows] == ["rollout.wait_ready", "rollout", "announce"]
+    assert [r.split()[3] for r in rows] == ["rollout.wait_ready", "rollout", "announce"]
     assert "rollout 1: starting 1 instance(s) of iris@1" in rows[0]
     assert "announced iris@1 (python)" in rows[2]
     assert podium("events", "--limit", "1", "--api", api, "--json") == 0
     [newest] = json.loads(capsys.readouterr().out)
     assert (newest["kind"], newest["model"]) == ("rollout.wait_ready", "iris")
+    # the page after the newest event starts with the one before it
+    assert podium("events", "--before", str(newest["id"]), "--api", api, "--json") == 0
+    assert [e["kind"] for e in json.loads(capsys.readouterr().out)] == ["rollout", "announce"]
     assert podium("events", "ghost", "--api", api) == 0
     assert capsys.readouterr().out.strip() == "no events"
     assert podium("events", "--limit", "0", "--api", api) == 2

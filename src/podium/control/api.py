@@ -153,9 +153,12 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None,
     def events(model: ModelFilter = None,
                limit: Annotated[int, Query(ge=1, le=MAX_EVENTS,
                                            description="At most this many.")] = 100,
-               ) -> list[dict[str, Any]]:
+               before: Annotated[int | None, Query(ge=1, le=MAX_ID, description=(
+                   "Only events older than this id (the last id of the previous page)."))]
+               = None) -> list[dict[str, Any]]:
         """Announcements, rollout steps, scaling and instance events, newest first."""
-        return [event_summary(e) for e in plane.store.list_events(model, limit=limit)]
+        return [event_summary(e)
+                for e in plane.store.list_events(model, limit=limit, before=before)]
 
     return app
 

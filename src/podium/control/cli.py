@@ -92,9 +92,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("events", help="what the control plane did and why, newest first")
     p.add_argument("model", nargs="?", help="only this model's events")
     p.add_argument("--limit", type=int, default=20, help="at most this many (1-1000)")
+    p.add_argument("--before", type=int, metavar="ID",
+                   help="only events older than event ID (page back through history)")
     _api_arg(p)
     p.set_defaults(func=lambda a: _show(a, "GET", "/v1/events", params={
-        "limit": str(a.limit), **({"model": a.model} if a.model else {})}))
+        "limit": str(a.limit), **({"model": a.model} if a.model else {}),
+        **({"before": str(a.before)} if a.before is not None else {})}))
 
     p = subparsers.add_parser("rollback", help="roll MODEL back")
     p.add_argument("model")
@@ -226,12 +229,12 @@ def _events_table(events: list[dict[str, Any]]) -> str:
     from rich.table import Table
 
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in ("time (UTC)", "kind", "model"):
+    for column in ("id", "time (UTC)", "kind", "model"):
         table.add_column(column, no_wrap=True)
     table.add_column("message", overflow="fold")
     for e in events:
         at = e["at"].replace("T", " ")[:19]
-        table.add_row(at, e["kind"], e["model"] or "-", e["message"])
+        table.add_row(str(e["id"]), at, e["kind"], e["model"] or "-", e["message"])
     console = Console(highlight=False)
     with console.capture() as captured:
         console.print(table)

@@ -322,12 +322,15 @@ class Store:
         with self.session() as s:
             s.add(EventRow(kind=kind, model=model, message=message))
 
-    def list_events(self, model: str | None = None, limit: int = 100) -> list[EventRow]:
-        """Latest events first."""
+    def list_events(self, model: str | None = None, limit: int = 100, *,
+                    before: int | None = None) -> list[EventRow]:
+        """Latest events first (of one model, older than event id `before`, when given)."""
         with self.session() as s:
             query = select(EventRow).order_by(EventRow.id.desc()).limit(limit)
             if model is not None:
                 query = query.where(EventRow.model == model)
+            if before is not None:
+                query = query.where(EventRow.id < before)
             return list(s.scalars(query))
 
     def count(self, table: type) -> int:
