@@ -119,7 +119,8 @@ def test_rollback_after_success_rolls_out_the_previous_version(env: Env) -> None
 
 
 BAD_REQUESTS = [
-    ("post", "/v1/packages", {"path": "/nonexistent/pkg"}, 400, None, "no such package"),
+    ("post", "/v1/packages", {"path": "/nonexistent/pkg"}, 400, "path",
+     "No such file or directory"),
     ("post", "/v1/packages", {"paht": "/x"}, 400, "path",
      "path: is required; paht: is not a known field"),
     ("post", "/v1/packages", {"path": "x", "force": True}, 400, "force", "not a known field"),
@@ -191,4 +192,38 @@ def test_openapi_documents_every_route(env: Env) -> None:
     paths = env.client.get("/openapi.json").json()["paths"]
     assert {"/v1/packages", "/v1/rollouts", "/v1/rollouts/{rollout_id}",
             "/v1/models/{model}/rollback", "/v1/status",
-            "/v1/deployments/{model}/{version}/scaling"} <= set(paths)
+            "/v1/deployments/{model}/{version}/scaling", "/v1/events"} <= set(paths)
+    limit = {p["name"]: p for p in paths["/v1/events"]["get"]["parameters"]}["limit"]
+    assert (limit["schema"]["minimum"], limit["schema"]["maximum"]) == (1, 1000)
+
+
+def test_events_show_each_rollout_step_newest_first(env: Env) -> None:
+    _deployed(env)
+    env.client.post("/v1/packages", json={"path": _package(env.tmp, "rose", "1")})
+    rid = env.client.post("/v1/rollouts", json={"model": "iris", "version": "2",
+                                                "stages": [50, 100], **FAST}).json()["id"]
+    env.run_until_done()
+    events = env.client.get("/v1/events", params={"model": "iris"}).json()
+    assert all(e["model"] == "iris" for e in events)
+    assert [e["id"] for e in events] == sorted((e["id"] for e in events), reverse=True)
+    steps = [e for e in events if e["message"].startswith(f"rollout {rid}: ")]
+    notes = [s.note for s in env.store.rollout_steps(rid)]
+    # every step of the rollout is an event, in the order taken, newest first
+    assert [e["message"] for e in steps if e["kind"].startswith("rollout.")] == [
+        f"rollout {rid}: {note}" for note in reversed(notes)]
+    assert steps[0]["kind"] == "rollout.done" and "draining and stopping 1" in steps[0]["message"]
+    assert events[-1]["kind"] == "announce" and events[-1]["message"].startswith("announced iris@1")
+    assert events[0]["at"].endswith("+00:00")
+    newest = env.client.get("/v1/events", params={"model": "iris", "limit": 2}).json()
+    assert [e["id"] for e in newest] == [e["id"] for e in events[:2]]
+    # paging: `before` the last id of a page gives the next page, with no gap or overlap
+    pages = newest
+    while True:
+        page = env.client.get("/v1/events", params={"model": "iris", "limit": 2,
+                                                    "before": pages[-1]["id"]}).json()
+        if not page:
+            break
+        pages += page
+    assert pages == events
+    everything = env.client.get("/v1/events").json()
+    assert any(e["model"] == "rose" for e in everything)

@@ -13,6 +13,7 @@ from podium.control.api import create_app
 from podium.control.cli import register
 from podium.control.plane import ControlPlane
 from podium.control.store import Store
+from podium.errors import InvalidArgument
 
 from ..gateway.servers import Served, closed_port_url
 from .fakes import FakeWorld
@@ -78,6 +79,41 @@ def test_bad_input_exits_2_with_the_api_message(
     assert message in capsys.readouterr().err
     assert podium("rollouts", "--api", api, "--json") == 0
     assert json.loads(capsys.readouterr().out) == []  # nothing was started
+
+
+def test_events_table_and_json_newest_first(api: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")  # rich sizes the table to the terminal
+    assert podium("announce", str(_package(tmp_path, "1")), "--api", api) == 0
+    assert podium("deploy", "iris@1", "--stages", "100", "--api", api) == 0
+    capsys.readouterr()
+    assert podium("events", "iris", "--api", api) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["id", "time", "(UTC)", "kind", "model", "message"]
+    rows = [line for line in lines[2:] if line.strip()]
+    assert [r.split()[3] for r in rows] == ["rollout.wait_ready", "rollout", "announce"]
+    assert "rollout 1: starting 1 instance(s) of iris@1" in rows[0]
+    assert "announced iris@1 (python)" in rows[2]
+    assert podium("events", "--limit", "1", "--api", api, "--json") == 0
+    [newest] = json.loads(capsys.readouterr().out)
+    assert (newest["kind"], newest["model"]) == ("rollout.wait_ready", "iris")
+    # the page after the newest event starts with the one before it
+    assert podium("events", "--before", str(newest["id"]), "--api", api, "--json") == 0
+    assert [e["kind"] for e in json.loads(capsys.readouterr().out)] == ["rollout", "announce"]
+    assert podium("events", "ghost", "--api", api) == 0
+    assert capsys.readouterr().out.strip() == "no events"
+    assert podium("events", "--limit", "0", "--api", api) == 2
+    assert "limit: Input should be greater than or equal to 1" in capsys.readouterr().err
+
+
+def test_up_refuses_bad_api_limits_before_starting(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="api_max_body_bytes=10 is out of range"):
+        podium("up", "--api-max-body-bytes", "10")
+    with pytest.raises(InvalidArgument, match="api_max_header_bytes=0 is out of range"):
+        podium("up", "--api-max-header-bytes", "0")
+    with pytest.raises(InvalidArgument, match="is not a directory"):
+        podium("up", "--package-root", str(tmp_path / "missing"))
 
 
 def test_unreachable_api_exits_1(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,13 @@ import pytest
 
 from podium.control import rollout
 from podium.control.actions import MoveAlias, Scale, SetSplit
-from podium.control.rollout import Observation, RolloutState, VersionHealth, judge
+from podium.control.rollout import (
+    Observation,
+    RolloutState,
+    VersionHealth,
+    judge_errors,
+    judge_latency,
+)
 from podium.control.rollout_config import RolloutConfig
 from podium.errors import InvalidArgument
 
@@ -20,7 +26,9 @@ def run(state: RolloutState, world: FakeWorld, *, until_ms: int = 120_000,
         tick_ms: int = 100) -> tuple[RolloutState, list[str]]:
     """Step the controller on the fake clock until done; returns final state and notes."""
     notes = []
-    world.apply(rollout.resume_actions(state))
+    # the world as it stood before the rollout: the old version scaled and taking all traffic
+    world.apply([Scale(state.model, v, n) for v, n in state.desired.items()]
+                + ([SetSplit(state.model, dict(state.split))] if state.split else []))
     while not state.is_done and world.now_ms <= until_ms:
         decision = rollout.step(state, world.observe(state, state.phase_since_ms), world.now_ms)
         if decision is not None:
@@ -159,23 +167,27 @@ def test_state_round_trips_through_json() -> None:
     assert RolloutState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
 
 
-@pytest.mark.parametrize(("new", "old", "expect"), [
-    (VersionHealth(num_requests=5, num_errors=5), VersionHealth(), None),
-    (VersionHealth(num_requests=100, num_errors=1), VersionHealth(num_requests=100), None),
+@pytest.mark.parametrize(("new", "old", "errors", "latency"), [
+    (VersionHealth(num_requests=5, num_errors=5, p99_ms=90.0), VersionHealth(p99_ms=20.0),
+     None, None),
+    (VersionHealth(num_requests=100, num_errors=1), VersionHealth(num_requests=100), None, None),
     (VersionHealth(num_requests=100, num_errors=5), VersionHealth(num_requests=100, num_errors=4),
-     None),
+     None, None),
     (VersionHealth(num_requests=100, num_errors=3), VersionHealth(num_requests=100),
-     "error rate"),
+     "error rate 3.0% vs 0.0%", None),
     (VersionHealth(num_requests=100, p99_ms=32.0), VersionHealth(num_requests=100, p99_ms=20.0),
-     None),
+     None, None),
     (VersionHealth(num_requests=100, p99_ms=40.0), VersionHealth(num_requests=100, p99_ms=20.0),
-     "p99 latency"),
+     None, "p99 latency 40.0 ms"),
 ], ids=["too-few-requests", "within-tolerance", "same-as-old", "more-errors", "p99-within",
         "p99-slow"])
-def test_analysis_judgement(new: VersionHealth, old: VersionHealth, expect: str | None) -> None:
+def test_analysis_judgement(new: VersionHealth, old: VersionHealth, errors: str | None,
+                            latency: str | None) -> None:
     config = RolloutConfig(min_requests=20, max_error_rate_increase=0.01, max_p99_ratio=1.5)
-    result = judge(config, Observation(new=new, old=old))
-    assert (result is None) if expect is None else (expect in result)
+    obs = Observation(new=new, old=old)
+    for verdict, expect in ((judge_errors(config, obs), errors),
+                            (judge_latency(config, obs), latency)):
+        assert (verdict is None) if expect is None else (expect in verdict)
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [

@@ -30,6 +30,8 @@ TABLE = [
     pytest.param(errors.Conflict, 409, "ALREADY_EXISTS", "conflict_error", id="conflict"),
     pytest.param(errors.PayloadTooLarge, 413, "RESOURCE_EXHAUSTED", "invalid_request_error",
                  id="payload-too-large"),
+    pytest.param(errors.HeaderFieldsTooLarge, 431, "RESOURCE_EXHAUSTED", "invalid_request_error",
+                 id="header-fields-too-large"),
     pytest.param(errors.RequestError, 400, "INVALID_ARGUMENT", "invalid_request_error",
                  id="request-error"),
     pytest.param(errors.Unavailable, 503, "UNAVAILABLE", "service_unavailable",

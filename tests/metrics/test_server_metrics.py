@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client import generate_latest
 
 from podium.metrics import server
 
 
 def sample(name: str, **labels: str) -> float:
+    """The exposed value of one series; a series that is not exposed fails the test."""
+    value = server.REGISTRY.get_sample_value(name, labels)
+    assert value is not None, f"{name}{labels} is not exposed"
+    return value
+
+
+def before(name: str, **labels: str) -> float:
+    """A counter's value before the test adds to it: 0 while the series does not exist yet."""
     return server.REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 def test_observe_request_counts_and_times_per_protocol() -> None:
     labels = dict(model="m", version="3", protocol="kserve_grpc", endpoint="ModelInfer", code="OK")
     count, total = (
-        sample("podium:requests_total", **labels),
-        sample("podium:request_duration_seconds_sum", **labels),
+        before("podium:requests_total", **labels),
+        before("podium:request_duration_seconds_sum", **labels),
     )
     server.observe_request("kserve_grpc", "ModelInfer", "m", "3", "OK", 0.25)
     server.observe_request("kserve_grpc", "ModelInfer", "m", "3", "OK", 0.5)
@@ -26,7 +35,7 @@ def test_observe_request_counts_and_times_per_protocol() -> None:
 
 
 def test_status_code_is_a_label_value() -> None:
-    before = sample(
+    start = before(
         "podium:requests_total",
         model="m",
         version="1",
@@ -43,7 +52,7 @@ def test_status_code_is_a_label_value() -> None:
         endpoint="/v1/chat/completions",
         code="429",
     )
-    assert after == before + 1
+    assert after == start + 1
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "OpenAI", "kserve"], ids=["grpc", "case", "bare"])
@@ -79,7 +88,7 @@ def test_load_and_unload_events_flip_model_loaded() -> None:
     )
     server.observe_load("xgb", "7", "unload", 0.1, ok=True)
     assert sample("podium:model_loaded", model="xgb", version="7") == 0
-    errors = sample(
+    errors = before(
         "podium:model_load_events_total", model="xgb", version="8", action="load", outcome="error"
     )
     server.observe_load("xgb", "8", "load", 0.2, ok=False)
@@ -93,11 +102,13 @@ def test_load_and_unload_events_flip_model_loaded() -> None:
         )
         == errors + 1
     )
-    assert sample("podium:model_loaded", model="xgb", version="8") == 0
+    # a version that never loaded exposes no model_loaded series at all
+    assert server.REGISTRY.get_sample_value("podium:model_loaded", {"model": "xgb",
+                                                                    "version": "8"}) is None
 
 
 def test_batch_sizes_and_queue_time() -> None:
-    count = sample("podium:batch_size_count", model="onnx", version="1")
+    count = before("podium:batch_size_count", model="onnx", version="1")
     server.observe_batch("onnx", "1", 8)
     server.observe_batch("onnx", "1", 3)
     assert sample("podium:batch_size_count", model="onnx", version="1") == count + 2
@@ -109,11 +120,12 @@ def test_batch_sizes_and_queue_time() -> None:
 
 
 def test_boot_steps_and_readiness() -> None:
-    with server.time_boot_step("warmup"):
-        pass
     server.observe_boot_step("engine", 31.5)
+    server.observe_boot_step("warmup", 0.25)
+    server.observe_boot_step("warmup", 0.75)  # a second boot: the scrape shows the latest
     assert sample("podium:boot_step_duration_seconds", step="engine") == 31.5
-    assert sample("podium:boot_step_duration_seconds", step="warmup") >= 0
+    scraped = generate_latest(server.REGISTRY).decode()
+    assert 'podium:boot_step_duration_seconds{step="warmup"} 0.75' in scraped
     server.set_ready(True)
     assert sample("podium:ready") == 1
     server.set_ready(False)

@@ -40,15 +40,9 @@ class MoveAlias:
 
 
 Action = Scale | SetSplit | MoveAlias
-_KINDS: dict[str, type] = {"scale": Scale, "split": SetSplit, "alias": MoveAlias}
 
 
 def action_to_dict(action: Action) -> dict[str, Any]:
     """JSON-ready form of an action, as stored in `rollout_steps.actions`."""
     return asdict(action)
 
-
-def action_from_dict(data: dict[str, Any]) -> Action:
-    """Inverse of `action_to_dict`."""
-    fields = {k: v for k, v in data.items() if k != "kind"}
-    return _KINDS[data["kind"]](**fields)

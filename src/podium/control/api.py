@@ -1,40 +1,58 @@
 """The control-plane REST API (FastAPI, OpenAPI at /docs and /openapi.json; port 8080).
 
-Request bodies are strict pydantic models: an unknown or bad field is a 400 naming it, and
-nothing is changed. Every error is `{"error": {"message", "type", "param", "code"}}` (the
-OpenAI shape, `code` the HTTP status, `param` the offending field or null), rendered by
+Request bodies are strict pydantic models: an unknown field, a wrong type (`true` is not a
+count, `"2"` is not a number) or a value out of range is a 400 naming it, and nothing is
+changed. `api_limits` refuses oversized, compressed, non-UTF-8 and deeply nested bodies before
+any route runs. Every error is `{"error": {"message", "type", "param", "code"}}` (the OpenAI
+shape, `code` the HTTP status, `param` the offending field or null), rendered by
 `podium.errors.render.control_body` with the status of its `podium.errors` class.
 """
 
 from __future__ import annotations
 
+from pathlib import Path as FilePath
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Path, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
 from podium.auth import ApiKeyMiddleware
-from podium.control.plane import ControlPlane, rollout_summary
+from podium.control.api_limits import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
+    MAX_PATH_CHARS,
+    RequestLimits,
+    checked_package_path,
+)
+from podium.control.plane import ControlPlane, event_summary, rollout_summary
 from podium.control.rollout_config import RolloutConfig
-from podium.errors import InvalidArgument
+from podium.errors import InvalidArgument, PodiumError
 from podium.errors.http import error_response, install_error_handlers
 
 NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 VERSION = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
-ModelName = Annotated[str, Path(pattern=NAME, description="Model name.")]
-VersionName = Annotated[str, Path(pattern=VERSION, description="Model version.")]
+MAX_ID = 2**31 - 1  # ids are 32-bit INTEGER columns on PostgreSQL
+MAX_EVENTS = 1000
+ModelName = Annotated[str, Path(pattern=NAME, max_length=63, description="Model name.")]
+VersionName = Annotated[str, Path(pattern=VERSION, max_length=63, description="Model version.")]
+RolloutId = Annotated[int, Path(ge=1, le=MAX_ID, description="Rollout id.")]
+ModelFilter = Annotated[str | None, Query(pattern=NAME, max_length=63,
+                                          description="Only this model.")]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: JSON `true` is not the count 1, `"2"` is not the number 2
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class AnnounceRequest(_Strict):
     """Register a package directory or .tar.gz found on the control plane's machine."""
 
-    path: str = Field(min_length=1, description="Package directory or .tar.gz path.")
+    path: str = Field(min_length=1, max_length=MAX_PATH_CHARS,
+                      description="Absolute path of a package directory or .tar.gz.")
 
 
 class DeployRequest(_Strict):
@@ -43,7 +61,8 @@ class DeployRequest(_Strict):
     model: str = Field(pattern=NAME, description="Model name.")
     version: str = Field(pattern=VERSION, description="Version to roll out (announced).")
     strategy: Literal["red-black", "versioned"] = "red-black"
-    stages: list[int] | None = Field(default=None, description="Red-Black stages in percent.")
+    stages: list[int] | None = Field(default=None, max_length=100,
+                                     description="Red-Black stages in percent.")
     num_instances: int | None = Field(default=None, description="Instances at 100% (1-64).")
     ready_timeout_ms: int | None = None
     analysis_window_ms: int | None = None
@@ -69,13 +88,19 @@ class ScalingRequest(_Strict):
     max_instances: int = Field(description="min_instances..64")
 
 
-def create_app(plane: ControlPlane, *, api_key: str | None = None) -> FastAPI:
+def create_app(plane: ControlPlane, *, api_key: str | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+               package_roots: tuple[FilePath, ...] = ()) -> FastAPI:
     """The API app over one control plane; with `api_key`, every route but /health needs
-    `Authorization: Bearer <key>`."""
+    `Authorization: Bearer <key>`; with `package_roots`, only packages under them announce."""
     app = FastAPI(title="Podium control plane", version="1",
                   description="Announce packages, deploy with Red-Black or Versioned rollouts, "
-                              "roll back, and read status.")
+                              "roll back, and read status and events.",
+                  dependencies=[Depends(_known_query)])
     _install_errors(app)
+    app.add_middleware(RequestLimits, max_body_bytes=max_body_bytes,
+                       max_header_bytes=max_header_bytes, render=control_error)
     if api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key, shape_of=lambda _path: "control")
 
@@ -85,7 +110,7 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None) -> FastAPI:
 
     @app.post("/v1/packages", status_code=201)
     def announce(body: AnnounceRequest) -> dict[str, Any]:
-        return plane.announce(body.path)
+        return plane.announce(checked_package_path(body.path, package_roots))
 
     @app.get("/v1/packages")
     def packages() -> list[dict[str, Any]]:
@@ -109,13 +134,13 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None) -> FastAPI:
         return rollout_summary(plane.store.get_rollout(rollout_id))
 
     @app.get("/v1/rollouts")
-    def rollouts(model: Annotated[str | None, Query(pattern=NAME)] = None,
+    def rollouts(model: ModelFilter = None,
                  status: Annotated[Literal["running", "succeeded", "rolled_back", "failed"]
                                    | None, Query()] = None) -> list[dict[str, Any]]:
         return [rollout_summary(r) for r in plane.store.list_rollouts(model, status=status)]
 
     @app.get("/v1/rollouts/{rollout_id}")
-    def rollout(rollout_id: int) -> dict[str, Any]:
+    def rollout(rollout_id: RolloutId) -> dict[str, Any]:
         return plane.rollout(rollout_id)
 
     @app.post("/v1/models/{model}/rollback")
@@ -126,7 +151,35 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None) -> FastAPI:
     def status() -> dict[str, Any]:
         return plane.status()
 
+    @app.get("/v1/events")
+    def events(model: ModelFilter = None,
+               limit: Annotated[int, Query(ge=1, le=MAX_EVENTS,
+                                           description="At most this many.")] = 100,
+               before: Annotated[int | None, Query(ge=1, le=MAX_ID, description=(
+                   "Only events older than this id (the last id of the previous page)."))]
+               = None) -> list[dict[str, Any]]:
+        """Announcements, rollout steps, scaling and instance events, newest first."""
+        return [event_summary(e)
+                for e in plane.store.list_events(model, limit=limit, before=before)]
+
     return app
+
+
+def _known_query(request: Request) -> None:
+    """A misspelt query parameter is a 400 naming it, not silently ignored."""
+    route = request.scope.get("route")
+    known = {p.alias for p in route.dependant.query_params} if isinstance(
+        route, APIRoute) else set()
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        hint = f"use {', '.join(sorted(known))}" if known else "this route takes none"
+        raise InvalidArgument(f"query parameter {unknown[0][:60]!r} is not known; {hint}",
+                              param=unknown[0][:60])
+
+
+def control_error(exc: PodiumError) -> Response:
+    """The API's error body for a PodiumError (routes and `RequestLimits` alike)."""
+    return error_response("control", exc)
 
 
 def _install_errors(app: FastAPI) -> None:
@@ -140,11 +193,17 @@ def _install_errors(app: FastAPI) -> None:
             msg = {"extra_forbidden": "is not a known field; remove it",
                    "missing": "is required"}.get(err["type"], err["msg"])
             got = "" if err["type"] in ("missing", "extra_forbidden") else (
-                f" (got {err.get('input')!r})")
+                f" (got {_shown(err.get('input'))})")
             problems.append(f"{loc or 'body'}: {msg}{got}")
         first = exc.errors()[0]["loc"] if exc.errors() else ()
         param = _field(first) or None
         return error_response("control", InvalidArgument("; ".join(problems), param=param))
+
+
+def _shown(value: Any) -> str:
+    """The offending value, cut short: a 4 KiB string need not come back whole."""
+    text = repr(value)
+    return text if len(text) <= 120 else f"{text[:100]}... ({len(text)} characters)"
 
 
 def _field(loc: tuple | list) -> str:

@@ -1,5 +1,5 @@
-"""`podium up | announce | deploy | scale | status | rollouts | rollback`: the control plane's
-CLI.
+"""`podium up | announce | deploy | scale | status | rollouts | rollback | events`: the control
+plane's CLI.
 
 Every command but `up` is a client of the REST API (PODIUM_CONTROL_URL, default
 http://127.0.0.1:8080). A rejected request prints the API's message and exits 2; an API that
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
 
 DEFAULT_API = "http://127.0.0.1:8080"
 
@@ -41,6 +43,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=os.environ.get("PODIUM_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on the gateway and the API "
                         "(env PODIUM_API_KEY)")
+    p.add_argument("--api-max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                   help="largest request body the control-plane API reads (default 1 MiB); "
+                        "larger gets 413")
+    p.add_argument("--api-max-header-bytes", type=int, default=DEFAULT_MAX_HEADER_BYTES,
+                   help="largest total size of a request's headers the API takes "
+                        "(default 32 KiB); larger gets 431")
+    p.add_argument("--package-root", dest="package_roots", type=Path, action="append",
+                   default=[], metavar="DIR",
+                   help="announce only packages under DIR (repeatable; default: anywhere)")
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser("announce", help="register + materialize a package")
@@ -78,6 +89,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda a: _show(a, "GET", "/v1/rollouts",
                                         params={"model": a.model} if a.model else None))
 
+    p = subparsers.add_parser("events", help="what the control plane did and why, newest first")
+    p.add_argument("model", nargs="?", help="only this model's events")
+    p.add_argument("--limit", type=int, default=20, help="at most this many (1-1000)")
+    p.add_argument("--before", type=int, metavar="ID",
+                   help="only events older than event ID (page back through history)")
+    _api_arg(p)
+    p.set_defaults(func=lambda a: _show(a, "GET", "/v1/events", params={
+        "limit": str(a.limit), **({"model": a.model} if a.model else {}),
+        **({"before": str(a.before)} if a.before is not None else {})}))
+
     p = subparsers.add_parser("rollback", help="roll MODEL back")
     p.add_argument("model")
     _api_arg(p)
@@ -100,7 +121,9 @@ def _up(args: argparse.Namespace) -> int:
                            api_port=args.api_port,
                            database_url=args.database, runtime=args.runtime,
                            ray_address=args.ray_address, ray_num_cpus=args.ray_cpus,
-                           api_key=args.api_key,
+                           api_key=args.api_key, api_max_body_bytes=args.api_max_body_bytes,
+                           api_max_header_bytes=args.api_max_header_bytes,
+                           package_roots=tuple(args.package_roots),
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
 
 
@@ -171,6 +194,8 @@ def _show(args: argparse.Namespace, method: str, path: str, *, body: Any = None,
 
 
 def _human(path: str, data: Any) -> str:
+    if path == "/v1/events":
+        return _events_table(data)
     if path == "/v1/status":
         lines = []
         for model, entry in data["models"].items():
@@ -193,3 +218,24 @@ def _rollout_line(r: dict[str, Any]) -> str:
     reason = f"  ({r['reason']})" if r.get("reason") else ""
     return (f"#{r['id']} {r['model']} {r['from_version'] or '-'} -> {r['to_version']} "
             f"{r['strategy']} {r['status']} {r['phase']} {r['weight_new']}%{reason}")
+
+
+def _events_table(events: list[dict[str, Any]]) -> str:
+    """Events as a table, newest first (the API's order)."""
+    if not events:
+        return "no events"
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in ("id", "time (UTC)", "kind", "model"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("message", overflow="fold")
+    for e in events:
+        at = e["at"].replace("T", " ")[:19]
+        table.add_row(str(e["id"]), at, e["kind"], e["model"] or "-", e["message"])
+    console = Console(highlight=False)
+    with console.capture() as captured:
+        console.print(table)
+    return captured.get().rstrip()

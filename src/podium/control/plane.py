@@ -9,9 +9,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any
 
 from podium.control.driver import RolloutDriver, World
+from podium.control.models import EventRow
 from podium.control.rollout import LATEST, SUCCEEDED
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import RolloutRecord, Store
@@ -121,6 +123,13 @@ class ControlPlane:
             if record.status == SUCCEEDED and record.state.config.strategy == "red-black":
                 return record
         return None
+
+
+def event_summary(row: EventRow) -> dict[str, Any]:
+    """The public shape of an event (API and CLI)."""
+    at = row.at if row.at.tzinfo else row.at.replace(tzinfo=UTC)  # SQLite drops the zone
+    return {"id": row.id, "at": at.isoformat(), "kind": row.kind, "model": row.model,
+            "message": row.message}
 
 
 def rollout_summary(record: RolloutRecord) -> dict[str, Any]:

@@ -106,16 +106,6 @@ def begin(model: str, to_version: str, from_version: str | None, config: Rollout
                         phase_since_ms=now_ms, desired=desired, split=split)
 
 
-def resume_actions(state: RolloutState) -> list[Action]:
-    """What to re-apply after a restart: the desired scale and split the store last recorded."""
-    actions: list[Action] = [Scale(state.model, v, n) for v, n in state.desired.items()]
-    if state.split:
-        actions.append(SetSplit(state.model, dict(state.split)))
-    if state.latest is not None:
-        actions.append(MoveAlias(state.model, LATEST, state.latest))
-    return actions
-
-
 def abort(state: RolloutState, reason: str, now_ms: int) -> Decision | None:
     """An operator asked to roll back a running rollout."""
     if state.is_done:
@@ -252,11 +242,6 @@ def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision | N
     return Decision(nxt, [MoveAlias(state.model, LATEST, state.to_version)],
                     f"analysis passed at 100%; keeping {state.from_version} warm for "
                     f"{state.config.warm_delay_ms} ms")
-
-
-def judge(config: RolloutConfig, obs: Observation) -> str | None:
-    """Why the new version is worse than the old one over the window, or None if it is not."""
-    return judge_errors(config, obs) or judge_latency(config, obs)
 
 
 def judge_errors(config: RolloutConfig, obs: Observation) -> str | None:

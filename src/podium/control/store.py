@@ -165,11 +165,6 @@ class Store:
             row.num_desired = min(max(row.num_desired, min_instances), max_instances)
             return row
 
-    def set_desired(self, model: str, version: str, count: int) -> None:
-        """Record how many instances of model@version should run (the autoscaler's output)."""
-        with self.session() as s:
-            _apply(s, Scale(model, version, count), strategy="red-black")
-
     def touch(self, model: str, version: str, now_ms: int) -> None:
         """Note that model@version served a request at `now_ms` (for idle-version GC)."""
         with self.session() as s:
@@ -327,12 +322,15 @@ class Store:
         with self.session() as s:
             s.add(EventRow(kind=kind, model=model, message=message))
 
-    def list_events(self, model: str | None = None, limit: int = 100) -> list[EventRow]:
-        """Latest events first."""
+    def list_events(self, model: str | None = None, limit: int = 100, *,
+                    before: int | None = None) -> list[EventRow]:
+        """Latest events first (of one model, older than event id `before`, when given)."""
         with self.session() as s:
             query = select(EventRow).order_by(EventRow.id.desc()).limit(limit)
             if model is not None:
                 query = query.where(EventRow.model == model)
+            if before is not None:
+                query = query.where(EventRow.id < before)
             return list(s.scalars(query))
 
     def count(self, table: type) -> int:

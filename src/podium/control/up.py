@@ -22,11 +22,13 @@ import uvicorn
 from podium import env
 from podium.auth import ApiKeyMiddleware
 from podium.control.api import create_app
+from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
 from podium.control.runtime import create_runtime
 from podium.control.store import Store, default_url
 from podium.control.world import RuntimeWorld
+from podium.errors import InvalidArgument
 from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.health import run_health_checks
 from podium.gateway.proxy import Gateway
@@ -62,6 +64,26 @@ class UpConfig:
     api_key: str | None = None
     """When set, the gateway (HTTP and gRPC) and the control-plane API require
     `Authorization: Bearer <key>`; liveness stays open."""
+    api_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Largest request body the control-plane API reads (declared or sent); larger is a 413."""
+    api_max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    """Largest total size of a request's headers the API takes; larger is a 431."""
+    package_roots: tuple[Path, ...] = ()
+    """When given, the API announces only packages under these directories."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.api_max_body_bytes, bool) or not (
+                1024 <= self.api_max_body_bytes <= 1024**3):
+            raise InvalidArgument(f"api_max_body_bytes={self.api_max_body_bytes!r} is out of "
+                                  "range; use 1024..1073741824", param="api_max_body_bytes")
+        if isinstance(self.api_max_header_bytes, bool) or not (
+                1024 <= self.api_max_header_bytes <= 1024**2):
+            raise InvalidArgument(f"api_max_header_bytes={self.api_max_header_bytes!r} is out "
+                                  "of range; use 1024..1048576", param="api_max_header_bytes")
+        for root in self.package_roots:
+            if not root.is_dir():
+                raise InvalidArgument(f"package root {str(root)!r} is not a directory",
+                                      param="package_roots")
 
 
 def run_up(config: UpConfig) -> int:
@@ -114,7 +136,11 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> Non
         _Server(uvicorn.Config(gateway_app, host=config.host, port=config.http_port,
                                log_level="warning", access_log=False,
                                timeout_keep_alive=KEEP_ALIVE_S)),
-        _Server(uvicorn.Config(create_app(plane, api_key=config.api_key), host=config.host,
+        _Server(uvicorn.Config(create_app(plane, api_key=config.api_key,
+                                          max_body_bytes=config.api_max_body_bytes,
+                                          max_header_bytes=config.api_max_header_bytes,
+                                          package_roots=config.package_roots),
+                               host=config.host,
                                port=config.api_port,
                                log_level="info")),
     ]

@@ -7,7 +7,8 @@
     │   ├── NotFound            404 NOT_FOUND
     │   ├── MethodNotAllowed    405 UNIMPLEMENTED
     │   ├── Conflict            409 ALREADY_EXISTS
-    │   └── PayloadTooLarge     413 RESOURCE_EXHAUSTED
+    │   ├── PayloadTooLarge     413 RESOURCE_EXHAUSTED
+    │   └── HeaderFieldsTooLarge 431 RESOURCE_EXHAUSTED
     ├── Unavailable             503 UNAVAILABLE: not ready yet, draining, or shutting down
     │   └── UpstreamFailed      502 UNAVAILABLE: an instance failed mid-request (gateway)
     ├── PackageError            400: a package or manifest is invalid (exit 2 at the CLI)
@@ -62,6 +63,10 @@ class Conflict(RequestError):
 
 class PayloadTooLarge(RequestError):
     """The body is past the server's limit."""
+
+
+class HeaderFieldsTooLarge(RequestError):
+    """The request's headers, all together, are past the server's limit."""
 
 
 class Unavailable(PodiumError):

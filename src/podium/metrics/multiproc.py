@@ -73,11 +73,6 @@ def wipe(path: Path) -> int:
     return removed
 
 
-def current_dir() -> Path | None:
-    """The directory this process claimed, or None."""
-    return _held[0] if _held else None
-
-
 def mark_process_dead(pid: int | None = None) -> None:
     """Drop a finished process's live gauges (call at shutdown for this process)."""
     path = os.environ.get(ENV_VAR)

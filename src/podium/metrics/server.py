@@ -10,7 +10,6 @@ number of series an operator's Prometheus must hold.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -162,14 +161,6 @@ def observe_load(model: str, version: str, action: LoadAction, seconds: float, o
 def observe_boot_step(step: str, seconds: float) -> None:
     """Record how long one boot step took (unpack, resolve, plugins, metrics, engine, warmup)."""
     BOOT_STEP_DURATION.labels(step).set(seconds)
-
-
-@contextmanager
-def time_boot_step(step: str) -> Iterator[None]:
-    """Time the block as boot step `step`; records only if it completes."""
-    start = time.perf_counter()
-    yield
-    observe_boot_step(step, time.perf_counter() - start)
 
 
 def set_ready(ready: bool) -> None:

@@ -8,7 +8,6 @@ drift (a test checks it).
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -252,6 +251,3 @@ _UNION_TAGS = (*BACKENDS, "package", "path", "python-package")
 def _first_loc(exc: ValidationError) -> str | None:
     return first_field(exc, skip=_UNION_TAGS)
 
-
-def is_valid_name(name: str) -> bool:
-    return re.match(NAME_PATTERN, name) is not None
