@@ -106,6 +106,10 @@ class Backend(abc.ABC):
         """Decoupled scoring; non-decoupled backends answer once."""
         yield await self.infer(request)
 
+    def is_alive(self) -> bool:
+        """False once a part the backend cannot serve without (engine, batcher) has died."""
+        return True
+
     @property
     def openai(self) -> Any | None:
         """vLLM serving state for OpenAI routes (chat, completions, embeddings), if any."""

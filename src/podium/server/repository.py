@@ -22,6 +22,7 @@ from typing import Any
 
 from podium.backends import create_backend
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
+from podium.backends.outputs import check_outputs
 from podium.backends.validation import check_inputs
 from podium.errors import (
     BackendError,
@@ -127,6 +128,13 @@ class ModelEntry:
     def __post_init__(self) -> None:
         self.idle.set()
 
+    def check_alive(self) -> None:
+        """A READY backend whose engine or batcher died stops being ready, at once."""
+        if self.state == "READY" and not self.backend.is_alive():
+            self.state = "UNAVAILABLE"
+            self.reason = (f"{self.backend.name}@{self.backend.version} died while serving "
+                           "(its engine or batcher stopped; see the log)")
+
 
 class ModelRepository:
     """Loaded models of one instance; the only place that loads and unloads backends."""
@@ -148,7 +156,10 @@ class ModelRepository:
 
     # -- queries -----------------------------------------------------------------------------
     def entries(self) -> list[ModelEntry]:
-        return [e for versions in self._entries.values() for e in versions.values()]
+        entries = [e for versions in self._entries.values() for e in versions.values()]
+        for entry in entries:
+            entry.check_alive()
+        return entries
 
     def ready_entries(self) -> list[ModelEntry]:
         return [e for e in self.entries() if e.state == "READY"]
@@ -163,6 +174,8 @@ class ModelRepository:
         if not versions:
             known = ", ".join(sorted(self._entries)) or "none"
             raise NotFound(f"model {name!r} is not served here (models: {known})", param="model")
+        for entry in versions.values():
+            entry.check_alive()
         if version is not None:
             entry = versions.get(version)
             if entry is None:
@@ -302,6 +315,7 @@ class ModelRepository:
             try:
                 _check(backend, request)
                 response = await backend.infer(request)
+                _check_answer(backend, request, response)
                 _select_outputs(backend, request, response)
                 ok = True
                 return response
@@ -319,6 +333,7 @@ class ModelRepository:
             try:
                 _check(backend, request)
                 async for response in backend.infer_stream(request):
+                    _check_answer(backend, request, response)
                     _select_outputs(backend, request, response)
                     yield response
                 ok = True
@@ -380,6 +395,14 @@ def _optional_inputs(backend: Backend) -> frozenset[str]:
 
         return vllm_tensors.optional_inputs(getattr(backend.manifest, "task", "generate"))
     return frozenset()
+
+
+def _check_answer(backend: Backend, request: InferenceRequest,
+                  response: InferenceResponse) -> None:
+    """Every backend's answer matches its declared outputs (a decoupled part may carry some)."""
+    check_outputs(response, backend.outputs(), backend.max_batch_size,
+                  package=f"{backend.name}@{backend.version}",
+                  batch_size=_batch_size(backend, request) if backend.max_batch_size else None)
 
 
 def _select_outputs(backend: Backend, request: InferenceRequest,
