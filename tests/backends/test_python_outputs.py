@@ -57,8 +57,8 @@ class Model:
         self.batched = config["model_config"]["max_batch_size"] > 0
 
     def execute(self, requests):
-        case = requests[0]["case"].ravel()[0].decode()
-        return CASES[case](good(self.batched))
+        answers = [CASES[r["case"].ravel()[0].decode()](good(self.batched)) for r in requests]
+        return answers[0] if len(answers) == 1 else [a[0] for a in answers]
 '''
 OUTPUTS = [{"name": "score", "datatype": "FP32", "shape": [-1, 1]},
            {"name": "count", "datatype": "INT32", "shape": [1]},
@@ -100,7 +100,7 @@ def packages(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     for name, outputs, batching in [
             ("answers", OUTPUTS, {"max_batch_size": 0}),
             ("answers-batched", BATCHED_OUTPUTS,
-             {"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_us": 100}})]:
+             {"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_us": 20000}})]:
         directory = root / name
         directory.mkdir()
         (directory / "model.py").write_text(MODEL_SOURCE)
@@ -164,3 +164,26 @@ def test_good_answers_keep_their_declared_shapes(packages: list[Any], tmp_path: 
     assert shapes == {"score": [1, 1], "count": [1], "label": [1]}
     shapes = {o["name"]: o["shape"] for o in batched.json()["outputs"]}
     assert shapes == {"score": [1, 1], "count": [1, 1], "label": [1, 1]}
+
+
+def test_a_bad_answer_in_a_batch_fails_its_own_request_only(packages: list[Any]) -> None:
+    async def together() -> tuple[list[httpx.Response], int]:
+        repository = ModelRepository()
+        await repository.load(packages[1])
+        app = FastAPI()
+        app.include_router(create_router(repository, server_ready=repository.all_ready))
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://podium") as client:
+                replies = await asyncio.wait_for(asyncio.gather(*(
+                    client.post("/v2/models/answers-batched/infer",
+                                json=_body("answers-batched", case))
+                    for case in ("good", "str-for-fp32", "good"))), 10)
+            return list(replies), repository.get("answers-batched").execution_count
+        finally:
+            await repository.unload_all(timeout_s=5)
+
+    (first, bad, last), executions = asyncio.run(together())
+    assert executions == 1  # the three shared one execute call
+    assert [first.status_code, bad.status_code, last.status_code] == [200, 500, 200]
+    assert "'score'" in bad.json()["error"]

@@ -64,10 +64,11 @@ class DynamicBatcher(Generic[Item, Result]):
     """Run `run_batch(items) -> results` (one result per item, same order) in a worker thread.
 
     `size_of(item)` is an item's batch size; only items with equal `signature_of(item)` share
-    a batch (e.g. same trailing shapes, so they can be concatenated).
+    a batch (e.g. same trailing shapes, so they can be concatenated). A result that is an
+    exception fails its own request only; an exception raised fails the whole batch.
     """
 
-    def __init__(self, run_batch: Callable[[list[Item]], Sequence[Result]],
+    def __init__(self, run_batch: Callable[[list[Item]], Sequence[Result | Exception]],
                  config: BatchingConfig, *, size_of: Callable[[Item], int] = lambda _: 1,
                  signature_of: Callable[[Item], Hashable] = lambda _: None,
                  name: str = "model", version: str = "", max_restarts: int = 3) -> None:
@@ -200,7 +201,11 @@ class DynamicBatcher(Generic[Item, Result]):
         stats[0] += 1
         stats[1] += time.perf_counter_ns() - started
         for pending, result in zip(batch, results, strict=True):
-            if not pending.future.done():
+            if pending.future.done():
+                continue
+            if isinstance(result, Exception):
+                pending.future.set_exception(result)
+            else:
                 pending.future.set_result(result)
 
     @staticmethod

@@ -84,7 +84,9 @@ class ClassicBackend(Backend):
         if self._batcher is not None:
             result = await self._batcher.submit(arrays)
         else:
-            result = (await asyncio.to_thread(self._run_batch, [arrays]))[0]
+            (result,) = await asyncio.to_thread(self._run_batch, [arrays])
+            if isinstance(result, Exception):
+                raise result
         outputs = [Tensor(spec.name, spec.datatype, result[spec.name]) for spec in self._outputs]
         response = InferenceResponse(outputs=outputs, id=request.id)
         check_outputs(response, self._outputs, self.max_batch_size, package=self.package.key,
@@ -105,7 +107,8 @@ class ClassicBackend(Backend):
         return self._batcher.num_executions if self._batcher is not None else self.num_executions
 
     # -- batching ------------------------------------------------------------------------------
-    def _run_batch(self, items: list[Arrays]) -> list[Arrays]:
+    def _run_batch(self, items: list[Arrays]) -> list[Arrays | Exception]:
+        """One model call for `items`: their outputs, or an exception per item that failed."""
         self.num_executions += 1
         if len(items) == 1:
             return [self._checked_predict(items[0])]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -103,7 +103,7 @@ class PythonBackend(ClassicBackend):
             })
         self._instance = instance
 
-    def _run_batch(self, items: list[Arrays]) -> list[Arrays]:
+    def _run_batch(self, items: list[Arrays]) -> list[Arrays | Exception]:
         # no concatenation: execute gets the requests as a list, as Triton's python backend does
         self.num_executions += 1
         try:
@@ -118,8 +118,9 @@ class PythonBackend(ClassicBackend):
             raise BackendError(f"{self.package.key}: execute must return a list of one response "
                                f"per request ({len(items)}), got a {type(responses).__name__}"
                                f"{count}")
-        return [self._checked_response(index, response) for index, response
-                in enumerate(responses)]
+        # one bad response fails its own request, not the others of the batch
+        return [_or_error(self._checked_response, index, response)
+                for index, response in enumerate(responses)]
 
     def _checked_response(self, index: int, response: Any) -> Arrays:
         """One of execute's responses as declared arrays, or an error naming what is wrong."""
@@ -147,3 +148,11 @@ class PythonBackend(ClassicBackend):
         if self._instance is not None and hasattr(self._instance, "finalize"):
             self._instance.finalize()
         self._instance = None
+
+
+def _or_error(check: Callable[[int, Any], Arrays], index: int, response: Any
+              ) -> Arrays | Exception:
+    try:
+        return check(index, response)
+    except BackendError as exc:
+        return exc
