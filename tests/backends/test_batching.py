@@ -287,7 +287,8 @@ def test_a_loop_killed_past_its_restarts_is_dead_and_fails_fast() -> None:
         batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=4, max_queue_delay_s=0),
                                  name="m", version="1", max_restarts=0)
         try:
-            _, (queued,) = await _kill_during_call(batcher, 1, [2])
+            error, (queued,) = await _kill_during_call(batcher, 1, [2])
+            assert isinstance(error, BackendDead)
             with pytest.raises(BackendDead, match="m@1 is dead"):
                 await asyncio.wait_for(queued, 1)
             assert not batcher.is_alive()

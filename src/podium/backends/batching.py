@@ -145,18 +145,20 @@ class DynamicBatcher(Generic[Item, Result]):
         reason = "its task was cancelled" if error is None else f"{type(error).__name__}: {error}"
         log.error("the dynamic batcher of %s stopped: %s", self._key, reason,
                   exc_info=(type(error), error, error.__traceback__) if error else None)
-        self._fail(self._running, BackendError(
-            f"the dynamic batcher of {self._key} stopped while running this request ({reason}); "
-            "retry"))
-        self._running = []
         if self.num_restarts >= self.max_restarts:
             self.death = f"it stopped {self.num_restarts + 1} times, last: {reason}"
             log.error("the dynamic batcher of %s gave up after %d restarts; the model is not "
                       "ready", self._key, self.num_restarts)
-            self._fail(list(self._pending), BackendDead(
+            # BackendDead: whoever holds the request learns the model is gone for good
+            self._fail([*self._running, *self._pending], BackendDead(
                 f"the dynamic batcher of {self._key} is dead ({self.death})"))
+            self._running = []
             self._pending.clear()
             return
+        self._fail(self._running, BackendError(
+            f"the dynamic batcher of {self._key} stopped while running this request ({reason}); "
+            "retry"))
+        self._running = []
         self.num_restarts += 1
         log.warning("restarting the dynamic batcher of %s (restart %d of %d)", self._key,
                     self.num_restarts, self.max_restarts)
