@@ -179,7 +179,7 @@ def test_a_bad_answer_in_a_batch_fails_its_own_request_only(packages: list[Any])
                     client.post("/v2/models/answers-batched/infer",
                                 json=_body("answers-batched", case))
                     for case in ("good", "str-for-fp32", "good"))), 10)
-            return list(replies), repository.get("answers-batched").execution_count
+            return list(replies), repository.find("answers-batched").backend.execution_count
         finally:
             await repository.unload_all(timeout_s=5)
 

@@ -66,7 +66,7 @@ async def _kill_the_batcher(examples_dir: Path) -> dict[str, Any]:
                     client.post(f"/v2/models/{model}/infer", json=_infer_body(ROWS)), 10)
 
             assert (await infer("xgb-example")).status_code == 200  # starts the batcher
-            batcher = repository.get("xgb-example")._batcher
+            batcher = repository.find("xgb-example").backend._batcher
             batcher.max_restarts = 0
             real = batcher._run_batch
             batcher._run_batch = lambda items: (time.sleep(0.3), real(items))[1]
