@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from podium.backends.batching import BatchingConfig, DynamicBatcher
+from podium.errors import BackendDead, BackendError, InvalidArgument
 
 
 class Recorder:
@@ -185,3 +187,114 @@ def test_numpy_items_round_trip() -> None:
 
     first, second = run(go())
     assert first.tolist() == [1, 2, 3] and second.tolist() == [1, 2]
+
+
+def test_an_empty_item_is_refused_before_it_is_queued() -> None:
+    model = Recorder()
+
+    async def go() -> int:
+        batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=8, max_queue_delay_s=0.01),
+                                 size_of=lambda item: item, name="m", version="1")
+        try:
+            with pytest.raises(InvalidArgument, match=r"m@1 got an empty batch \(batch size 0\)"):
+                await batcher.submit(0)
+            return await asyncio.wait_for(batcher.submit(3), 5)
+        finally:
+            await batcher.close()
+
+    assert run(go()) == 6
+    assert model.batches == [[3]]  # the empty one never reached the model
+
+
+def test_a_fault_in_the_loop_fails_its_batch_logs_it_and_the_loop_goes_on(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from podium.metrics import server as metrics
+
+    real = metrics.observe_batch
+    calls = []
+
+    def observe_once_broken(model: str, version: str, size: int) -> None:
+        calls.append(size)
+        if len(calls) == 1:
+            raise ValueError("bookkeeping broke")
+        real(model, version, size)
+
+    monkeypatch.setattr(metrics, "observe_batch", observe_once_broken)
+    model = Recorder()
+
+    async def go() -> tuple[list, int]:
+        batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=2, max_queue_delay_s=0.02),
+                                 name="m", version="1")
+        try:
+            first = await asyncio.wait_for(submit_all(batcher, [1, 2]), 5)
+            return first, await asyncio.wait_for(batcher.submit(7), 5)
+        finally:
+            await batcher.close()
+
+    with caplog.at_level(logging.ERROR, logger="podium.backends.batching"):
+        first, later = run(go())
+    assert all(isinstance(r, BackendError) and "bookkeeping broke" in str(r) for r in first)
+    assert later == 14
+    assert model.batches == [[7]]
+    record = next(r for r in caplog.records if "m@1 failed a batch" in r.getMessage())
+    assert record.exc_info is not None and "bookkeeping broke" in str(record.exc_info[1])
+
+
+async def _kill_during_call(batcher: DynamicBatcher, item: int,
+                            queued: list[int] = ()) -> tuple[BaseException, list[asyncio.Task]]:
+    """Submit `item` (then `queued`, which wait behind it), cancel the loop's task while the
+    model runs `item`; the request's error and the queued requests."""
+    waiting = asyncio.create_task(batcher.submit(item))
+    await asyncio.sleep(0.05)  # the model is busy with it
+    behind = [asyncio.create_task(batcher.submit(i)) for i in queued]
+    await asyncio.sleep(0)
+    assert batcher._task is not None
+    batcher._task.cancel()
+    started = time.perf_counter()
+    with pytest.raises(BackendError) as err:
+        await asyncio.wait_for(waiting, 5)
+    assert time.perf_counter() - started < 0.05, "the waiting request did not fail at once"
+    return err.value, behind
+
+
+def test_a_killed_loop_fails_its_batch_at_once_and_is_restarted(
+        caplog: pytest.LogCaptureFixture) -> None:
+    model = Recorder(delay_s=0.2)
+
+    async def go() -> tuple[BaseException, int, bool]:
+        batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=4, max_queue_delay_s=0),
+                                 name="m", version="1", max_restarts=1)
+        try:
+            error, (queued,) = await _kill_during_call(batcher, 1, [4])
+            # the queued request is served by the restarted loop; so is a later one
+            assert await asyncio.wait_for(queued, 5) == 8
+            return error, await asyncio.wait_for(batcher.submit(5), 5), batcher.is_alive()
+        finally:
+            await batcher.close()
+
+    with caplog.at_level(logging.WARNING, logger="podium.backends.batching"):
+        error, later, alive = run(go())
+    assert "stopped while running this request" in str(error)
+    assert later == 10 and alive
+    assert any("restarting the dynamic batcher of m@1 (restart 1 of 1)" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_loop_killed_past_its_restarts_is_dead_and_fails_fast() -> None:
+    model = Recorder(delay_s=0.2)
+
+    async def go() -> None:
+        batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=4, max_queue_delay_s=0),
+                                 name="m", version="1", max_restarts=0)
+        try:
+            error, (queued,) = await _kill_during_call(batcher, 1, [2])
+            assert isinstance(error, BackendDead)
+            with pytest.raises(BackendDead, match="m@1 is dead"):
+                await asyncio.wait_for(queued, 1)
+            assert not batcher.is_alive()
+            with pytest.raises(BackendDead, match="must be restarted"):
+                await asyncio.wait_for(batcher.submit(3), 1)
+        finally:
+            await batcher.close()
+
+    run(go())

@@ -61,6 +61,12 @@ HTTP_CASES: dict[str, tuple[str, object, int, list[str]]] = {
                                                         {"binary_data_size": 4000}}]},
                                            ROW.tobytes()), 400, ["binary_data_size=4000"]),
     "not-json": ("/v2/models/xgb-example/infer", (b"{nope", {}), 400, ["not valid JSON"]),
+    "empty-batch": ("/v2/models/xgb-example/infer", {"inputs": [
+        {"name": "features", "datatype": "FP32", "shape": [0, 20], "data": []}]}, 400,
+                    ["'features'", "[0, 20]", "empty batch"]),
+    "empty-batch-ensemble": ("/v2/models/python-example/infer", {"inputs": [
+        {"name": "features", "datatype": "FP32", "shape": [0, 20], "data": []}]}, 400,
+                             ["'features'", "[0, 20]", "empty batch"]),
     "batch-over-max": ("/v2/models/torch-example/infer", {"inputs": [
         {"name": "x", "datatype": "FP32", "shape": [33, 4], "data": [0.0] * 132}]}, 400,
                        ["batch size 33", "max_batch_size of 32"]),
@@ -141,6 +147,8 @@ GRPC_CASES: dict[str, tuple[Callable[[], service_pb2.ModelInferRequest], grpc.St
     "shape-vs-bytes": (lambda: _raw_request("xgb-example", [("features", "FP32", [3, 20])],
                                             [ROW.tobytes()]),
                        grpc.StatusCode.INVALID_ARGUMENT, ["'features'", "240 bytes"]),
+    "empty-batch": (lambda: _raw_request("xgb-example", [("features", "FP32", [0, 20])], [b""]),
+                    grpc.StatusCode.INVALID_ARGUMENT, ["'features'", "[0, 20]", "empty batch"]),
     "missing-input": (lambda: _raw_request("xgb-example", [], []),
                       grpc.StatusCode.INVALID_ARGUMENT, ["'features' is missing"]),
     "raw-count-mismatch": (lambda: _raw_request("xgb-example", [("features", "FP32", [1, 20])],

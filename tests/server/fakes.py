@@ -86,6 +86,9 @@ class FakeEngineBackend(FakeLlmBackend):
     def is_alive(self) -> bool:
         return self.alive
 
+    def outputs(self) -> list[TensorSpec]:
+        return [TensorSpec(name="out", datatype="BYTES", shape=[1])]
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None

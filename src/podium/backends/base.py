@@ -159,7 +159,8 @@ class Backend(abc.ABC):
         return None  # only models that call others keep it
 
     def is_alive(self) -> bool:
-        """False once the engine has died for good: the instance must restart."""
+        """False once a part the backend cannot serve without (engine, batcher) has died for
+        good: the instance must restart."""
         return True
 
     def config(self) -> dict[str, Any]:

@@ -4,18 +4,30 @@ Requests wait at most `max_queue_delay_s` for company. A batch is cut as soon as
 `max_batch_size` (or the largest preferred size); when the delay runs out the batch takes the
 longest prefix whose size is a preferred size, or everything waiting. While the model runs a
 batch, the next one fills, so under load batches grow without any delay at all.
+
+Failures stay small: a model error fails the requests of its batch; a fault of the loop itself
+(bookkeeping, batch forming) is logged with its traceback and fails the requests it touched,
+and the loop goes on. Should the loop's task end anyway (cancelled, a BaseException), the batch
+it was running fails at once and the task is restarted, at most `max_restarts` times in the
+batcher's life; past that the batcher is dead: `is_alive()` turns false (the model stops being
+ready, the instance's watchdog restarts the instance) and every request fails fast.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+
+from podium.errors import BackendDead, BackendError, InvalidArgument
+
+log = logging.getLogger(__name__)
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -52,79 +64,157 @@ class DynamicBatcher(Generic[Item, Result]):
     """Run `run_batch(items) -> results` (one result per item, same order) in a worker thread.
 
     `size_of(item)` is an item's batch size; only items with equal `signature_of(item)` share
-    a batch (e.g. same trailing shapes, so they can be concatenated).
+    a batch (e.g. same trailing shapes, so they can be concatenated). A result that is an
+    exception fails its own request only; an exception raised fails the whole batch.
     """
 
-    def __init__(self, run_batch: Callable[[list[Item]], Sequence[Result]],
+    def __init__(self, run_batch: Callable[[list[Item]], Sequence[Result | Exception]],
                  config: BatchingConfig, *, size_of: Callable[[Item], int] = lambda _: 1,
                  signature_of: Callable[[Item], Hashable] = lambda _: None,
-                 name: str = "model", version: str = "") -> None:
+                 name: str = "model", version: str = "", max_restarts: int = 3) -> None:
         self._run_batch = run_batch
         self.config = config
         self._size_of = size_of
         self._signature_of = signature_of
         self._name = name
         self._version = version
+        self._key = f"{name}@{version}" if version else name
         self._pending: deque[_Pending[Item, Result]] = deque()
+        self._running: list[_Pending[Item, Result]] = []
+        """The batch the loop is working on (failed at once if the loop's task dies)."""
         self._arrived = asyncio.Event()
         # one worker: the model runs one batch at a time, the next one fills meanwhile
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{name}")
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.max_restarts = max_restarts
+        """How often a loop task that ended unexpectedly is started again before giving up."""
+        self.num_restarts = 0
+        self.death: str | None = None
+        """Why the batcher gave up for good; None while it serves."""
         self.num_executions = 0
         self.batch_stats: dict[int, list[int]] = {}
         """Per total batch size: [number of model calls, nanoseconds spent in them]."""
 
+    def is_alive(self) -> bool:
+        """False once the loop died more often than `max_restarts` allows."""
+        return self.death is None
+
     async def submit(self, item: Item) -> Result:
         """Queue one request and wait for its share of a batch's result."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop())
+        if self.death is not None:
+            raise BackendDead(f"the dynamic batcher of {self._key} is dead ({self.death}); "
+                              "the instance must be restarted")
+        size = self._size_of(item)
+        if size < 1:
+            # an empty batch has nothing to score, and would reach the model as a 0-row call
+            raise InvalidArgument(f"model {self._key} got an empty batch (batch size {size}); "
+                                  "send at least one row")
+        self._start()
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(item, self._size_of(item), self._signature_of(item),
-                                      future))
+        self._pending.append(_Pending(item, size, self._signature_of(item), future))
         self._arrived.set()
         return await future
 
     async def close(self) -> None:
         """Stop the loop and the worker; requests still queued fail."""
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        while self._pending:
-            pending = self._pending.popleft()
-            if not pending.future.done():
-                pending.future.set_exception(RuntimeError(f"{self._name} was unloaded"))
+        self._fail(self._running, RuntimeError(f"{self._name} was unloaded"))
+        self._fail(list(self._pending), RuntimeError(f"{self._name} was unloaded"))
+        self._pending.clear()
         self._executor.shutdown(wait=True)
 
+    # -- the loop and its supervision ----------------------------------------------------------
+    def _start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._loop(), name=f"batcher-{self._key}")
+            self._task.add_done_callback(self._loop_ended)
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        """The loop's task ended without `close`: fail what it held, then restart or give up."""
+        self._task = None
+        if self._closing:
+            return
+        error = None if task.cancelled() else task.exception()
+        reason = "its task was cancelled" if error is None else f"{type(error).__name__}: {error}"
+        log.error("the dynamic batcher of %s stopped: %s", self._key, reason,
+                  exc_info=(type(error), error, error.__traceback__) if error else None)
+        if self.num_restarts >= self.max_restarts:
+            self.death = f"it stopped {self.num_restarts + 1} times, last: {reason}"
+            log.error("the dynamic batcher of %s gave up after %d restarts; the model is not "
+                      "ready", self._key, self.num_restarts)
+            # BackendDead: whoever holds the request learns the model is gone for good
+            self._fail([*self._running, *self._pending], BackendDead(
+                f"the dynamic batcher of {self._key} is dead ({self.death})"))
+            self._running = []
+            self._pending.clear()
+            return
+        self._fail(self._running, BackendError(
+            f"the dynamic batcher of {self._key} stopped while running this request ({reason}); "
+            "retry"))
+        self._running = []
+        self.num_restarts += 1
+        log.warning("restarting the dynamic batcher of %s (restart %d of %d)", self._key,
+                    self.num_restarts, self.max_restarts)
+        with contextlib.suppress(RuntimeError):  # no running loop: the next submit starts it
+            self._start()
+
     async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             if not self._pending:
                 self._arrived.clear()
                 await self._arrived.wait()
-            batch = await self._form_batch()
-            items = [p.item for p in batch]
-            self._observe(batch)
-            started = time.perf_counter_ns()
             try:
-                results = await loop.run_in_executor(self._executor, self._run_batch, items)
-                if len(results) != len(items):
-                    raise RuntimeError(f"{self._name} returned {len(results)} results for "
-                                       f"{len(items)} requests")
-            except Exception as exc:  # one bad batch fails its requests, not the loop
-                for pending in batch:
-                    if not pending.future.done():
-                        pending.future.set_exception(exc)
+                self._running = await self._form_batch()
+                await self._run(self._running)
+            except Exception as exc:  # a fault of the loop itself: never let it end the loop
+                log.exception("the dynamic batcher of %s failed a batch", self._key)
+                # requests not yet in a batch fail too: what broke may be forming one
+                touched = self._running or list(self._pending)
+                self._fail(touched, BackendError(
+                    f"the dynamic batcher of {self._key} failed: {type(exc).__name__}: {exc}"))
+                if not self._running:
+                    self._pending.clear()
+            self._running = []
+
+    async def _run(self, batch: list[_Pending[Item, Result]]) -> None:
+        """One model call for `batch`: its results or its error go to the batch's requests."""
+        items = [p.item for p in batch]
+        self._observe(batch)
+        started = time.perf_counter_ns()
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._run_batch, items)
+            if len(results) != len(items):
+                raise BackendError(f"model {self._key} returned {len(results)} results for "
+                                   f"{len(items)} requests")
+        except Exception as exc:  # the model's failure: its batch fails, nothing else
+            self._fail(batch, exc)
+            return
+        total = sum(p.size for p in batch)
+        self.num_executions += 1
+        stats = self.batch_stats.setdefault(total, [0, 0])
+        stats[0] += 1
+        stats[1] += time.perf_counter_ns() - started
+        for pending, result in zip(batch, results, strict=True):
+            if pending.future.done():
                 continue
-            total = sum(p.size for p in batch)
-            self.num_executions += 1
-            stats = self.batch_stats.setdefault(total, [0, 0])
-            stats[0] += 1
-            stats[1] += time.perf_counter_ns() - started
-            for pending, result in zip(batch, results, strict=True):
-                if not pending.future.done():
-                    pending.future.set_result(result)
+            if isinstance(result, Exception):
+                pending.future.set_exception(result)
+            else:
+                pending.future.set_result(result)
+
+    @staticmethod
+    def _fail(batch: Sequence[_Pending[Item, Result]], error: BaseException) -> None:
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_exception(error)
 
     def _observe(self, batch: list[_Pending[Item, Result]]) -> None:
         from podium.metrics.server import observe_batch, observe_queue

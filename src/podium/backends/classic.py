@@ -16,7 +16,7 @@ import numpy as np
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
 from podium.backends.batching import BatchingConfig, DynamicBatcher, batch_stats
-from podium.backends.datatypes import NUMPY_DTYPES
+from podium.backends.outputs import check_outputs, to_output_array
 from podium.errors import BackendError, PackageError, PodiumError
 from podium.package.manifest import TensorSpec
 
@@ -84,9 +84,18 @@ class ClassicBackend(Backend):
         if self._batcher is not None:
             result = await self._batcher.submit(arrays)
         else:
-            result = (await asyncio.to_thread(self._run_batch, [arrays]))[0]
+            (result,) = await asyncio.to_thread(self._run_batch, [arrays])
+            if isinstance(result, Exception):
+                raise result
         outputs = [Tensor(spec.name, spec.datatype, result[spec.name]) for spec in self._outputs]
-        return InferenceResponse(outputs=outputs, id=request.id)
+        response = InferenceResponse(outputs=outputs, id=request.id)
+        check_outputs(response, self._outputs, self.max_batch_size, package=self.package.key,
+                      batch_size=_batch_size(arrays) if self.max_batch_size > 0 else None,
+                      complete=True)
+        return response
+
+    def is_alive(self) -> bool:
+        return self._batcher is None or self._batcher.is_alive()
 
     def batch_stats(self) -> list[dict[str, Any]]:
         """Triton-style per-batch-size statistics of the dynamic batcher."""
@@ -98,14 +107,21 @@ class ClassicBackend(Backend):
         return self._batcher.num_executions if self._batcher is not None else self.num_executions
 
     # -- batching ------------------------------------------------------------------------------
-    def _run_batch(self, items: list[Arrays]) -> list[Arrays]:
+    def _run_batch(self, items: list[Arrays]) -> list[Arrays | Exception]:
+        """One model call for `items`: their outputs, or an exception per item that failed."""
         self.num_executions += 1
         if len(items) == 1:
             return [self._checked_predict(items[0])]
         names = list(items[0])
         merged = {name: np.concatenate([item[name] for item in items]) for name in names}
         outputs = self._checked_predict(merged)
-        bounds = np.cumsum([_batch_size(item) for item in items])[:-1]
+        sizes = [_batch_size(item) for item in items]
+        for name, array in outputs.items():
+            if array.ndim == 0 or array.shape[0] != sum(sizes):
+                raise BackendError(f"{self.package.key}: output {name!r} has shape "
+                                   f"{list(array.shape)} for a batch of {sum(sizes)} rows; its "
+                                   "first dimension must be the batch size")
+        bounds = np.cumsum(sizes)[:-1]
         split = {name: np.split(array, bounds) for name, array in outputs.items()}
         return [{name: parts[i] for name, parts in split.items()} for i in range(len(items))]
 
@@ -118,9 +134,9 @@ class ClassicBackend(Backend):
             raise BackendError(f"model {self.name!r} failed: {type(exc).__name__}: {exc}") from exc
         for spec in self._outputs:
             if spec.name not in outputs:
-                raise BackendError(f"model {self.name!r} produced no output {spec.name!r}")
-            outputs[spec.name] = np.asarray(outputs[spec.name],
-                                            dtype=NUMPY_DTYPES[spec.datatype])
+                raise BackendError(f"{self.package.key} produced no output {spec.name!r}")
+            outputs[spec.name] = to_output_array(outputs[spec.name], spec,
+                                                 package=self.package.key)
         return outputs
 
 

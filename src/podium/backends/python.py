@@ -20,13 +20,15 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from podium.backends.base import InferenceRequest, ModelCaller, Tensor
 from podium.backends.classic import Arrays, ClassicBackend
-from podium.backends.datatypes import NUMPY_DTYPES, datatype_of
+from podium.backends.datatypes import datatype_of
+from podium.backends.outputs import to_output_array
 from podium.errors import BackendError, InvalidArgument, PackageError, PodiumError
 from podium.package.paths import named_path
 
@@ -100,7 +102,7 @@ class PythonBackend(ClassicBackend):
             })
         self._instance = instance
 
-    def _run_batch(self, items: list[Arrays]) -> list[Arrays]:
+    def _run_batch(self, items: list[Arrays]) -> list[Arrays | Exception]:
         # no concatenation: execute gets the requests as a list, as Triton's python backend does
         self.num_executions += 1
         try:
@@ -111,19 +113,32 @@ class PythonBackend(ClassicBackend):
             raise BackendError(f"model {self.name!r} failed in execute: "
                                f"{type(exc).__name__}: {exc}") from exc
         if not isinstance(responses, list | tuple) or len(responses) != len(items):
-            raise BackendError(f"model {self.name!r}: execute must return one response per "
-                               f"request ({len(items)}), got {type(responses).__name__}")
-        checked = []
-        for response in responses:
-            outputs = dict(response)
-            for spec in self._outputs:
-                if spec.name not in outputs:
-                    raise BackendError(f"model {self.name!r}: execute returned no output "
-                                       f"{spec.name!r}")
-                outputs[spec.name] = np.asarray(outputs[spec.name],
-                                                dtype=NUMPY_DTYPES[spec.datatype])
-            checked.append(outputs)
-        return checked
+            count = f" of {len(responses)}" if isinstance(responses, list | tuple) else ""
+            raise BackendError(f"{self.package.key}: execute must return a list of one response "
+                               f"per request ({len(items)}), got a {type(responses).__name__}"
+                               f"{count}")
+        # one bad response fails its own request, not the others of the batch
+        return [_or_error(self._checked_response, index, response)
+                for index, response in enumerate(responses)]
+
+    def _checked_response(self, index: int, response: Any) -> Arrays:
+        """One of execute's responses as declared arrays, or an error naming what is wrong."""
+        package = self.package.key
+        if not isinstance(response, Mapping):
+            raise BackendError(f"{package}: execute's response {index} is "
+                               f"{type(response).__name__}, not a dict of output name → array")
+        declared = {spec.name: spec for spec in self._outputs}
+        for name in response:
+            if name not in declared:
+                raise BackendError(f"{package}: execute returned output {name!r}, which the "
+                                   f"model does not declare (outputs: {', '.join(declared)})")
+        outputs = {}
+        for name, spec in declared.items():
+            if name not in response:
+                raise BackendError(f"{package}: execute returned no output {name!r} (declared "
+                                   f"{spec.datatype} {spec.shape})")
+            outputs[name] = to_output_array(response[name], spec, package=package)
+        return outputs
 
     def _predict(self, inputs: Arrays) -> Arrays:  # pragma: no cover - _run_batch replaces it
         raise NotImplementedError
@@ -132,3 +147,11 @@ class PythonBackend(ClassicBackend):
         if self._instance is not None and hasattr(self._instance, "finalize"):
             self._instance.finalize()
         self._instance = None
+
+
+def _or_error(check: Callable[[int, Any], Arrays], index: int, response: Any
+              ) -> Arrays | Exception:
+    try:
+        return check(index, response)
+    except BackendError as exc:
+        return exc

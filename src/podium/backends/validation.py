@@ -40,6 +40,9 @@ def check_inputs(request: InferenceRequest, specs: Sequence[TensorSpec], max_bat
                                   f"expects {expected} (-1: any size)", param=spec.name)
         if max_batch_size > 0:
             batch = tensor.shape[0]
+            if batch == 0:
+                raise InvalidArgument(f"input {spec.name!r} has shape {tensor.shape}: an empty "
+                                      "batch; send at least one row", param=spec.name)
             if batch > max_batch_size:
                 raise InvalidArgument(f"input {spec.name!r} has batch size {batch}, over the "
                                       f"model's max_batch_size of {max_batch_size}; split the "

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
+from podium.backends.outputs import check_outputs
 from podium.backends.validation import check_inputs
 from podium.errors import InvalidArgument
 from podium.repository.entry import ModelEntry
@@ -71,6 +72,10 @@ def _check(backend: Backend, request: InferenceRequest) -> None:
 
 
 def _finish(entry: ModelEntry, request: InferenceRequest, response: InferenceResponse) -> None:
+    # every backend's answer matches its declared outputs (a decoupled part may carry some)
+    backend = entry.backend
+    check_outputs(response, backend.outputs(), backend.max_batch_size, package=entry.key,
+                  batch_size=_batch_size(backend, request) if backend.max_batch_size else None)
     response.model_version = entry.version
     if request.requested_outputs is not None:
         wanted = set(request.requested_outputs)

@@ -67,6 +67,7 @@ class ModelRepository:
         return [e for e in self.entries() if e.ready]
 
     def all_ready(self) -> bool:
+        self.check_alive()
         entries = self.entries()
         return bool(entries) and all(e.ready for e in entries)
 
@@ -77,6 +78,7 @@ class ModelRepository:
 
     def find(self, name: str, version: str | None = None) -> ModelEntry:
         """The entry for name@version; without a version, the latest READY one."""
+        self.check_alive()  # a died engine or batcher stops serving now, not at the next poll
         versions = self._entries.get(name)
         if not versions:
             known = ", ".join(sorted(self._entries)) or "none"
@@ -139,6 +141,7 @@ class ModelRepository:
 
     def index(self, *, ready_only: bool = False) -> list[dict[str, str]]:
         """Triton's repository index: every packaged or served version with its state."""
+        self.check_alive()
         rows: dict[tuple[str, str], dict[str, str]] = {}
         for package in self.packages.values():
             key = (package.manifest.name, package.manifest.version)
