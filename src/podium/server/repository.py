@@ -376,9 +376,9 @@ def _optional_inputs(backend: Backend) -> frozenset[str]:
     if declared is not None:
         return frozenset(declared)
     if backend.manifest.backend == "vllm":
-        from podium.backends import vllm_tensors
+        from podium.backends import vllm_contract
 
-        return vllm_tensors.optional_inputs(getattr(backend.manifest, "task", "generate"))
+        return vllm_contract.optional_inputs(getattr(backend.manifest, "task", "generate"))
     return frozenset()
 
 
