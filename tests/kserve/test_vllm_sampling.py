@@ -85,12 +85,15 @@ def test_coerced_parameters_build_vllms_sampling_params() -> None:
     ('{"ignore_eos": "maybe"}', {}, ["ignore_eos='maybe'", "true or false"]),
     ('{"stop_token_ids": "[1,"}', {}, ["stop_token_ids='[1,'", "a list"]),
     ('{"temperature": [1]}', {}, ["temperature=[1]", "a number"]),
+    ('{"stop_token_ids": "[1, \\"x\\"]"}', {},
+     ["stop_token_ids=\'[1, \"x\"]\'", "a list", "$[1]"]),
     ("{}", {"priority": 1}, ["'priority'", "not a sampling parameter"]),
     ('{"extra_args": {}}', {}, ["'extra_args' is set by Podium", "'constraint'"]),
     ('{"output_kind": 1}', {}, ["'output_kind' is set by Podium"]),
     ('{"detokenize": false}', {}, ["'detokenize' is set by Podium"]),
 ], ids=["truncated-json", "not-object", "unknown-field", "bad-int", "fractional-int",
-        "bad-bool", "bad-list-json", "list-for-number", "unknown-request-parameter",
+        "bad-bool", "bad-list-json", "list-for-number", "bad-list-element",
+        "unknown-request-parameter",
         "podium-owned-extra-args", "podium-owned-output-kind", "podium-owned-detokenize"])
 def test_bad_sampling_parameters_name_the_field(tensor: str, parameters: dict,
                                                 words: list[str]) -> None:

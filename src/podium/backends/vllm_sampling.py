@@ -107,13 +107,16 @@ def coerce(key: str, value: Any) -> Any:
                               f"has no such field (known: {', '.join(sorted(fields))}; and "
                               "Podium's 'constraint')", param=key)
     kind = fields[key]
+    container = _admits_container(kind)
     try:
-        if isinstance(value, str) and not _admits(kind, str) and _admits_container(kind):
-            value = json.loads(value)  # Triton clients send lists as JSON text too
+        if isinstance(value, str) and container and not _admits(kind, str):
+            # Triton clients send lists as JSON text too
+            return msgspec.convert(json.loads(value), kind, strict=False)
         return msgspec.convert(value, kind, strict=False)
-    except (ValueError, msgspec.ValidationError):  # JSONDecodeError is a ValueError
-        raise InvalidArgument(f"sampling parameter {key}={value!r} must be {describe(kind)}",
-                              param=key) from None
+    except (ValueError, msgspec.ValidationError) as exc:  # JSONDecodeError is a ValueError
+        detail = f" ({exc})" if container else ""  # which element, or which key
+        raise InvalidArgument(f"sampling parameter {key}={value!r} must be "
+                              f"{describe(kind)}{detail}", param=key) from None
 
 
 def describe(kind: Any) -> str:
