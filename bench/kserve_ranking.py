@@ -69,7 +69,7 @@ async def podium_scores(model: str, context: str, candidates: list[str]
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    from podium.backends import vllm_tensors
+    from podium.backends import vllm_scoring
     from podium.backends.base import InferenceRequest, Tensor
 
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(
@@ -85,9 +85,9 @@ async def podium_scores(model: str, context: str, candidates: list[str]
 
     try:
         # warm-up on another context, so the timed run finds nothing of its own cached
-        await vllm_tensors.score(engine, request(candidates[:4], "warm up " * 40))
+        await vllm_scoring.score(engine, request(candidates[:4], "warm up " * 40))
         started = time.perf_counter()
-        response = await vllm_tensors.score(engine, request(candidates))
+        response = await vllm_scoring.score(engine, request(candidates))
         elapsed = time.perf_counter() - started
     finally:
         engine.shutdown()

@@ -82,3 +82,19 @@ def test_min_tokens_cannot_combine_with_a_constraint() -> None:
     assert err.value.param == "min_tokens"
     check_sampling(min_tokens=0)
     check_sampling(min_tokens=None)
+
+
+def test_admission_adds_the_constraint_to_the_requests_own_extra_arguments() -> None:
+    from podium.constraints import admit_constraint
+
+    spec = {"type": "choice", "choices": ["yes", "no"]}
+    xargs = admit_constraint(spec, xargs={"other_processor": "1"})
+    assert xargs["other_processor"] == "1"
+    assert json.loads(xargs[XARGS_KEY])["choices"] == ["yes", "no"]
+    with pytest.raises(InvalidArgument) as err:
+        admit_constraint(spec, xargs=["not", "an", "object"], xargs_field="extra_args")
+    assert err.value.param == "extra_args" and "must be an object, got list" in err.value.message
+    with pytest.raises(InvalidArgument) as err:
+        admit_constraint(spec, min_tokens=2)
+    assert err.value.param == "min_tokens"
+    assert XARGS_KEY in admit_constraint(spec, min_tokens=0)

@@ -284,14 +284,29 @@ def test_metrics_count_requests_per_version_and_show_instances_and_splits(front:
     for _ in range(4):
         front.client.post("/v2/models/iris/infer", json={})
     front.client.post("/v2/models/iris/versions/2/fail", json={})
-    assert eventually(lambda: 'outcome="error"} 1' in front.client.get("/metrics").text)
+    assert eventually(lambda: sample(front, "podium:gateway_requests_total", model="iris",
+                                     version="2", outcome="error") == 1)
     r = front.client.get("/metrics")
     assert r.headers["content-type"].startswith("text/plain")
-    text = r.text
-    assert 'podium:gateway_requests_total{model="iris",version="1",outcome="ok"} 3' in text
-    assert 'podium:gateway_requests_total{model="iris",version="2",outcome="ok"} 1' in text
-    assert 'podium:gateway_requests_total{model="iris",version="2",outcome="error"} 1' in text
-    assert 'podium:gateway_request_seconds_count{model="iris",version="2"} 2' in text
-    assert ('podium:gateway_instance_up{model="iris",version="1",instance="iris-1-a"} 1'
-            in text)
-    assert 'podium:gateway_split_weight{model="iris",version="2"} 25' in text
+    for version, outcome, count in (("1", "ok", 3), ("2", "ok", 1), ("2", "error", 1)):
+        assert sample(front, "podium:gateway_requests_total", model="iris", version=version,
+                      outcome=outcome) == count
+    assert sample(front, "podium:gateway_request_seconds_count", model="iris",
+                  version="2") == 2
+    assert sample(front, "podium:gateway_request_seconds_sum", model="iris", version="2") > 0
+    assert sample(front, "podium:gateway_instance_up", model="iris", version="1",
+                  instance="iris-1-a") == 1
+    assert sample(front, "podium:gateway_in_flight", model="iris", version="1",
+                  instance="iris-1-a") == 0
+    assert sample(front, "podium:gateway_split_weight", model="iris", version="2") == 25
+
+
+def sample(front: Front, name: str, **labels: str) -> float | None:
+    """The value of one sample on the gateway's /metrics, parsed as Prometheus parses it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(front.client.get("/metrics").text):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return s.value
+    return None

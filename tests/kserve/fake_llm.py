@@ -7,6 +7,7 @@ cached positions come back without logprobs, as vLLM's do.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from podium.backends import vllm_tensors
+from podium.backends import vllm_contract, vllm_sampling
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
 from podium.package.manifest import TensorSpec
 
@@ -23,12 +24,20 @@ BLOCK = 4
 REPLY = ["Paris", " is", " the", " capital", "."]
 
 
+@functools.cache
+def vllm_fields() -> frozenset[str]:
+    """Every field of vLLM's SamplingParams, Podium's own included."""
+    import msgspec
+    from vllm.sampling_params import SamplingParams
+
+    return frozenset(f.name for f in msgspec.structs.fields(SamplingParams))
+
+
 class FakeSamplingParams(dict):
     """Records the keyword arguments a real SamplingParams would get."""
 
     def __init__(self, **kwargs: Any) -> None:
-        unknown = set(kwargs) - vllm_tensors.SAMPLING_FIELDS - {
-            "skip_reading_prefix_cache", "detokenize", "logprob_token_ids"}
+        unknown = set(kwargs) - vllm_fields()
         assert not unknown, f"not SamplingParams fields: {unknown}"
         super().__init__(kwargs)
 
@@ -102,7 +111,7 @@ class FakeEngine:
 
 
 class FakeLlmBackend(Backend):
-    """What the real VllmBackend does with vllm_tensors, over the fake engine."""
+    """What the real VllmBackend does with vllm_contract, over the fake engine."""
 
     decoupled = True
 
@@ -111,16 +120,18 @@ class FakeLlmBackend(Backend):
         self.engine = engine or FakeEngine()
 
     async def load(self) -> None:
-        pass
+        # the real backend has vLLM imported once loaded; so must the fake, or the first
+        # request would pay for importing vLLM's sampling types (seconds) inside its timeout
+        vllm_sampling.sampling_field_types()
 
     async def unload(self) -> None:
         pass
 
     def inputs(self) -> list[TensorSpec]:
-        return vllm_tensors.input_specs(self.manifest.task)
+        return vllm_contract.input_specs(self.manifest.task)
 
     def outputs(self) -> list[TensorSpec]:
-        return vllm_tensors.output_specs(self.manifest.task)
+        return vllm_contract.output_specs(self.manifest.task)
 
     @property
     def max_batch_size(self) -> int:
@@ -128,16 +139,16 @@ class FakeLlmBackend(Backend):
 
     @property
     def optional_inputs(self) -> frozenset[str]:
-        return vllm_tensors.optional_inputs(self.manifest.task)
+        return vllm_contract.optional_inputs(self.manifest.task)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        return await vllm_tensors.infer(self.engine, request, task=self.manifest.task,
-                                        sampling_params=FakeSamplingParams,
-                                        pooling_params=dict)
+        return await vllm_contract.infer(self.engine, request, task=self.manifest.task,
+                                         sampling_params=FakeSamplingParams,
+                                         pooling_params=dict)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
-        async for response in vllm_tensors.infer_stream(self.engine, request,
-                                                        task=self.manifest.task,
-                                                        sampling_params=FakeSamplingParams,
-                                                        pooling_params=dict):
+        async for response in vllm_contract.infer_stream(self.engine, request,
+                                                         task=self.manifest.task,
+                                                         sampling_params=FakeSamplingParams,
+                                                         pooling_params=dict):
             yield response

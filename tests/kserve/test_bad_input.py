@@ -79,6 +79,12 @@ HTTP_CASES: dict[str, tuple[str, object, int, list[str]]] = {
          "data": ['{"max_tokens": 4']}]}, 400, ["sampling_parameters is not valid JSON"]),
     "unknown-sampling-parameter": (f"/v2/models/{LLM}/generate", {
         "text_input": "hi", "parameters": {"max_tokenz": 4}}, 400, ["'max_tokenz'"]),
+    "podium-owned-sampling-parameter": (f"/v2/models/{LLM}/generate", {
+        "text_input": "hi", "parameters": {"extra_args": {"x": 1}}}, 400,
+        ["'extra_args' is set by Podium", "'constraint'"]),
+    "sampling-list-element-wrong-type": (f"/v2/models/{LLM}/generate", {
+        "text_input": "hi", "parameters": {"stop_token_ids": "[1, \"x\"]"}}, 400,
+        ["stop_token_ids=", "a list"]),
     "stream-over-infer": (f"/v2/models/{LLM}/infer", {"inputs": [
         {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["hi"]},
         {"name": "stream", "datatype": "BOOL", "shape": [1], "data": [True]}]}, 400,

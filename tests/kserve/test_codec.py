@@ -41,6 +41,15 @@ def test_bytes_match_tritonclients_serialization() -> None:
     assert codec.tensor_to_json(decoded)[2] == "héllo"
 
 
+def test_bytes_outputs_of_any_element_type_serialize_as_triton_does() -> None:
+    # a Python backend may return numpy strings or numbers in a BYTES output
+    for values in (np.array(["ab", "c"]), np.array([b"ab", 7, "c"], dtype=object),
+                   np.array([], dtype=object)):
+        assert codec.serialize_bytes(values) == (
+            serialize_byte_tensor(values.astype(object)).item() if values.size else b"")
+    assert codec.serialize_bytes(np.array([7], dtype=object)) == b"\x01\x00\x00\x007"
+
+
 @pytest.mark.parametrize(("call", "words"), [
     (lambda: codec.tensor_from_raw("x", "FP32", [2], b"\x00" * 4), ["'x'", "8 bytes", "4"]),
     (lambda: codec.tensor_from_raw("x", "BYTES", [2], b"\x01\x00\x00\x00a"),

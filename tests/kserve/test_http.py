@@ -179,6 +179,21 @@ def test_generate_and_generate_stream(instance: Instance) -> None:
     assert [e["text_output"] for e in events] == ["Paris", " is", " the", " capital"]
 
 
+def test_sampling_fields_reach_the_engine_in_vllms_types(instance: Instance) -> None:
+    # what Triton clients send: every value a string, lists and objects as JSON text
+    sampling = {"temperature": "0.1", "top_k": "3", "seed": "7", "ignore_eos": "true",
+                "logit_bias": '{"5": 2}', "stop_token_ids": "[9]", "logprobs": "1"}
+    reply = httpx.post(f"http://{instance.http_url}/v2/models/{LLM}/infer", json={"inputs": [
+        {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["Capital?"]},
+        {"name": "sampling_parameters", "datatype": "BYTES", "shape": [1],
+         "data": [json.dumps(sampling)]}]})
+    assert reply.status_code == 200, reply.text
+    assert instance.llm is not None
+    assert instance.llm.engine.calls[-1][1] == {
+        "temperature": 0.1, "top_k": 3, "seed": 7, "ignore_eos": True, "logit_bias": {5: 2.0},
+        "stop_token_ids": [9], "logprobs": 1}
+
+
 def test_scoring_over_http_json(instance: Instance) -> None:
     reply = httpx.post(f"http://{instance.http_url}/v2/models/{LLM}/infer", json={
         "inputs": [

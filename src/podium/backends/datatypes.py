@@ -1,31 +1,22 @@
-"""KServe v2 datatypes and their numpy dtypes (BYTES tensors are object arrays of bytes)."""
+"""KServe v2 datatypes and their numpy dtypes (BYTES tensors are object arrays of bytes),
+as tritonclient maps them."""
 
 from __future__ import annotations
 
 import numpy as np
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
-NUMPY_DTYPES: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-    "BYTES": np.dtype(np.object_),
-}
-"""Every datatype Podium serves. BF16 is absent: numpy has no such dtype."""
+SERVED = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+          "FP16", "FP32", "FP64", "BYTES")
+"""Every datatype Podium serves. BF16 is absent: numpy has no such dtype (tritonclient maps it
+to ml_dtypes.bfloat16, which no backend here produces or takes)."""
 
-_DATATYPE_OF_DTYPE = {dtype: name for name, dtype in NUMPY_DTYPES.items() if name != "BYTES"}
+NUMPY_DTYPES: dict[str, np.dtype] = {name: np.dtype(triton_to_np_dtype(name)) for name in SERVED}
 
 
 def datatype_of(dtype: np.dtype) -> str | None:
     """The KServe datatype of a numpy dtype (object and string dtypes are BYTES), or None."""
-    if dtype.kind in "OSU":
+    if dtype.kind in "OSU":  # tritonclient has no mapping for numpy's unicode strings
         return "BYTES"
-    return _DATATYPE_OF_DTYPE.get(np.dtype(dtype))
+    name = np_to_triton_dtype(np.dtype(dtype))
+    return name if name in NUMPY_DTYPES else None

@@ -101,36 +101,36 @@ class VllmBackend(Backend):
         return int(self.engine.model_config.max_model_len) if self.engine else 0
 
     def inputs(self) -> list[TensorSpec]:
-        from podium.backends import vllm_tensors
+        from podium.backends import vllm_contract
 
-        return vllm_tensors.input_specs(self.task)
+        return vllm_contract.input_specs(self.task)
 
     def outputs(self) -> list[TensorSpec]:
-        from podium.backends import vllm_tensors
+        from podium.backends import vllm_contract
 
-        return vllm_tensors.output_specs(self.task)
+        return vllm_contract.output_specs(self.task)
 
     @property
     def optional_inputs(self) -> frozenset[str]:
         """The optional tensors of Triton's vLLM contract (stream, sampling_parameters, …)."""
-        from podium.backends import vllm_tensors
+        from podium.backends import vllm_contract
 
-        return vllm_tensors.optional_inputs(self.task)
+        return vllm_contract.optional_inputs(self.task)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        from podium.backends import vllm_tensors
+        from podium.backends import vllm_contract
 
         self._check_alive()
         with self._engine_errors():
-            return await vllm_tensors.infer(self.engine, request, task=self.task,
+            return await vllm_contract.infer(self.engine, request, task=self.task,
                                             sampling_params=self._sampling_params)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
-        from podium.backends import vllm_tensors
+        from podium.backends import vllm_contract
 
         self._check_alive()
         with self._engine_errors():
-            async for response in vllm_tensors.infer_stream(
+            async for response in vllm_contract.infer_stream(
                     self.engine, request, task=self.task, sampling_params=self._sampling_params):
                 yield response
 

@@ -2,7 +2,8 @@
 
 Public surface (importing this package loads neither torch nor vLLM):
 
-- :func:`validate_constraint` — admission check of a request's ``constraint`` field;
+- :func:`admit_constraint` — admission of a request's ``constraint`` field (both APIs);
+- :func:`validate_constraint` — the constraint check alone;
 - :func:`to_vllm_xargs` / ``XARGS_KEY`` — how a validated constraint travels to the engine;
 - :func:`load_constraint_plugins` — register user-defined types from the
   ``podium.constraints`` entry-point group (call at boot);
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from podium.constraints.admission import (
     XARGS_KEY,
+    admit_constraint,
     check_sampling,
     to_vllm_xargs,
     validate_constraint,
@@ -71,6 +73,7 @@ __all__ = [
     "TableConstraint",
     "TokenTable",
     "TokenizerInfo",
+    "admit_constraint",
     "check_sampling",
     "engine_logits_processors",
     "load_constraint_plugins",

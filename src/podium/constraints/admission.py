@@ -11,6 +11,24 @@ XARGS_KEY = "podium_constraint"
 """Key in ``SamplingParams.extra_args`` (``vllm_xargs``) carrying the normalized spec JSON."""
 
 
+def admit_constraint(spec: object, *, min_tokens: object = None, xargs: object = None,
+                     xargs_field: str = "vllm_xargs") -> dict[str, Any]:
+    """Admit a request's ``constraint``: validate it and the sampling settings it must live
+    with, and return the request's extra arguments (``xargs``) with the constraint added.
+
+    Both the OpenAI path (``vllm_xargs``) and the KServe path (``SamplingParams.extra_args``)
+    admit constraints here, so they refuse the same requests with the same messages.
+    """
+    normalized = validate_constraint(spec)
+    check_sampling(min_tokens=min_tokens)
+    if xargs is None:
+        xargs = {}
+    if not isinstance(xargs, dict):
+        raise InvalidArgument(f"{xargs_field} must be an object, got {type(xargs).__name__}",
+                              param=xargs_field)
+    return {**xargs, **to_vllm_xargs(normalized)}
+
+
 def validate_constraint(spec: object) -> dict[str, Any]:
     """Check a request's ``constraint`` and return it normalized (JSON-able).
 

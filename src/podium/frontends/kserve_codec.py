@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+from tritonclient.utils import serialize_byte_tensor
 
 from podium.backends.base import Tensor
 from podium.backends.datatypes import NUMPY_DTYPES
@@ -74,16 +75,14 @@ def tensor_to_raw(tensor: Tensor) -> bytes:
 
 
 def serialize_bytes(array: np.ndarray) -> bytes:
-    """Triton's BYTES layout: each element as a uint32 length then its bytes."""
-    parts: list[bytes] = []
-    for item in np.asarray(array, dtype=object).reshape(-1):
-        data = item.encode() if isinstance(item, str) else bytes(item)
-        parts.append(struct.pack("<I", len(data)))
-        parts.append(data)
-    return b"".join(parts)
+    """Triton's BYTES layout: each element as a uint32 length then its bytes (str as UTF-8)."""
+    flat = np.asarray(array, dtype=object)  # tritonclient refuses numpy unicode arrays
+    return serialize_byte_tensor(flat).item() if flat.size else b""
 
 
 def _split_bytes(raw: bytes | memoryview, *, name: str) -> list[bytes]:
+    # not tritonclient's deserialize_bytes_tensor: on a truncated or lying length prefix it
+    # raises a bare struct.error, and a client's bad bytes deserve a message saying which
     view = memoryview(raw)
     items, offset = [], 0
     while offset < len(view):

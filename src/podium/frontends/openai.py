@@ -2,7 +2,7 @@
 /v1/embeddings, routed to each model's vLLM serving objects.
 
 The request path, top to bottom: read a JSON object → find the model (404) → reject fields
-the platform does not know (400, nothing silently dropped) → admit a `constraint` →
+Podium does not honour (400; the list is `openai_fields.HONOURED`) → admit a `constraint` →
 validate with vLLM's own request model → vLLM's serving class → JSON or SSE.
 """
 
@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from podium.errors import InvalidArgument, NotFound, PodiumError
 from podium.frontends.http_body import read_json_object
+from podium.frontends.openai_fields import check_fields
 from podium.metrics import request_log
 from podium.metrics.server import track_in_flight
 from podium.repository import ModelEntry, ModelRepository
@@ -119,33 +120,21 @@ def _serving(backend: Any, endpoint: Endpoint, model_id: str) -> Any:
 
 
 def _parse(endpoint: Endpoint, body: dict[str, Any]) -> Any:
-    """Admit the constraint, refuse unknown fields, then validate with vLLM's model."""
+    """Refuse fields Podium does not honour, admit the constraint, then validate with vLLM's
+    model."""
+    check_fields(endpoint.path, body)
     if "constraint" in body:
-        _admit_constraint(body)
-    model_cls = _request_model(endpoint, body)
-    unknown = sorted(set(body) - _known_fields(model_cls))
-    if unknown:
-        raise InvalidArgument(
-            f"Unrecognized request argument supplied: {', '.join(unknown)}. Podium rejects "
-            "fields it cannot honour rather than ignoring them; remove "
-            f"{'it' if len(unknown) == 1 else 'them'}.", param=unknown[0])
+        from podium.constraints import admit_constraint
+
+        body["vllm_xargs"] = admit_constraint(body.pop("constraint"),
+                                              min_tokens=body.get("min_tokens"))
     _check_response_format(body.get("response_format"))
     _check_top_logprobs(body.get("top_logprobs"))
+    model_cls = _request_model(endpoint, body)
     try:
         return model_cls.model_validate(body)
     except ValidationError as exc:
         raise InvalidArgument(describe(exc), param=first_field(exc)) from None
-
-
-def _admit_constraint(body: dict[str, Any]) -> None:
-    from podium.constraints import check_sampling, to_vllm_xargs, validate_constraint
-
-    normalized = validate_constraint(body.pop("constraint"))
-    check_sampling(min_tokens=body.get("min_tokens"))
-    xargs = body.get("vllm_xargs") or {}
-    if not isinstance(xargs, dict):
-        raise InvalidArgument("vllm_xargs must be an object", param="vllm_xargs")
-    body["vllm_xargs"] = {**xargs, **to_vllm_xargs(normalized)}
 
 
 def _check_response_format(response_format: Any) -> None:
@@ -273,20 +262,6 @@ def _request_model(endpoint: Endpoint, body: dict[str, Any]) -> type:
     )
 
     return EmbeddingChatRequest if "messages" in body else EmbeddingCompletionRequest
-
-
-_FIELDS: dict[type, frozenset[str]] = {}
-
-
-def _known_fields(model_cls: type) -> frozenset[str]:
-    if model_cls not in _FIELDS:
-        names = set()
-        for name, field in model_cls.model_fields.items():
-            names.add(name)
-            if field.alias:
-                names.add(field.alias)
-        _FIELDS[model_cls] = frozenset(names)
-    return _FIELDS[model_cls]
 
 
 def _model_card(entry: ModelEntry) -> dict[str, Any]:

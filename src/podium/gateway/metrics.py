@@ -1,50 +1,71 @@
-"""The gateway's own `/metrics` (Prometheus text): traffic per version, instances, splits."""
+"""The gateway's own `/metrics`: traffic per version, instances, splits.
+
+A prometheus_client collector reads the route table and the lifetime totals at scrape time,
+so the values are never copied; prometheus_client writes (and escapes) the exposition.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
 
 from podium.gateway.routing import RouteTable
 from podium.gateway.stats import VersionStats
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+_VERSION = ["model", "version"]
+
+
+class GatewayCollector(Collector):
+    """Every gateway metric, read from the route table and the request totals."""
+
+    def __init__(self, table: RouteTable, stats: VersionStats) -> None:
+        self.table = table
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "podium:gateway_requests", "Requests proxied, by model, version and outcome.",
+            labels=[*_VERSION, "outcome"])
+        seconds = SummaryMetricFamily(
+            "podium:gateway_request_seconds",
+            "Time from receiving a request to the end of its answer.", labels=_VERSION)
+        for (model, version), (num, errors, total_s) in sorted(self.stats.totals.items()):
+            requests.add_metric([model, version, "ok"], int(num - errors))
+            requests.add_metric([model, version, "error"], int(errors))
+            seconds.add_metric([model, version], count_value=int(num), sum_value=total_s)
+        in_flight = GaugeMetricFamily("podium:gateway_in_flight",
+                                      "Requests in flight per instance.",
+                                      labels=[*_VERSION, "instance"])
+        up = GaugeMetricFamily("podium:gateway_instance_up",
+                               "1 when the instance takes new requests.",
+                               labels=[*_VERSION, "instance"])
+        for model, version, endpoint in self.table.routed():
+            in_flight.add_metric([model, version, endpoint.id], endpoint.num_in_flight)
+            up.add_metric([model, version, endpoint.id], int(endpoint.can_take))
+        weights = GaugeMetricFamily("podium:gateway_split_weight",
+                                    "Percent of a model's traffic per version.", labels=_VERSION)
+        for model in sorted(self.table.models()):
+            for version, weight in sorted(self.table.split(model).items()):
+                weights.add_metric([model, version], weight)
+        yield from (requests, seconds, in_flight, up, weights)
 
 
 def render(table: RouteTable, stats: VersionStats) -> str:
-    """Every gateway metric, current values."""
-    lines = [
-        "# HELP podium:gateway_requests Requests proxied, by model, version and outcome.",
-        "# TYPE podium:gateway_requests counter",
-    ]
-    totals = sorted(stats.totals.items())
-    for (model, version), (num, errors, _seconds) in totals:
-        for outcome, value in (("ok", num - errors), ("error", errors)):
-            lines.append(f'podium:gateway_requests_total{{{_labels(model, version)},'
-                         f'outcome="{outcome}"}} {int(value)}')
-    lines += ["# HELP podium:gateway_request_seconds Time from receiving a request to the end "
-              "of its answer.", "# TYPE podium:gateway_request_seconds summary"]
-    for (model, version), (num, _errors, seconds) in totals:
-        lines.append(f"podium:gateway_request_seconds_count{{{_labels(model, version)}}} "
-                     f"{int(num)}")
-        lines.append(f"podium:gateway_request_seconds_sum{{{_labels(model, version)}}} "
-                     f"{seconds:.6f}")
-    lines += ["# HELP podium:gateway_in_flight Requests in flight per instance.",
-              "# TYPE podium:gateway_in_flight gauge",
-              "# HELP podium:gateway_instance_up 1 when the instance takes new requests.",
-              "# TYPE podium:gateway_instance_up gauge"]
-    for model, version, endpoint in table.routed():
-        labels = f'{_labels(model, version)},instance="{endpoint.id}"'
-        lines.append(f"podium:gateway_in_flight{{{labels}}} {endpoint.num_in_flight}")
-        lines.append(f"podium:gateway_instance_up{{{labels}}} {int(endpoint.can_take)}")
-    lines += ["# HELP podium:gateway_split_weight Percent of a model's traffic per version.",
-              "# TYPE podium:gateway_split_weight gauge"]
-    for model in sorted(table.models()):
-        for version, weight in sorted(table.split(model).items()):
-            lines.append(f"podium:gateway_split_weight{{{_labels(model, version)}}} {weight}")
-    return "\n".join(lines) + "\n"
+    """Every gateway metric, current values, in the Prometheus text format.
 
-
-def _labels(model: str, version: str) -> str:
-    return f'model="{_escape(model)}",version="{_escape(version)}"'
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    A registry of this gateway's collector alone, never the process-wide default (which would
+    mix in whatever else the process registers there).
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GatewayCollector(table, stats))
+    return generate_latest(registry).decode()

@@ -1,17 +1,13 @@
-"""Triton's vLLM tensor contract and prefill-only scoring, over a fake AsyncLLM."""
+"""Triton's vLLM tensor contract: generation and prefill-only scoring, over a fake AsyncLLM."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import importlib.util
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from podium.backends import vllm_tensors
+from podium.backends import vllm_contract
 from podium.backends.base import InferenceRequest, Tensor
 from podium.errors import InvalidArgument
 
@@ -33,69 +29,14 @@ def request(*tensors: Tensor, **parameters: object) -> InferenceRequest:
 
 
 def infer(engine: FakeEngine, req: InferenceRequest):  # type: ignore[no-untyped-def]
-    return asyncio.run(vllm_tensors.infer(engine, req, sampling_params=FakeSamplingParams))
+    return asyncio.run(vllm_contract.infer(engine, req, sampling_params=FakeSamplingParams))
 
 
 def stream(engine: FakeEngine, req: InferenceRequest) -> list:
     async def collect() -> list:
-        return [r async for r in vllm_tensors.infer_stream(
+        return [r async for r in vllm_contract.infer_stream(
             engine, req, sampling_params=FakeSamplingParams)]
     return asyncio.run(collect())
-
-
-# -- sampling parameters ------------------------------------------------------------------------
-def test_sampling_parameters_convert_like_triton() -> None:
-    params = json.dumps({"temperature": "0.5", "max_tokens": "7", "ignore_eos": "true",
-                         "stop": "###", "top_k": 3, "stop_token_ids": "[1, 2]"})
-    parsed = vllm_tensors.parse_sampling_parameters(
-        request(text("sampling_parameters", params), seed=4))
-    assert parsed == {"temperature": 0.5, "max_tokens": 7, "ignore_eos": True, "stop": ["###"],
-                      "top_k": 3, "stop_token_ids": [1, 2], "seed": 4}
-
-
-@pytest.mark.parametrize(("tensor", "parameters", "words"), [
-    ('{"max_tokens": 4', {}, ["sampling_parameters is not valid JSON"]),
-    ('["max_tokens"]', {}, ["must be a JSON object"]),
-    ('{"temperatur": 1}', {}, ["'temperatur'", "known:"]),
-    ('{"max_tokens": "many"}', {}, ["max_tokens='many'", "an integer"]),
-    ('{"max_tokens": 1.5}', {}, ["max_tokens=1.5"]),
-    ('{"ignore_eos": "maybe"}', {}, ["ignore_eos='maybe'", "true or false"]),
-    ("{}", {"priority": 1}, ["'priority'", "not a sampling parameter"]),
-], ids=["truncated-json", "not-object", "unknown-field", "bad-int", "fractional-int",
-        "bad-bool", "unknown-request-parameter"])
-def test_bad_sampling_parameters_name_the_field(tensor: str, parameters: dict,
-                                                words: list[str]) -> None:
-    with pytest.raises(InvalidArgument) as err:
-        vllm_tensors.parse_sampling_parameters(request(text("sampling_parameters", tensor),
-                                                       **parameters))
-    for word in words:
-        assert word in err.value.message
-
-
-def test_constraint_rides_in_request_parameters_too() -> None:
-    # /generate's "parameters" (an object on HTTP; JSON text where only scalars travel, gRPC)
-    constraint = {"type": "choice", "choices": ["yes", "no"]}
-    for value in (constraint, json.dumps(constraint)):
-        parsed = vllm_tensors.parse_sampling_parameters(request(max_tokens=3,
-                                                                constraint=value))
-        assert parsed["max_tokens"] == 3
-        assert json.loads(parsed["extra_args"]["podium_constraint"])["choices"] == ["yes", "no"]
-    with pytest.raises(InvalidArgument, match="constraint is not valid JSON"):
-        vllm_tensors.parse_sampling_parameters(request(constraint="{choice"))
-    with pytest.raises(InvalidArgument, match="choices is empty"):
-        vllm_tensors.parse_sampling_parameters(request(constraint={"type": "choice",
-                                                                   "choices": []}))
-
-
-def test_sampling_fields_exist_on_vllms_sampling_params() -> None:
-    spec = importlib.util.find_spec("vllm")
-    assert spec is not None and spec.origin is not None
-    source = Path(spec.origin).with_name("sampling_params.py").read_text()
-    cls = next(node for node in ast.walk(ast.parse(source))
-               if isinstance(node, ast.ClassDef) and node.name == "SamplingParams")
-    fields = {node.target.id for node in cls.body
-              if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
-    assert vllm_tensors.SAMPLING_FIELDS | {"skip_reading_prefix_cache"} <= fields
 
 
 # -- generation ---------------------------------------------------------------------------------

@@ -1,0 +1,91 @@
+"""Generation over Triton's vLLM-backend tensor contract, so existing Triton clients work
+unchanged:
+
+    text_input               BYTES [1]  the prompt (required for generation)
+    stream                   BOOL  [1]  optional; true streams deltas (gRPC stream / SSE only)
+    sampling_parameters      BYTES [1]  optional JSON of vLLM SamplingParams fields; values may
+                                        be strings ("0.7"), as Triton clients send them
+    exclude_input_in_output  BOOL  [1]  optional; false prepends the prompt (non-streaming only)
+    → text_output            BYTES [-1] one string per sequence (`n`)
+
+The engine needs `generate(prompt, sampling_params, request_id)`, an async iterator of vLLM
+`RequestOutput`s with cumulative text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from podium.backends.base import InferenceRequest, InferenceResponse
+from podium.backends.tensor_text import read_flag, read_text, text_tensor
+from podium.backends.vllm_sampling import (
+    SamplingFactory,
+    build_sampling_params,
+    parse_sampling_parameters,
+    vllm_sampling_params,
+)
+from podium.errors import InvalidArgument
+from podium.package.manifest import TensorSpec
+
+GENERATE_INPUTS = [
+    TensorSpec(name="text_input", datatype="BYTES", shape=[1]),
+    TensorSpec(name="stream", datatype="BOOL", shape=[1]),
+    TensorSpec(name="sampling_parameters", datatype="BYTES", shape=[1]),
+    TensorSpec(name="exclude_input_in_output", datatype="BOOL", shape=[1]),
+]
+GENERATE_OUTPUTS = [TensorSpec(name="text_output", datatype="BYTES", shape=[-1])]
+
+
+class EngineClient(Protocol):
+    """The slice of vLLM's `AsyncLLM` generation uses."""
+
+    def generate(self, prompt: Any, sampling_params: Any, request_id: str) -> AsyncIterator[Any]:
+        ...
+
+
+async def generate(engine: EngineClient, request: InferenceRequest, *,
+                   sampling_params: SamplingFactory = vllm_sampling_params
+                   ) -> AsyncIterator[InferenceResponse]:
+    """Run one prompt; stream=true yields text deltas, else a single final response."""
+    prompt = read_text(request, "text_input", required=True)
+    stream = read_flag(request, "stream")
+    exclude_input = read_flag(request, "exclude_input_in_output")
+    params = build_sampling_params(sampling_params, parse_sampling_parameters(request))
+    request_id = request.id or uuid.uuid4().hex
+    sent: list[int] = []
+    final = None
+    async for output in engine.generate(prompt, params, request_id):
+        final = output
+        if stream:
+            texts = [c.text for c in output.outputs]
+            sent += [0] * (len(texts) - len(sent))
+            deltas = [t[n:] for t, n in zip(texts, sent, strict=False)]
+            sent = [len(t) for t in texts]
+            yield _text_response(deltas, request, final=bool(output.finished))
+    if final is None:
+        raise InvalidArgument("the engine produced no output for this prompt")
+    if not stream:
+        prefix = "" if exclude_input else prompt
+        yield _text_response([prefix + c.text for c in final.outputs], request, final=True)
+
+
+async def generate_once(engine: EngineClient, request: InferenceRequest, *,
+                        sampling_params: SamplingFactory = vllm_sampling_params
+                        ) -> InferenceResponse:
+    """The final response of a non-streaming generation (stream must be false)."""
+    if read_flag(request, "stream"):
+        raise InvalidArgument("stream=true needs a streaming call: gRPC ModelStreamInfer or "
+                              "POST /v2/models/{m}/generate_stream", param="stream")
+    last = None
+    async for response in generate(engine, request, sampling_params=sampling_params):
+        last = response
+    assert last is not None  # generate always yields its final response
+    return last
+
+
+def _text_response(texts: list[str], request: InferenceRequest, *, final: bool
+                   ) -> InferenceResponse:
+    return InferenceResponse(outputs=[text_tensor("text_output", texts)], id=request.id,
+                             final=final)

@@ -1,0 +1,84 @@
+"""The OpenAI request fields Podium honours, per endpoint: every field it accepts reaches vLLM
+and has an effect; any other field is a 400 naming it, including fields vLLM's request models
+declare but never act on. The table with reasons is in docs/openai.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podium.errors import InvalidArgument
+
+_SAMPLING = frozenset({
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "temperature", "top_p",
+    "top_k", "min_p", "seed", "stop", "stop_token_ids", "include_stop_str_in_output",
+    "ignore_eos", "min_tokens", "max_tokens", "n", "logit_bias", "logprobs", "prompt_logprobs",
+    "allowed_token_ids", "bad_words", "skip_special_tokens", "spaces_between_special_tokens",
+    "use_beam_search", "length_penalty",
+})
+_GENERATION = _SAMPLING | {
+    "model", "stream", "stream_options", "echo", "response_format", "structured_outputs",
+    "truncate_prompt_tokens", "truncation_side", "add_special_tokens", "request_id",
+    "cache_salt", "return_tokens_as_token_ids", "return_token_ids",
+    "constraint",  # Podium's own: admitted, then carried to the engine in vllm_xargs
+}
+_CHAT_TEMPLATE = frozenset({"add_generation_prompt", "continue_final_message",
+                            "chat_template_kwargs"})
+
+HONOURED: dict[str, frozenset[str]] = {
+    "/v1/chat/completions": _GENERATION | _CHAT_TEMPLATE | {
+        "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+        "parallel_tool_calls"},
+    "/v1/completions": _GENERATION | {"prompt"},
+    "/v1/embeddings": _CHAT_TEMPLATE | {
+        "model", "input", "messages", "encoding_format", "dimensions", "embed_dtype",
+        "endianness", "truncate_prompt_tokens", "truncation_side", "add_special_tokens",
+        "use_activation", "request_id", "cache_salt"},
+}
+"""Fields passed to vLLM with effect, by endpoint."""
+
+WITHOUT_EFFECT: dict[str, dict[str, str]] = {path: {} for path in HONOURED}
+"""Fields accepted although they change nothing, and why (none today: see docs/openai.md)."""
+
+REFUSED: dict[str, str] = {
+    "user": "vLLM declares it but never reads it (OpenAI uses it for abuse monitoring, which "
+            "Podium does not do)",
+    "vllm_xargs": "it carries Podium's constraint to the engine; send 'constraint' instead",
+    "priority": "the engine schedules first come, first served",
+    "suffix": "fill-in-the-middle works only with models that render it",
+    "watermarking": "the engine has no watermark configured",
+    "include_reasoning": "the engine has no reasoning parser configured",
+    "reasoning_effort": "the engine has no reasoning parser configured",
+    "thinking_token_budget": "the engine has no reasoning parser configured",
+    "chat_template": "a model's chat template is part of its package",
+    "documents": "a model's chat template is part of its package",
+    "kv_transfer_params": "Podium runs no disaggregated prefill",
+    "ec_transfer_params": "Podium runs no disaggregated prefill",
+    "session_id": "Podium runs no disaggregated prefill",
+    "mm_payload": "Podium's OpenAI API takes text only",
+    "return_mm_kwargs": "Podium's OpenAI API takes text only",
+    "mm_processor_kwargs": "Podium's OpenAI API takes text only",
+    "media_io_kwargs": "Podium's OpenAI API takes text only",
+    "prompt_embeds": "the engine does not take prompt embeddings",
+    **dict.fromkeys(("padding", "logprob_token_ids", "repetition_detection", "stream_interval",
+                     "return_token_offsets", "return_prompt_text",
+                     "routed_experts_prompt_start"), "a vLLM extension Podium does not offer"),
+}
+"""Fields vLLM's request models declare that Podium refuses, and why (the 400 says it)."""
+
+
+def check_fields(path: str, body: dict[str, Any]) -> None:
+    """A 400 naming the first field of `body` the endpoint at `path` does not honour."""
+    accepted = HONOURED[path] | WITHOUT_EFFECT[path].keys()
+    unknown = sorted(set(body) - accepted)
+    if not unknown:
+        return
+    refused = [name for name in unknown if name in REFUSED]
+    if refused:
+        name = refused[0]
+        raise InvalidArgument(f"field {name!r} is not honoured by Podium's {path}: "
+                              f"{REFUSED[name]}; remove it", param=name)
+    raise InvalidArgument(
+        f"Unrecognized request argument supplied: {', '.join(unknown)}. Podium rejects "
+        f"fields it cannot honour rather than ignoring them (see docs/openai.md); remove "
+        f"{'it' if len(unknown) == 1 else 'them'}.", param=unknown[0])
