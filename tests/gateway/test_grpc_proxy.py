@@ -20,7 +20,7 @@ from podium.control.runtime.local import free_port, serve_command
 from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import VersionStats
-from podium.gateway.wire import peek_name_version
+from podium.gateway.wire import read_name_version
 
 from ..control.platform import write_echo
 from .servers import closed_port_url
@@ -153,9 +153,10 @@ def test_stream_infer_passes_through(front: tuple[GrpcFront, RouteTable]) -> Non
     assert sorted(float(r.as_numpy("y")[0][0]) for r, _ in got) == [20.0, 40.0]  # v2: x*20
 
 
-def test_peek_reads_name_and_version_without_decoding_tensors() -> None:
+def test_name_and_version_are_read_from_fields_1_and_2() -> None:
     request = service_pb2.ModelInferRequest(model_name="echo", model_version="7", id="r1")
     request.raw_input_contents.append(b"\x00" * 4096)
-    assert peek_name_version(request.SerializeToString()) == ("echo", "7")
-    assert peek_name_version(service_pb2.ModelReadyRequest(name="m").SerializeToString()) == (
-        "m", None)
+    infer = service_pb2.ModelInferRequest
+    assert read_name_version(infer, request.SerializeToString()) == ("echo", "7")
+    ready = service_pb2.ModelReadyRequest(name="m").SerializeToString()
+    assert read_name_version(service_pb2.ModelReadyRequest, ready) == ("m", None)

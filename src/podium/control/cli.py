@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from podium.gateway import limits
+
 DEFAULT_API = "http://127.0.0.1:8080"
 
 
@@ -41,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=os.environ.get("PODIUM_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on the gateway and the API "
                         "(env PODIUM_API_KEY)")
+    limits.add_flags(p)
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser("announce", help="register + materialize a package")
@@ -100,7 +103,7 @@ def _up(args: argparse.Namespace) -> int:
                            api_port=args.api_port,
                            database_url=args.database, runtime=args.runtime,
                            ray_address=args.ray_address, ray_num_cpus=args.ray_cpus,
-                           api_key=args.api_key,
+                           api_key=args.api_key, limits=limits.from_flags(args),
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
 
 

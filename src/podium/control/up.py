@@ -28,6 +28,8 @@ from podium.control.store import Store, default_url
 from podium.control.world import RuntimeWorld
 from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.health import run_health_checks
+from podium.gateway.http_server import bounded_head_protocol
+from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
 from podium.server.auth import ApiKeyMiddleware
 
@@ -62,13 +64,15 @@ class UpConfig:
     api_key: str | None = None
     """When set, the gateway (HTTP and gRPC) and the control-plane API require
     `Authorization: Bearer <key>`; liveness stays open."""
+    limits: GatewayLimits = field(default_factory=GatewayLimits)
+    """What the gateway accepts from one request: body, headers, gRPC message, body time."""
 
 
 def run_up(config: UpConfig) -> int:
     """Serve until interrupted; returns the exit code."""
     home = config.home or env.home()
     store = Store.open(config.database_url or default_url(home))
-    gateway = Gateway()
+    gateway = Gateway(limits=config.limits)
     try:
         runtime = create_runtime(config.runtime, store, gateway.table, home / "instances",
                                  ray_address=config.ray_address,
@@ -113,7 +117,8 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> Non
     servers = [
         _Server(uvicorn.Config(gateway_app, host=config.host, port=config.http_port,
                                log_level="warning", access_log=False,
-                               timeout_keep_alive=KEEP_ALIVE_S)),
+                               timeout_keep_alive=KEEP_ALIVE_S,
+                               http=bounded_head_protocol(config.limits.max_header_bytes))),
         _Server(uvicorn.Config(create_app(plane, api_key=config.api_key), host=config.host,
                                port=config.api_port,
                                log_level="info")),
@@ -128,7 +133,8 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> Non
         loop.add_signal_handler(sig, stop_all)
     # the gateway's own active probes cover the gap between two control-loop passes
     health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0))
-    grpc_gateway = GrpcGateway(gateway.table, gateway.stats)
+    grpc_gateway = GrpcGateway(gateway.table, gateway.stats,
+                               max_message_bytes=config.limits.max_grpc_message_bytes)
     grpc_server = None
     if config.grpc_port >= 0:
         grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port,

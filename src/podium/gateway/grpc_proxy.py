@@ -16,9 +16,10 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from podium.errors import PodiumError
+from podium.gateway.limits import DEFAULT_MAX_GRPC_MESSAGE_BYTES
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import Outcome, VersionStats
-from podium.gateway.wire import peek_name_version
+from podium.gateway.wire import read_name_version
 
 SERVICE = "inference.GRPCInferenceService"
 ROUTED = {"ModelInfer": service_pb2.ModelInferRequest,
@@ -43,8 +44,10 @@ class GrpcGateway:
     """Routes gRPC calls over the same route table and stats as the HTTP proxy."""
 
     def __init__(self, table: RouteTable, stats: VersionStats, *, max_attempts: int = 3,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_GRPC_MESSAGE_BYTES) -> None:
         self.table = table
+        self.max_message_bytes = max_message_bytes
         self.stats = stats
         self.max_attempts = max_attempts
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
@@ -59,7 +62,8 @@ class GrpcGateway:
 
         server = grpc.aio.server(
             interceptors=[ApiKeyInterceptor(api_key)] if api_key else None,
-            options=[("grpc.max_receive_message_length", -1),
+            # past it grpc answers RESOURCE_EXHAUSTED naming both sizes, before any handler
+            options=[("grpc.max_receive_message_length", self.max_message_bytes),
                      ("grpc.max_send_message_length", -1)])
         server.add_generic_rpc_handlers((self._handler(),))
         bound = server.add_insecure_port(f"{host}:{port}")
@@ -102,7 +106,7 @@ class GrpcGateway:
     def _unary(self, method: str) -> Callable[[bytes, grpc.aio.ServicerContext],
                                               Any]:
         async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            model, version = peek_name_version(request)
+            model, version = await _name_version(context, ROUTED[method], request)
             tried: set[str] = set()
             last = ""
             for _ in range(self.max_attempts):
@@ -136,13 +140,20 @@ class GrpcGateway:
         first = await anext(aiter(requests), None)
         if first is None:
             return
-        model, version = peek_name_version(first)
+        model, version = await _name_version(context, service_pb2.ModelInferRequest, first)
         resolved, endpoint = await self._resolve(context, model, version, set())
         cls = service_pb2.ModelInferRequest
+
+        malformed: list[PodiumError] = []
 
         async def upstream_requests() -> AsyncIterator[bytes]:
             yield _with_version(cls, first, version, resolved)
             async for message in requests:
+                try:
+                    read_name_version(cls, message)
+                except PodiumError as exc:  # end the stream here; the client hears why
+                    malformed.append(exc)
+                    return
                 yield _with_version(cls, message, version, resolved)
 
         endpoint.num_in_flight += 1
@@ -152,6 +163,8 @@ class GrpcGateway:
             stub = self._channel(endpoint).stream_stream(f"/{SERVICE}/ModelStreamInfer")
             async for answer in stub(upstream_requests(), metadata=_metadata(context)):
                 yield answer
+            if malformed:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             await context.abort(exc.code(), exc.details() or "")
@@ -192,6 +205,15 @@ class GrpcGateway:
             return  # only inference counts towards a version's error rate and latency
         self.stats.record(model, version, Outcome(
             self.clock_ms(), (time.perf_counter() - started) * 1000, code not in _FAILED))
+
+
+async def _name_version(context: grpc.aio.ServicerContext, cls: Any,
+                        payload: bytes) -> tuple[str, str | None]:
+    try:
+        return read_name_version(cls, payload)
+    except PodiumError as exc:
+        await context.abort(_CODES.get(exc.grpc_code, grpc.StatusCode.INTERNAL), exc.message)
+        raise AssertionError("unreachable") from exc
 
 
 def _with_version(cls: Any, payload: bytes, asked: str | None, resolved: str) -> bytes:

@@ -22,6 +22,7 @@ import aiohttp
 from podium.errors import PodiumError, Unavailable
 from podium.gateway import asgi
 from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
+from podium.gateway.limits import GatewayLimits, read_body
 from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
 from podium.gateway.metrics import render as render_metrics
 from podium.gateway.request_route import RequestRoute, route_of
@@ -63,8 +64,10 @@ class Gateway:
 
     def __init__(self, table: RouteTable | None = None, stats: VersionStats | None = None, *,
                  max_attempts: int = 3, connect_timeout_s: float = 2.0,
-                 clock_ms: Callable[[], int] = wall_ms) -> None:
+                 clock_ms: Callable[[], int] = wall_ms,
+                 limits: GatewayLimits | None = None) -> None:
         self.table = table or RouteTable()
+        self.limits = limits or GatewayLimits()
         self.stats = stats or VersionStats()
         self.max_attempts = max_attempts
         self.clock_ms = clock_ms
@@ -92,7 +95,7 @@ class Gateway:
             await own.send(send)
             return
         try:
-            route = route_of(method, path, await asgi.read_body(receive))
+            route = route_of(method, path, await read_body(scope, receive, self.limits))
             await self._forward(scope, route, receive, send)
         except PodiumError as exc:
             await _error(path, exc).send(send)

@@ -1,0 +1,73 @@
+"""The gateway's HTTP/1.1 server protocol: uvicorn's httptools parser with a bounded request head.
+
+httptools itself takes a request line and headers of any size (a 20 MB header is buffered and
+handed to the app whole). This protocol counts the bytes of each request head as they arrive
+and answers 431, naming the limit, once they pass `max_header_bytes`: at most the limit plus
+one socket read is ever held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from podium.gateway.limits import HeadersTooLarge
+
+# after a 431 the connection reads (and drops) what the client is still sending for this
+# long before it closes: closing at once would reset it and could lose the answer
+_LINGER_S = 2.0
+
+
+def bounded_head_protocol(max_header_bytes: int) -> type[asyncio.Protocol]:
+    """A uvicorn `http=` protocol class refusing request heads over `max_header_bytes`."""
+
+    class BoundedHeadProtocol(HttpToolsProtocol):
+        _head_bytes = 0
+        _in_head = False
+        _refused = False
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
+            super().data_received(data)
+            if not self._in_head or self.transport.is_closing():
+                return
+            self._head_bytes += len(data)
+            if self._head_bytes > max_header_bytes:
+                self._refuse()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._in_head, self._head_bytes = True, 0
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            super().on_headers_complete()
+
+        def _refuse(self) -> None:
+            self._refused = True
+            error = HeadersTooLarge(
+                f"the request line and headers exceed the gateway's limit of "
+                f"{max_header_bytes} bytes (--max-header-bytes): {self._head_bytes} bytes "
+                "arrived before their end; send large values in the body")
+            self.transport.write(_answer(error, openai=self.url.startswith(b"/v1")))
+            self.transport.write_eof()
+            self.loop.call_later(_LINGER_S, self.transport.close)
+
+    return BoundedHeadProtocol
+
+
+def _answer(error: HeadersTooLarge, *, openai: bool) -> bytes:
+    """A whole HTTP/1.1 response in the gateway's error shape (OpenAI's on /v1)."""
+    if openai:
+        data: object = {"error": {"message": error.message, "type": error.openai_type,
+                                  "param": None, "code": error.http_status}}
+    else:
+        data = {"error": error.message}
+    body = json.dumps(data).encode()
+    return (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"content-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n"
+            b"connection: close\r\n\r\n" + body)
