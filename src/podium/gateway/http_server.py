@@ -32,26 +32,41 @@ def bounded_head_protocol(max_header_bytes: int) -> type[asyncio.Protocol]:
             if self._refused:
                 return
             super().data_received(data)
-            if not self._in_head or self.transport.is_closing():
-                return
-            self._head_bytes += len(data)
-            if self._head_bytes > max_header_bytes:
-                self._refuse()
+            # a head still incomplete after this read: count it, so one sent slowly or in
+            # pieces is refused before it grows past the limit
+            if self._in_head and not self._refused and not self.transport.is_closing():
+                self._head_bytes += len(data)
+                if self._head_bytes > max_header_bytes:
+                    self._refuse(self._head_bytes)
 
         def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._in_head, self._head_bytes = True, 0
+            if not self._refused:
+                super().on_message_begin()
+                self._in_head, self._head_bytes = True, 0
 
         def on_headers_complete(self) -> None:
             self._in_head = False
-            super().on_headers_complete()
+            # a whole head that came in one read: its size from the parsed parts
+            size = len(self.url) + 16 + sum(len(k) + len(v) + 4 for k, v in self.headers)
+            if size > max_header_bytes:
+                self._refuse(size)
+            elif not self._refused:
+                super().on_headers_complete()
 
-        def _refuse(self) -> None:
+        def on_body(self, body: bytes) -> None:
+            if not self._refused:
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            if not self._refused:
+                super().on_message_complete()
+
+        def _refuse(self, size: int) -> None:
             self._refused = True
             error = HeadersTooLarge(
                 f"the request line and headers exceed the gateway's limit of "
-                f"{max_header_bytes} bytes (--max-header-bytes): {self._head_bytes} bytes "
-                "arrived before their end; send large values in the body")
+                f"{max_header_bytes} bytes (--max-header-bytes): {size} bytes came; send "
+                "large values in the body")
             self.transport.write(_answer(error, openai=self.url.startswith(b"/v1")))
             self.transport.write_eof()
             self.loop.call_later(_LINGER_S, self.transport.close)
