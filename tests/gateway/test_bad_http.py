@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import socket
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -101,6 +103,10 @@ def _post(path: str, headers: dict[str, str], body: bytes) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
+def _gzip(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=1, mtime=0)
+
+
 def _chunks(total: int, size: int = MiB) -> Iterator[bytes]:
     for _ in range(total // size):
         yield b"x" * size
@@ -169,6 +175,19 @@ BAD = {
         ("limit of 65536 bytes",)),
     "openai-body-not-json": Bad(
         _httpx("POST", CHAT, content=b"\x1f\x8b\x08 gzip?"), 400, ("not valid JSON",)),
+    "openai-gzip-bomb-64MiB-of-zeros": Bad(
+        lambda front: _httpx("POST", CHAT, content=_gzip(b"0" * (64 * MiB)),
+                             headers={"content-encoding": "gzip"})(front), 413,
+        ("request body inflates past the gateway's limit of 16777216 bytes",)),
+    "openai-gzip-cut-short": Bad(
+        _httpx("POST", CHAT, content=_gzip(b'{"model": "iris"}' * 100)[:-30],
+               headers={"content-encoding": "gzip"}), 400, ("cut short",)),
+    "openai-gzip-header-on-a-plain-body": Bad(
+        _httpx("POST", CHAT, json={"model": "iris"}, headers={"content-encoding": "gzip"}), 400,
+        ("not valid gzip",)),
+    "openai-brotli": Bad(
+        _httpx("POST", CHAT, content=b"\x8b\x02\x80", headers={"content-encoding": "br"}), 400,
+        ("Content-Encoding: br is not one the gateway reads",)),
     "openai-body-without-a-model": Bad(
         _httpx("POST", CHAT, json={"messages": []}), 400, ("field 'model' is required",)),
 }
@@ -208,3 +227,19 @@ def test_a_client_leaving_mid_body_forwards_nothing(front: Front, instance: Serv
     time.sleep(0.2)
     assert len(instance.app.state.seen) == num_forwarded
     assert front.client.post(INFER, json={}).status_code == 200
+
+
+@pytest.mark.parametrize("encoding, compress", [
+    ("gzip", _gzip), ("deflate", zlib.compress),
+    ("deflate", lambda data: zlib.compress(data, wbits=-15)),
+], ids=["gzip", "deflate", "raw-deflate"])
+def test_a_compressed_openai_body_is_routed_and_forwarded_inflated(
+        front: Front, encoding: str, compress: Callable[[bytes], bytes]) -> None:
+    body = {"model": "iris@1", "messages": [{"role": "user", "content": "hi " * 1000}]}
+    r = front.client.post(CHAT, content=compress(json.dumps(body).encode()),
+                          headers={"content-encoding": encoding,
+                                   "content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    seen = r.json()
+    assert seen["body"] == body | {"model": "iris"}
+    assert "content-encoding" not in seen["headers"]  # the instance gets what it can read

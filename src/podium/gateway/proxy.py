@@ -95,14 +95,16 @@ class Gateway:
             await own.send(send)
             return
         try:
-            route = route_of(method, path, await read_body(scope, receive, self.limits))
+            route = route_of(method, path, await read_body(scope, receive, self.limits),
+                             content_encoding=_header(scope, b"content-encoding"),
+                             max_body_bytes=self.limits.max_body_bytes)
             await self._forward(scope, route, receive, send)
         except PodiumError as exc:
             await _error(path, exc).send(send)
 
     async def _forward(self, scope: Scope, route: RequestRoute, receive: Receive,
                        send: Send) -> None:
-        headers = _request_headers(scope["headers"])
+        headers = _request_headers(scope["headers"], inflated=route.inflated)
         tried: set[str] = set()
         last: Exception | None = None
         for _ in range(self.max_attempts):
@@ -220,9 +222,17 @@ def _upstream_url(base: str, path: str, query: bytes) -> str:
     return f"{url}?{query.decode('latin-1')}" if query else url
 
 
-def _request_headers(headers: Headers) -> list[tuple[str, str]]:
+def _request_headers(headers: Headers, *, inflated: bool) -> list[tuple[str, str]]:
+    drop = _DROP_REQUEST | {b"content-encoding"} if inflated else _DROP_REQUEST
     return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers
-            if k.lower() not in _DROP_REQUEST]
+            if k.lower() not in drop]
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return ""
 
 
 def _response_headers(response: aiohttp.ClientResponse) -> Headers:
