@@ -3,7 +3,7 @@
 httptools itself takes a request line and headers of any size (a 20 MB header is buffered and
 handed to the app whole). This protocol counts the bytes of each request head as they arrive
 and answers 431, naming the limit, once they pass `max_header_bytes`: at most the limit plus
-one socket read is ever held.
+two socket reads is ever held.
 """
 
 from __future__ import annotations
@@ -26,15 +26,19 @@ def bounded_head_protocol(max_header_bytes: int) -> type[asyncio.Protocol]:
     class BoundedHeadProtocol(HttpToolsProtocol):
         _head_bytes = 0
         _in_head = False
+        _began = False  # a message began in the read being parsed
         _refused = False
 
         def data_received(self, data: bytes) -> None:
             if self._refused:
                 return
+            self._began = False
             super().data_received(data)
             # a head still incomplete after this read: count it, so one sent slowly or in
-            # pieces is refused before it grows past the limit
-            if self._in_head and not self._refused and not self.transport.is_closing():
+            # pieces is refused before it grows past the limit. The read it began in is not
+            # counted: it may also hold the end of the request before (pipelining)
+            if (self._in_head and not self._began and not self._refused
+                    and not self.transport.is_closing()):
                 self._head_bytes += len(data)
                 if self._head_bytes > max_header_bytes:
                     self._refuse(self._head_bytes)
@@ -42,7 +46,7 @@ def bounded_head_protocol(max_header_bytes: int) -> type[asyncio.Protocol]:
         def on_message_begin(self) -> None:
             if not self._refused:
                 super().on_message_begin()
-                self._in_head, self._head_bytes = True, 0
+                self._in_head, self._head_bytes, self._began = True, 0, True
 
         def on_headers_complete(self) -> None:
             self._in_head = False
@@ -68,7 +72,8 @@ def bounded_head_protocol(max_header_bytes: int) -> type[asyncio.Protocol]:
                 f"{max_header_bytes} bytes (--max-header-bytes): {size} bytes came; send "
                 "large values in the body")
             self.transport.write(_answer(error, openai=self.url.startswith(b"/v1")))
-            self.transport.write_eof()
+            if self.transport.can_write_eof():  # not over TLS: there it closes after the linger
+                self.transport.write_eof()
             self.loop.call_later(_LINGER_S, self.transport.close)
 
     return BoundedHeadProtocol
