@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2
 
-from podium.errors import PodiumError
+from podium.errors import InvalidArgument, PodiumError
 from podium.gateway.limits import DEFAULT_MAX_GRPC_MESSAGE_BYTES
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import Outcome, VersionStats
@@ -144,14 +144,14 @@ class GrpcGateway:
         resolved, endpoint = await self._resolve(context, model, version, set())
         cls = service_pb2.ModelInferRequest
 
-        malformed: list[PodiumError] = []
+        malformed: list[InvalidArgument] = []
 
         async def upstream_requests() -> AsyncIterator[bytes]:
             yield _with_version(cls, first, version, resolved)
             async for message in requests:
                 try:
                     read_name_version(cls, message)
-                except PodiumError as exc:  # end the stream here; the client hears why
+                except InvalidArgument as exc:  # end the stream here; the client hears why
                     malformed.append(exc)
                     return
                 yield _with_version(cls, message, version, resolved)
@@ -211,8 +211,8 @@ async def _name_version(context: grpc.aio.ServicerContext, cls: Any,
                         payload: bytes) -> tuple[str, str | None]:
     try:
         return read_name_version(cls, payload)
-    except PodiumError as exc:
-        await context.abort(_CODES.get(exc.grpc_code, grpc.StatusCode.INTERNAL), exc.message)
+    except InvalidArgument as exc:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, exc.message)
         raise AssertionError("unreachable") from exc
 
 

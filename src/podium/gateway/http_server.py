@@ -82,8 +82,8 @@ def bounded_head_protocol(max_header_bytes: int) -> type[asyncio.Protocol]:
 def _answer(error: HeadersTooLarge, *, openai: bool) -> bytes:
     """A whole HTTP/1.1 response in the gateway's error shape (OpenAI's on /v1)."""
     if openai:
-        data: object = {"error": {"message": error.message, "type": error.openai_type,
-                                  "param": None, "code": error.http_status}}
+        data: object = {"error": {"message": error.message, "type": "invalid_request_error",
+                                  "param": None, "code": 431}}
     else:
         data = {"error": error.message}
     body = json.dumps(data).encode()
