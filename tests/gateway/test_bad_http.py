@@ -243,3 +243,18 @@ def test_a_compressed_openai_body_is_routed_and_forwarded_inflated(
     seen = r.json()
     assert seen["body"] == body | {"model": "iris"}
     assert "content-encoding" not in seen["headers"]  # the instance gets what it can read
+
+
+def test_the_bounded_head_names_the_server_and_flag_it_is_given(instance: Served) -> None:
+    served = Served(instance.app, http=bounded_head_protocol(
+        2048, server="the control API", flag="--api-max-header-bytes"))
+    try:
+        with httpx.Client(base_url=served.url) as client:
+            r = client.get("/v1/status", headers={"x-big": "a" * 4096})
+            assert r.status_code == 431
+            assert r.json()["error"]["message"].startswith(
+                "the request line and headers exceed the control API's limit of 2048 bytes "
+                "(--api-max-header-bytes)")
+            assert client.get("/health/ready").status_code == 200
+    finally:
+        served.stop()

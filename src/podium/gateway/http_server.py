@@ -13,15 +13,17 @@ import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from podium.gateway.limits import HeadersTooLarge
+from podium.gateway.limits import HeaderFieldsTooLarge
 
 # after a 431 the connection reads (and drops) what the client is still sending for this
 # long before it closes: closing at once would reset it and could lose the answer
 _LINGER_S = 2.0
 
 
-def bounded_head_protocol(max_header_bytes: int) -> type[asyncio.Protocol]:
-    """A uvicorn `http=` protocol class refusing request heads over `max_header_bytes`."""
+def bounded_head_protocol(max_header_bytes: int, *, server: str = "the gateway",
+                          flag: str = "--max-header-bytes") -> type[asyncio.Protocol]:
+    """A uvicorn `http=` protocol class refusing request heads over `max_header_bytes`; the
+    431 names `server` and the `flag` that sets the limit."""
 
     class BoundedHeadProtocol(HttpToolsProtocol):
         _head_bytes = 0
@@ -67,10 +69,10 @@ def bounded_head_protocol(max_header_bytes: int) -> type[asyncio.Protocol]:
 
         def _refuse(self, size: int) -> None:
             self._refused = True
-            error = HeadersTooLarge(
-                f"the request line and headers exceed the gateway's limit of "
-                f"{max_header_bytes} bytes (--max-header-bytes): {size} bytes came; send "
-                "large values in the body")
+            error = HeaderFieldsTooLarge(
+                f"the request line and headers exceed {server}'s limit of "
+                f"{max_header_bytes} bytes ({flag}): {size} bytes came; send large values "
+                "in the body")
             self.transport.write(_answer(error, openai=self.url.startswith(b"/v1")))
             if self.transport.can_write_eof():  # not over TLS: there it closes after the linger
                 self.transport.write_eof()
@@ -79,7 +81,7 @@ def bounded_head_protocol(max_header_bytes: int) -> type[asyncio.Protocol]:
     return BoundedHeadProtocol
 
 
-def _answer(error: HeadersTooLarge, *, openai: bool) -> bytes:
+def _answer(error: HeaderFieldsTooLarge, *, openai: bool) -> bytes:
     """A whole HTTP/1.1 response in the gateway's error shape (OpenAI's on /v1)."""
     if openai:
         data: object = {"error": {"message": error.message, "type": "invalid_request_error",

@@ -74,7 +74,7 @@ class RequestTimeout(RequestError):
     grpc_code = "DEADLINE_EXCEEDED"
 
 
-class HeadersTooLarge(RequestError):
+class HeaderFieldsTooLarge(RequestError):
     """The request line and headers together are over the limit."""
 
     http_status = 431
