@@ -32,6 +32,8 @@ TABLE = [
                  id="payload-too-large"),
     pytest.param(errors.HeaderFieldsTooLarge, 431, "RESOURCE_EXHAUSTED", "invalid_request_error",
                  id="header-fields-too-large"),
+    pytest.param(errors.RequestTimeout, 408, "DEADLINE_EXCEEDED", "invalid_request_error",
+                 id="request-timeout"),
     pytest.param(errors.RequestError, 400, "INVALID_ARGUMENT", "invalid_request_error",
                  id="request-error"),
     pytest.param(errors.Unavailable, 503, "UNAVAILABLE", "service_unavailable",

@@ -20,10 +20,10 @@ from starlette.routing import Route
 class Served:
     """An ASGI app served by uvicorn on 127.0.0.1 (a free port) in a daemon thread."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, **options: Any) -> None:
         self.app = app
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                lifespan="on", access_log=False)
+                                lifespan="on", access_log=False, **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import queue
-import subprocess
-import threading
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,83 +11,16 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
-from podium.control.runtime.local import free_port, serve_command
-from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.routing import Endpoint, RouteTable
-from podium.gateway.stats import VersionStats
-from podium.gateway.wire import peek_name_version
+from podium.gateway.wire import read_name_version
 
-from ..control.platform import write_echo
+from .grpc_servers import GrpcFront, Instance, echo_table
 from .servers import closed_port_url
 
 
-class Instance:
-    """One `podium serve` process of the echo model."""
-
-    def __init__(self, package: Path, log: Path) -> None:
-        self.http_port, self.grpc_port = free_port(), free_port()
-        self.process = subprocess.Popen(serve_command(str(package), self.http_port,
-                                                      self.grpc_port),
-                                        stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-    def wait_ready(self) -> None:
-        import httpx
-
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.http_port}/health/ready").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and self.process.poll() is None, "not ready"
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
-
-
-class GrpcFront:
-    """The gRPC gateway on its own event loop thread."""
-
-    def __init__(self, table: RouteTable) -> None:
-        self.gateway = GrpcGateway(table, VersionStats())
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        self.server, port = asyncio.run_coroutine_threadsafe(
-            self.gateway.serve("127.0.0.1", 0), self.loop).result(10)
-        self.target = f"127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(0), self.loop).result(10)
-        asyncio.run_coroutine_threadsafe(self.gateway.aclose(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-
-
-@pytest.fixture(scope="module")
-def instances(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Instance]]:
-    root = tmp_path_factory.mktemp("grpc")
-    started = {v: Instance(write_echo(root, v, scale=int(v) * 10), root / f"{v}.log")
-               for v in ("1", "2")}
-    try:
-        for instance in started.values():
-            instance.wait_ready()
-        yield started
-    finally:
-        for instance in started.values():
-            instance.stop()
-
-
 @pytest.fixture
-def front(instances: dict[str, Instance]) -> Iterator[tuple[GrpcFront, RouteTable]]:
-    table = RouteTable()
-    for version, instance in instances.items():
-        table.add_endpoint("echo", version, Endpoint(
-            f"echo-{version}", f"http://127.0.0.1:{instance.http_port}",
-            grpc_target=f"127.0.0.1:{instance.grpc_port}"))
-    table.set_split("echo", {"1": 100})
-    table.set_alias("echo", "latest", "2")
+def front(echo_instances: dict[str, Instance]) -> Iterator[tuple[GrpcFront, RouteTable]]:
+    table = echo_table(echo_instances)
     f = GrpcFront(table)
     yield f, table
     f.stop()
@@ -153,9 +81,10 @@ def test_stream_infer_passes_through(front: tuple[GrpcFront, RouteTable]) -> Non
     assert sorted(float(r.as_numpy("y")[0][0]) for r, _ in got) == [20.0, 40.0]  # v2: x*20
 
 
-def test_peek_reads_name_and_version_without_decoding_tensors() -> None:
+def test_name_and_version_are_read_from_fields_1_and_2() -> None:
     request = service_pb2.ModelInferRequest(model_name="echo", model_version="7", id="r1")
     request.raw_input_contents.append(b"\x00" * 4096)
-    assert peek_name_version(request.SerializeToString()) == ("echo", "7")
-    assert peek_name_version(service_pb2.ModelReadyRequest(name="m").SerializeToString()) == (
-        "m", None)
+    infer = service_pb2.ModelInferRequest
+    assert read_name_version(infer, request.SerializeToString()) == ("echo", "7")
+    ready = service_pb2.ModelReadyRequest(name="m").SerializeToString()
+    assert read_name_version(service_pb2.ModelReadyRequest, ready) == ("m", None)

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
+from podium.gateway import limits
 
 DEFAULT_API = "http://127.0.0.1:8080"
 
@@ -52,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--package-root", dest="package_roots", type=Path, action="append",
                    default=[], metavar="DIR",
                    help="announce only packages under DIR (repeatable; default: anywhere)")
+    limits.add_flags(p)
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser("announce", help="register + materialize a package")
@@ -123,7 +125,7 @@ def _up(args: argparse.Namespace) -> int:
                            ray_address=args.ray_address, ray_num_cpus=args.ray_cpus,
                            api_key=args.api_key, api_max_body_bytes=args.api_max_body_bytes,
                            api_max_header_bytes=args.api_max_header_bytes,
-                           package_roots=tuple(args.package_roots),
+                           package_roots=tuple(args.package_roots), limits=limits.from_flags(args),
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
 
 

@@ -31,6 +31,8 @@ from podium.control.world import RuntimeWorld
 from podium.errors import InvalidArgument
 from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.health import run_health_checks
+from podium.gateway.http_server import bounded_head_protocol
+from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
 
 log = logging.getLogger("podium.control")
@@ -64,6 +66,8 @@ class UpConfig:
     api_key: str | None = None
     """When set, the gateway (HTTP and gRPC) and the control-plane API require
     `Authorization: Bearer <key>`; liveness stays open."""
+    limits: GatewayLimits = field(default_factory=GatewayLimits)
+    """What the gateway accepts from one request: body, headers, gRPC message, body time."""
     api_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Largest request body the control-plane API reads (declared or sent); larger is a 413."""
     api_max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
@@ -90,7 +94,7 @@ def run_up(config: UpConfig) -> int:
     """Serve until interrupted; returns the exit code."""
     home = config.home or env.home()
     store = Store.open(config.database_url or default_url(home))
-    gateway = Gateway()
+    gateway = Gateway(limits=config.limits)
     try:
         runtime = create_runtime(config.runtime, store, gateway.table, home / "instances",
                                  ray_address=config.ray_address,
@@ -135,12 +139,16 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> Non
     servers = [
         _Server(uvicorn.Config(gateway_app, host=config.host, port=config.http_port,
                                log_level="warning", access_log=False,
-                               timeout_keep_alive=KEEP_ALIVE_S)),
+                               timeout_keep_alive=KEEP_ALIVE_S,
+                               http=bounded_head_protocol(config.limits.max_header_bytes))),
         _Server(uvicorn.Config(create_app(plane, api_key=config.api_key,
                                           max_body_bytes=config.api_max_body_bytes,
                                           max_header_bytes=config.api_max_header_bytes,
                                           package_roots=config.package_roots),
                                host=config.host,
+                               http=bounded_head_protocol(config.api_max_header_bytes,
+                                                          server="the control API",
+                                                          flag="--api-max-header-bytes"),
                                port=config.api_port,
                                log_level="info")),
     ]
@@ -154,7 +162,8 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> Non
         loop.add_signal_handler(sig, stop_all)
     # the gateway's own active probes cover the gap between two control-loop passes
     health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0))
-    grpc_gateway = GrpcGateway(gateway.table, gateway.stats)
+    grpc_gateway = GrpcGateway(gateway.table, gateway.stats,
+                               max_message_bytes=config.limits.max_grpc_message_bytes)
     grpc_server = None
     if config.grpc_port >= 0:
         grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port,

@@ -8,6 +8,7 @@
     │   ├── MethodNotAllowed    405 UNIMPLEMENTED
     │   ├── Conflict            409 ALREADY_EXISTS
     │   ├── PayloadTooLarge     413 RESOURCE_EXHAUSTED
+    │   (+ RequestTimeout 408)
     │   └── HeaderFieldsTooLarge 431 RESOURCE_EXHAUSTED
     ├── Unavailable             503 UNAVAILABLE: not ready yet, draining, or shutting down
     │   └── UpstreamFailed      502 UNAVAILABLE: an instance failed mid-request (gateway)
@@ -59,6 +60,10 @@ class MethodNotAllowed(RequestError):
 
 class Conflict(RequestError):
     """The request contradicts the current state (e.g. announcing a version twice)."""
+
+
+class RequestTimeout(RequestError):
+    """The client stopped sending its body before it was complete."""
 
 
 class PayloadTooLarge(RequestError):

@@ -1,4 +1,4 @@
-"""The few raw ASGI pieces the gateway needs: read a body, answer, lifespan, notice a disconnect.
+"""The few raw ASGI pieces the gateway needs: answer, lifespan, notice a disconnect.
 
 The proxy speaks ASGI directly rather than through Starlette's request/response objects: on the
 hot path those cost more CPU than forwarding the request upstream does.
@@ -50,18 +50,6 @@ def error_answer(path: str, exc: BaseException) -> Answer:
     """`exc` in the shape an instance answers on `path`, byte for byte."""
     status, body = json_error(instance_shape(path), exc)
     return Answer.typed(body, "application/json", status)
-
-
-async def read_body(receive: Receive) -> bytes:
-    """The request body, all of it (requests are routed by what it says)."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":  # the client left before sending it all
-            return b"".join(chunks)
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def until_disconnect(receive: Receive) -> None:

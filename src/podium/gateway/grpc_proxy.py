@@ -19,9 +19,10 @@ from tritonclient.grpc import service_pb2
 
 from podium.errors import InvalidArgument, Unavailable
 from podium.errors.interceptor import ErrorInterceptor
+from podium.gateway.limits import DEFAULT_MAX_GRPC_MESSAGE_BYTES
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import Outcome, VersionStats
-from podium.gateway.wire import peek_name_version
+from podium.gateway.wire import read_name_version
 
 SERVICE = "inference.GRPCInferenceService"
 ROUTED = {"ModelInfer": service_pb2.ModelInferRequest,
@@ -45,8 +46,10 @@ class GrpcGateway:
     """Routes gRPC calls over the same route table and stats as the HTTP proxy."""
 
     def __init__(self, table: RouteTable, stats: VersionStats, *, max_attempts: int = 3,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_GRPC_MESSAGE_BYTES) -> None:
         self.table = table
+        self.max_message_bytes = max_message_bytes
         self.stats = stats
         self.max_attempts = max_attempts
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
@@ -61,7 +64,8 @@ class GrpcGateway:
 
         server = grpc.aio.server(
             interceptors=[ErrorInterceptor(), *([ApiKeyInterceptor(api_key)] if api_key else [])],
-            options=[("grpc.max_receive_message_length", -1),
+            # past it grpc answers RESOURCE_EXHAUSTED naming both sizes, before any handler
+            options=[("grpc.max_receive_message_length", self.max_message_bytes),
                      ("grpc.max_send_message_length", -1)])
         server.add_generic_rpc_handlers((self._handler(),))
         bound = server.add_insecure_port(f"{host}:{port}")
@@ -104,7 +108,7 @@ class GrpcGateway:
     def _unary(self, method: str) -> Callable[[bytes, grpc.aio.ServicerContext],
                                               Any]:
         async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            model, version = peek_name_version(request)
+            model, version = read_name_version(ROUTED[method], request)
             tried: set[str] = set()
             last = ""
             for _ in range(self.max_attempts):
@@ -136,13 +140,20 @@ class GrpcGateway:
         first = await anext(aiter(requests), None)
         if first is None:
             return
-        model, version = peek_name_version(first)
+        model, version = read_name_version(service_pb2.ModelInferRequest, first)
         resolved, endpoint = self._resolve(model, version, set())
         cls = service_pb2.ModelInferRequest
+
+        malformed: list[InvalidArgument] = []
 
         async def upstream_requests() -> AsyncIterator[bytes]:
             yield _with_version(cls, first, version, resolved)
             async for message in requests:
+                try:
+                    read_name_version(cls, message)
+                except InvalidArgument as exc:  # end the stream here; the client hears why
+                    malformed.append(exc)
+                    return
                 yield _with_version(cls, message, version, resolved)
 
         endpoint.num_in_flight += 1
@@ -152,6 +163,8 @@ class GrpcGateway:
             stub = self._channel(endpoint).stream_stream(f"/{SERVICE}/ModelStreamInfer")
             async for answer in stub(upstream_requests(), metadata=_metadata(context)):
                 yield answer
+            if malformed:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             await context.abort(exc.code(), exc.details() or "")

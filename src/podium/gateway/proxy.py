@@ -22,6 +22,7 @@ import aiohttp
 from podium.errors import MethodNotAllowed, Unavailable, UpstreamFailed
 from podium.gateway import asgi
 from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
+from podium.gateway.limits import GatewayLimits, read_body
 from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
 from podium.gateway.metrics import render as render_metrics
 from podium.gateway.request_route import RequestRoute, route_of
@@ -63,8 +64,10 @@ class Gateway:
 
     def __init__(self, table: RouteTable | None = None, stats: VersionStats | None = None, *,
                  max_attempts: int = 3, connect_timeout_s: float = 2.0,
-                 clock_ms: Callable[[], int] = wall_ms) -> None:
+                 clock_ms: Callable[[], int] = wall_ms,
+                 limits: GatewayLimits | None = None) -> None:
         self.table = table or RouteTable()
+        self.limits = limits or GatewayLimits()
         self.stats = stats or VersionStats()
         self.max_attempts = max_attempts
         self.clock_ms = clock_ms
@@ -99,7 +102,9 @@ class Gateway:
             await send(message)
 
         try:
-            route = route_of(method, path, await asgi.read_body(receive))
+            route = route_of(method, path, await read_body(scope, receive, self.limits),
+                             content_encoding=_header(scope, b"content-encoding"),
+                             max_body_bytes=self.limits.max_body_bytes)
             await self._forward(scope, route, receive, tracked)
         except Exception as exc:  # rendered as the instance renders it
             if started:  # a relay that broke after its headers: nothing more can be said
@@ -108,7 +113,7 @@ class Gateway:
 
     async def _forward(self, scope: Scope, route: RequestRoute, receive: Receive,
                        send: Send) -> None:
-        headers = _request_headers(scope["headers"])
+        headers = _request_headers(scope["headers"], inflated=route.inflated)
         tried: set[str] = set()
         last: Exception | None = None
         for _ in range(self.max_attempts):
@@ -227,9 +232,17 @@ def _upstream_url(base: str, path: str, query: bytes) -> str:
     return f"{url}?{query.decode('latin-1')}" if query else url
 
 
-def _request_headers(headers: Headers) -> list[tuple[str, str]]:
+def _request_headers(headers: Headers, *, inflated: bool) -> list[tuple[str, str]]:
+    drop = _DROP_REQUEST | {b"content-encoding"} if inflated else _DROP_REQUEST
     return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers
-            if k.lower() not in _DROP_REQUEST]
+            if k.lower() not in drop]
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return ""
 
 
 def _response_headers(response: aiohttp.ClientResponse) -> Headers:

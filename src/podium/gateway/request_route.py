@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 
 from podium.errors import InvalidArgument, NotFound
+from podium.gateway.encoding import decoded
+from podium.gateway.limits import DEFAULT_MAX_BODY_BYTES
 
 _KSERVE = re.compile(
     r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?P<rest>/.*)?$")
@@ -21,6 +23,8 @@ class RequestRoute:
     body: bytes
     kind: str
     """`openai` or `kserve`: decides how the path is rewritten for a resolved version."""
+    inflated: bool = False
+    """The body is forwarded decompressed: its Content-Encoding must not be."""
 
     def upstream_path(self, path: str, version: str) -> str:
         """The path to send upstream once the version is resolved (aliases replaced)."""
@@ -31,13 +35,18 @@ class RequestRoute:
         return path
 
 
-def route_of(method: str, path: str, body: bytes) -> RequestRoute:
-    """Read the model (and version) from the KServe path or the OpenAI JSON body."""
+def route_of(method: str, path: str, body: bytes, *, content_encoding: str = "",
+             max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> RequestRoute:
+    """Read the model (and version) from the KServe path or the OpenAI JSON body (inflated
+    first when compressed, up to `max_body_bytes`)."""
     match = _KSERVE.match(path)
     if match:
         return RequestRoute(match["model"], match["version"], body, "kserve")
     if path.startswith("/v1/") and method == "POST":
-        return _openai(body)
+        plain = decoded(body, content_encoding, max_body_bytes)
+        route = _openai(plain)
+        return RequestRoute(route.model, route.version, route.body, route.kind,
+                            inflated=plain is not body)
     raise NotFound(f"{method} {path} is not routed by the gateway; use /v1 (OpenAI) or "
                    "/v2/models/{model} (KServe v2)", param="path")
 

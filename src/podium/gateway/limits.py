@@ -1,0 +1,125 @@
+"""The gateway's input limits, and the HTTP body reader that keeps to them.
+
+Every limit is a field of `GatewayLimits` (one flag of `podium up` each, documented in
+`docs/operations.md`). A request past one fails alone with a 4xx naming the limit, its value and
+the flag; the gateway never buffers more than a limit allows and serves on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from podium.errors import InvalidArgument, PayloadTooLarge, RequestTimeout
+from podium.gateway.asgi import Receive, Scope
+
+DEFAULT_MAX_BODY_BYTES = 16 << 20
+"""The same as an instance's own default: a body the instances would refuse is refused first."""
+DEFAULT_MAX_HEADER_BYTES = 64 << 10
+DEFAULT_MAX_GRPC_MESSAGE_BYTES = 256 << 20
+"""The same as an instance's gRPC server accepts."""
+DEFAULT_BODY_TIMEOUT_S = 60.0
+
+
+class GatewayLimits(BaseModel):
+    """How much the gateway accepts from one client request."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024,
+                                description="Largest HTTP request body (413 past it).")
+    max_header_bytes: int = Field(default=DEFAULT_MAX_HEADER_BYTES, ge=1024,
+                                  description="Largest HTTP request head: request line plus "
+                                  "headers (431 past it).")
+    max_grpc_message_bytes: int = Field(default=DEFAULT_MAX_GRPC_MESSAGE_BYTES, ge=1024,
+                                        description="Largest gRPC request message "
+                                        "(RESOURCE_EXHAUSTED past it).")
+    body_timeout_s: float = Field(default=DEFAULT_BODY_TIMEOUT_S, gt=0,
+                                  description="Longest wait for the next piece of a request "
+                                  "body (408 past it).")
+
+
+_FLAGS = {"max_body_bytes": "--max-body-bytes", "max_header_bytes": "--max-header-bytes",
+          "max_grpc_message_bytes": "--max-grpc-message-bytes",
+          "body_timeout_s": "--body-timeout"}
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per limit, on the command that starts the gateway (`podium up`)."""
+    for name, flag in _FLAGS.items():
+        info = GatewayLimits.model_fields[name]
+        unit = "seconds" if name.endswith("_s") else "bytes"
+        parser.add_argument(flag, dest=f"gateway_{name}", metavar=unit.upper(),
+                            type=float if unit == "seconds" else int, default=info.default,
+                            help=f"gateway: {info.description} Default {info.default} {unit}.")
+
+
+def from_flags(args: argparse.Namespace) -> GatewayLimits:
+    """The limits given by `add_flags`' flags; a bad value names its flag."""
+    try:
+        return GatewayLimits(**{name: getattr(args, f"gateway_{name}") for name in _FLAGS})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = str(error["loc"][0])
+        raise InvalidArgument(f"{_FLAGS[name]}={error['input']}: {error['msg'].lower()}",
+                              param=name) from None
+
+
+async def read_body(scope: Scope, receive: Receive, limits: GatewayLimits) -> bytes:
+    """The whole request body, refused (413) once it is declared or sent past the limit.
+
+    A Content-Length over the limit is refused before a byte of the body is read; a body
+    without one is counted as it arrives. Either way at most the limit is held in memory.
+    """
+    max_bytes = limits.max_body_bytes
+    declared = _content_length(scope)
+    if declared is not None and declared > max_bytes:
+        raise PayloadTooLarge(f"the request body of {declared} bytes (Content-Length) exceeds "
+                              f"the gateway's limit of {max_bytes} bytes (--max-body-bytes)")
+    message = await receive()  # most bodies come whole in the first message: no timer
+    first = _body_of(message, 0, declared)
+    if not message.get("more_body", False) or len(first) > max_bytes:
+        _check_size(len(first), max_bytes)
+        return first
+    chunks, size = [first], len(first)
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(limits.body_timeout_s) as timer:
+            while message.get("more_body", False):
+                message = await receive()
+                chunk = _body_of(message, size, declared)
+                size += len(chunk)
+                _check_size(size, max_bytes)
+                chunks.append(chunk)
+                timer.reschedule(loop.time() + limits.body_timeout_s)  # a timeout between pieces
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body stopped arriving: {size} of "
+            f"{'the declared ' + str(declared) if declared is not None else 'its'} bytes came, "
+            f"then nothing for {limits.body_timeout_s:g} s (--body-timeout)") from None
+    return b"".join(chunks)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            # the HTTP parser already refused a length that is not a number
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _body_of(message: dict, size: int, declared: int | None) -> bytes:
+    if message["type"] != "http.request":  # the client left: nothing is forwarded
+        of = f" of {declared}" if declared is not None else ""
+        raise InvalidArgument(f"the client closed the connection after {size}{of} bytes of "
+                              "the request body")
+    return message.get("body", b"")
+
+
+def _check_size(size: int, max_bytes: int) -> None:
+    if size > max_bytes:
+        raise PayloadTooLarge(f"the request body exceeds the gateway's limit of {max_bytes} "
+                              f"bytes (--max-body-bytes): more than {max_bytes} bytes arrived "
+                              "without a Content-Length")
