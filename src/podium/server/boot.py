@@ -1,11 +1,12 @@
 """The boot sequence of an instance, one step per line, each logged with its duration:
 
-    check engine → open packages (safe unpack) → resolve weights from cache
-    → load plugins → start engines and load models → warm up → ready
+    open packages (safe unpack) → check engine (only when a vLLM package is served)
+    → resolve weights from cache → load plugins → load each model (engine start and
+    warm-up happen inside its backend's `load`) → ready
 
 Liveness answers from the first moment (the HTTP port opens before boot starts); readiness
 only after the last step. The Prometheus multiprocess directory is wiped before any of this,
-at process start (`podium.server.serve`), because prometheus_client reads it at import time.
+first of all in `podium.cli` (prometheus_client fixes its storage mode when first imported).
 """
 
 from __future__ import annotations
