@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import threading
 import time
@@ -50,10 +49,17 @@ def instances(up: Up, version: str, state: str | None = "ready") -> list[dict]:
 
 def gateway_counts(up: Up) -> Counter[tuple[str, str]]:
     """(version, outcome) -> requests, from the gateway's own /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     text = httpx.get(up.gateway + "/metrics", timeout=10).text
-    pattern = re.compile(r'^podium:gateway_requests_total\{model="([^"]+)",version="([^"]+)",'
-                         r'outcome="(\w+)"\} (\d+)$', re.MULTILINE)
-    return Counter({(v, o): int(n) for m, v, o, n in pattern.findall(text) if m == DEFAULT_MODEL})
+    counts: Counter[tuple[str, str]] = Counter()
+    for family in text_string_to_metric_families(text):  # read as Prometheus reads it
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "podium:gateway_requests_total" and \
+                    labels.get("model") == DEFAULT_MODEL:
+                counts[(labels["version"], labels["outcome"])] += int(sample.value)
+    return counts
 
 
 @dataclass
