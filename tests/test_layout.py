@@ -21,8 +21,8 @@ def _test_dirs() -> list[Path]:
     return sorted(d for d in dirs if d != TESTS and d.relative_to(TESTS).parts[0] != SHARED)
 
 
-def _imported_modules(path: Path) -> list[str]:
-    """The absolute module names `path` imports (relative imports resolved against `tests`)."""
+def _imported_files(path: Path) -> set[Path]:
+    """The files under `tests/` that `path` imports (relative imports resolved)."""
     package = ["tests", *path.relative_to(TESTS).parts[:-1]]
     names: list[str] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -31,15 +31,25 @@ def _imported_modules(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join([*base, *([node.module] if node.module else [])])
-            # `from . import x` may name a submodule: count each imported name as one too
+            # `from . import x` may name a submodule: try each imported name as one too
             names.append(module)
             names.extend(f"{module}.{alias.name}" for alias in node.names)
-    return names
+    files = set()
+    for name in names:
+        parts = name.split(".")
+        if parts[0] == "tests" and len(parts) > 1:
+            candidate = TESTS.joinpath(*parts[1:]).with_suffix(".py")
+            if candidate.is_file():
+                files.add(candidate)
+    return files
 
 
-def _is_test_module(name: str) -> bool:
-    parts = name.split(".")
-    return parts[0] == "tests" and parts[-1].startswith("test_")
+def _test_files() -> list[Path]:
+    return sorted(p for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _shown(path: Path) -> str:
+    return f"tests/{path.relative_to(TESTS)}"
 
 
 def test_every_test_directory_names_a_package_or_module_of_podium() -> None:
@@ -55,12 +65,10 @@ def test_every_test_directory_names_a_package_or_module_of_podium() -> None:
 
 def test_no_test_module_imports_another_test_module() -> None:
     offenders = []
-    for path in sorted(TESTS.rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        bad = sorted({n for n in _imported_modules(path) if _is_test_module(n)})
+    for path in _test_files():
+        bad = sorted(_shown(f) for f in _imported_files(path) if f.name.startswith("test_"))
         if bad:
-            offenders.append(f"tests/{path.relative_to(TESTS)} imports {', '.join(bad)}")
+            offenders.append(f"{_shown(path)} imports {', '.join(bad)}")
     assert not offenders, (
         "test modules import each other; move the shared code to tests/support/ "
         "(or a fixture to conftest.py):\n" + "\n".join(offenders))
@@ -68,7 +76,13 @@ def test_no_test_module_imports_another_test_module() -> None:
 
 def test_helpers_live_in_support_or_conftest() -> None:
     # A helper module beside the tests (not test_*, not conftest) is shared code in disguise.
-    loose = [f"tests/{p.relative_to(TESTS)}" for p in sorted(TESTS.rglob("*.py"))
-             if "__pycache__" not in p.parts and p.relative_to(TESTS).parts[0] != SHARED
-             and not p.name.startswith("test_") and p.name not in ("conftest.py", "__init__.py")]
+    def shared(path: Path) -> bool:
+        return path.relative_to(TESTS).parts[0] == SHARED or path.name == "conftest.py"
+
+    loose = [_shown(p) for p in _test_files()
+             if not shared(p) and not p.name.startswith("test_") and p.name != "__init__.py"]
     assert not loose, f"{loose}: helpers belong in tests/support/ (one module per concept)"
+    imports = [f"{_shown(p)} imports {_shown(f)}" for p in _test_files()
+               for f in sorted(_imported_files(p)) if not shared(f) and f.name != "__init__.py"]
+    assert not imports, "imports from tests must point into tests.support or a conftest:\n" + (
+        "\n".join(imports))
