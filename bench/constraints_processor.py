@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "constraints"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from catalog import make_titles
 
 from podium.package.defaults import default_model_dir

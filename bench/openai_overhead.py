@@ -27,7 +27,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.harness import free_port  # noqa: E402
+from tests.support.harness import free_port  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 ENGINE_ARGS = ["--enforce-eager", "--max-model-len", "8192"]  # the default package's args

@@ -1,15 +1,20 @@
 """Session-wide fixtures: the materialized default models and ONE real instance shared by
-every real-engine test (booting vLLM costs ~30 s per model on this machine)."""
+every real-engine test (booting vLLM costs ~30 s per model on this machine), and one in-process
+KServe instance over fake engines shared by the protocol tests."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.harness import ROOT, RunningInstance, running_instance
+from tests.support.harness import ROOT, RunningInstance, running_instance
+
+if TYPE_CHECKING:
+    from tests.support.kserve_instance import Instance
 
 os.environ.setdefault("PODIUM_HOME", str(ROOT / ".podium"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -56,3 +61,23 @@ def openai_client(instance: RunningInstance):
 
     return openai.OpenAI(base_url=instance.openai_url, api_key=API_KEY, max_retries=0,
                          timeout=120)
+
+
+@pytest.fixture(scope="session")
+def examples_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example repository (classic backends), written once."""
+    from podium.examples import create_examples
+
+    target = tmp_path_factory.mktemp("repository")
+    create_examples(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def kserve_instance(examples_dir: Path,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
+    """KServe HTTP + gRPC on loopback over the examples and fake-engine LLMs (no vLLM)."""
+    from tests.support.kserve_instance import serving
+
+    with serving(examples_dir, tmp_path_factory) as served:
+        yield served

@@ -19,8 +19,7 @@ import regex
 
 from podium.constraints import engine_logits_processors
 from podium.constraints.admission import to_vllm_xargs, validate_constraint
-
-from .catalog import make_titles
+from tests.support.catalog import make_titles
 
 pytestmark = pytest.mark.engine
 

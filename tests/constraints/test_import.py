@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.metrics._subproc import run_python
+from tests.support.subproc import run_python
 
 CHOICES = ["red", "green", "blue"]
 

@@ -20,9 +20,8 @@ from podium.constraints.compiler import ConstraintCompiler
 from podium.constraints.distinct import CLOSE, OPEN, SEPARATOR, DistinctItemsConstraint, render
 from podium.constraints.regex import RegexConstraint
 from podium.constraints.vocab import TokenizerInfo
-
-from .catalog import make_titles
-from .walk import Walker
+from tests.support.catalog import make_titles
+from tests.support.walk import Walker
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

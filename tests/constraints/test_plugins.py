@@ -23,8 +23,7 @@ from podium.constraints.processor import ConstraintLogitsProcessor
 from podium.constraints.registry import constraint_type
 from podium.constraints.vocab import TokenizerInfo
 from podium.errors import InvalidArgument
-
-from .walk import Walker
+from tests.support.walk import Walker
 
 PLUGIN = '''
 """A user-defined constraint: exactly `length` tokens, each from `ids`."""

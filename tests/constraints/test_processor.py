@@ -25,9 +25,8 @@ from podium.constraints.admission import to_vllm_xargs, validate_constraint
 from podium.constraints.compiler import ConstraintCompiler
 from podium.constraints.processor import ConstraintLogitsProcessor
 from podium.constraints.vocab import TokenizerInfo
-
-from .catalog import make_titles
-from .walk import Walker
+from tests.support.catalog import make_titles
+from tests.support.walk import Walker
 
 SPECS = [
     {"type": "choice", "choices": make_titles(300)},

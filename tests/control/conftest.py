@@ -1,4 +1,5 @@
-"""Store fixtures: every store test runs against a SQLite file and a real PostgreSQL server."""
+"""Control-plane fixtures: every store test runs against a SQLite file and a real PostgreSQL
+server; the API tests share one control plane over a fake world (`env`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from podium.control.store import Store
+from tests.support.control_api import Env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,3 +69,11 @@ def store(store_url: str) -> Iterator[Store]:
     opened = Store.open(store_url)
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    """A control plane on a fresh SQLite store, its API client and a fake world."""
+    e = Env(tmp_path)
+    yield e
+    e.store.close()

@@ -2,73 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from fastapi.testclient import TestClient
 
-from podium.control.api import create_app
-from podium.control.plane import ControlPlane
-from podium.control.store import Store
-
-from .fakes import FakeWorld
-
-FAST = {"ready_timeout_ms": 5_000, "analysis_window_ms": 1_000, "warm_delay_ms": 1_000,
-        "min_requests": 5}
-
-
-def _package(root: Path, name: str, version: str, **extra: object) -> str:
-    folder = root / f"{name}-{version}"
-    folder.mkdir()
-    (folder / "podium.json").write_text(json.dumps(
-        {"name": name, "version": version, "backend": "python", **extra}))
-    return str(folder)
-
-
-class Env:
-    """A control plane on a SQLite store and a fake world with a fake clock."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp = tmp_path
-        self.world = FakeWorld()
-        self.store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
-        self.plane = ControlPlane(self.store, self.world, clock=lambda: self.world.now_ms,
-                                  materialize=lambda _p: None)
-        self.client = TestClient(create_app(self.plane))
-
-    def run_until_done(self, limit_ms: int = 60_000) -> None:
-        while self.store.list_rollouts(status="running") and self.world.now_ms < limit_ms:
-            self.plane.tick()
-            self.world.now_ms += 250
-
-    def snapshot(self) -> tuple:
-        """Everything a bad request must leave untouched."""
-        return ([(p.name, p.version) for p in self.store.list_packages()],
-                [(r.id, r.status, r.num_steps) for r in self.store.list_rollouts()],
-                [(d.model, d.version, d.num_desired, d.min_instances, d.max_instances)
-                 for d in self.store.list_deployments()])
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path)
-    yield e
-    e.store.close()
-
-
-def _deployed(env: Env) -> None:
-    for version in ("1", "2"):
-        r = env.client.post("/v1/packages", json={"path": _package(env.tmp, "iris", version)})
-        assert r.status_code == 201, r.text
-    r = env.client.post("/v1/rollouts", json={"model": "iris", "version": "1", **FAST})
-    assert r.status_code == 201, r.text
-    env.run_until_done()
+from tests.support.control_api import FAST, Env, deployed, package_dir
 
 
 def test_announce_deploy_and_roll_out_a_new_version(env: Env) -> None:
-    _deployed(env)
+    deployed(env)
     r = env.client.post("/v1/rollouts", json={"model": "iris", "version": "2",
                                               "stages": [50, 100], **FAST})
     assert r.status_code == 201, r.text
@@ -85,7 +25,7 @@ def test_announce_deploy_and_roll_out_a_new_version(env: Env) -> None:
 
 
 def test_second_rollout_of_a_model_while_one_runs_is_409(env: Env) -> None:
-    _deployed(env)
+    deployed(env)
     first = env.client.post("/v1/rollouts", json={"model": "iris", "version": "2", **FAST})
     assert first.status_code == 201
     before = env.snapshot()
@@ -97,7 +37,7 @@ def test_second_rollout_of_a_model_while_one_runs_is_409(env: Env) -> None:
 
 
 def test_rollback_of_a_running_rollout_returns_all_traffic_to_old(env: Env) -> None:
-    _deployed(env)
+    deployed(env)
     rid = env.client.post("/v1/rollouts", json={"model": "iris", "version": "2", **FAST}).json()
     env.world.now_ms += 1_500
     env.plane.tick()
@@ -108,7 +48,7 @@ def test_rollback_of_a_running_rollout_returns_all_traffic_to_old(env: Env) -> N
 
 
 def test_rollback_after_success_rolls_out_the_previous_version(env: Env) -> None:
-    _deployed(env)
+    deployed(env)
     env.client.post("/v1/rollouts", json={"model": "iris", "version": "2", **FAST})
     env.run_until_done()
     r = env.client.post("/v1/models/iris/rollback")
@@ -159,7 +99,7 @@ BAD_REQUESTS = [
 def test_bad_request_is_a_clear_4xx_and_changes_nothing_then_a_good_one_works(
         env: Env, method: str, url: str, body: dict | None, status: int, param: str | None,
         message: str) -> None:
-    _deployed(env)
+    deployed(env)
     before = env.snapshot()
     r = env.client.request(method, url, json=body)
     assert r.status_code == status, r.text
@@ -173,7 +113,7 @@ def test_bad_request_is_a_clear_4xx_and_changes_nothing_then_a_good_one_works(
 
 
 def test_announcing_the_same_version_twice_is_409(env: Env) -> None:
-    path = _package(env.tmp, "iris", "1")
+    path = package_dir(env.tmp, "iris", "1")
     assert env.client.post("/v1/packages", json={"path": path}).status_code == 201
     r = env.client.post("/v1/packages", json={"path": path})
     assert r.status_code == 409 and r.json()["error"]["param"] == "version"
@@ -181,7 +121,7 @@ def test_announcing_the_same_version_twice_is_409(env: Env) -> None:
 
 
 def test_invalid_manifest_is_400_naming_the_field(env: Env) -> None:
-    path = _package(env.tmp, "iris", "1", max_batch_size=-3)
+    path = package_dir(env.tmp, "iris", "1", max_batch_size=-3)
     r = env.client.post("/v1/packages", json={"path": path})
     assert r.status_code == 400
     assert "max_batch_size" in r.json()["error"]["message"]
@@ -198,8 +138,8 @@ def test_openapi_documents_every_route(env: Env) -> None:
 
 
 def test_events_show_each_rollout_step_newest_first(env: Env) -> None:
-    _deployed(env)
-    env.client.post("/v1/packages", json={"path": _package(env.tmp, "rose", "1")})
+    deployed(env)
+    env.client.post("/v1/packages", json={"path": package_dir(env.tmp, "rose", "1")})
     rid = env.client.post("/v1/rollouts", json={"model": "iris", "version": "2",
                                                 "stages": [50, 100], **FAST}).json()["id"]
     env.run_until_done()

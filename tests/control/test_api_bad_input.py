@@ -14,8 +14,7 @@ from fastapi.testclient import TestClient
 
 from podium.control.api import create_app
 from podium.control.api_limits import MAX_JSON_DEPTH
-
-from .test_api import FAST, Env, _deployed, _package, env  # noqa: F401  (env is a fixture)
+from tests.support.control_api import FAST, Env, deployed, package_dir
 
 JSON = {"content-type": "application/json"}
 GOOD_DEPLOY = {"model": "iris", "version": "2", **FAST}
@@ -116,9 +115,9 @@ IDS = ["huge-rollout-id", "int64-overflow-id", "zero-id", "boolean-id", "boolean
 @pytest.mark.parametrize(("method", "url", "kwargs", "status", "param", "message"), EDGES,
                          ids=IDS)
 def test_bad_edge_is_a_4xx_naming_it_then_a_good_request_works(
-        env: Env, method: str, url: str, kwargs: dict[str, Any], status: int,  # noqa: F811
+        env: Env, method: str, url: str, kwargs: dict[str, Any], status: int,
         param: str | None, message: str) -> None:
-    _deployed(env)
+    deployed(env)
     os.mkfifo(env.tmp / "pipe")
     if "json" in kwargs and isinstance(kwargs["json"].get("path"), str):
         kwargs = {"json": {"path": kwargs["json"]["path"].replace("{tmp}", str(env.tmp))}}
@@ -133,9 +132,9 @@ def test_bad_edge_is_a_4xx_naming_it_then_a_good_request_works(
     assert good.status_code == 201, good.text
 
 
-def test_a_lower_body_limit_names_its_value(env: Env) -> None:  # noqa: F811
+def test_a_lower_body_limit_names_its_value(env: Env) -> None:
     client = TestClient(create_app(env.plane, max_body_bytes=2048))
-    _deployed(env)
+    deployed(env)
     r = client.post("/v1/rollouts", json={**GOOD_DEPLOY, "pad": "x" * 3000})
     assert r.status_code == 413
     assert "request body of 3" in r.json()["error"]["message"]
@@ -144,9 +143,9 @@ def test_a_lower_body_limit_names_its_value(env: Env) -> None:  # noqa: F811
 
 
 def test_a_chunked_body_over_the_limit_is_413_without_content_length(
-        env: Env) -> None:  # noqa: F811
+        env: Env) -> None:
     client = TestClient(create_app(env.plane, max_body_bytes=2048))
-    _deployed(env)
+    deployed(env)
     r = client.post("/v1/rollouts", content=iter([b'{"model": "', b"i" * 3000, b'"}']),
                     headers=JSON)
     assert r.status_code == 413, r.text
@@ -154,12 +153,12 @@ def test_a_chunked_body_over_the_limit_is_413_without_content_length(
     assert client.post("/v1/rollouts", json=GOOD_DEPLOY).status_code == 201
 
 
-def test_package_roots_refuse_a_package_elsewhere(env: Env, tmp_path: Path) -> None:  # noqa: F811
+def test_package_roots_refuse_a_package_elsewhere(env: Env, tmp_path: Path) -> None:
     inside, outside = tmp_path / "roots", tmp_path / "elsewhere"
     inside.mkdir()
     outside.mkdir()
     client = TestClient(create_app(env.plane, package_roots=(inside,)))
-    r = client.post("/v1/packages", json={"path": _package(outside, "iris", "1")})
+    r = client.post("/v1/packages", json={"path": package_dir(outside, "iris", "1")})
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "path"
     assert "outside the package roots" in r.json()["error"]["message"]
@@ -167,5 +166,5 @@ def test_package_roots_refuse_a_package_elsewhere(env: Env, tmp_path: Path) -> N
     # a symlink inside a root that points outside it is outside too
     (inside / "link").symlink_to(outside / "iris-1")
     assert client.post("/v1/packages", json={"path": str(inside / "link")}).status_code == 400
-    r = client.post("/v1/packages", json={"path": _package(inside, "iris", "1")})
+    r = client.post("/v1/packages", json={"path": package_dir(inside, "iris", "1")})
     assert r.status_code == 201, r.text

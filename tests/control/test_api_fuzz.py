@@ -17,9 +17,8 @@ from hypothesis import HealthCheck, settings
 from podium.control.api import create_app
 from podium.control.plane import ControlPlane
 from podium.control.store import Store
-
-from .fakes import FakeWorld
-from .test_api import Env, _deployed
+from tests.support.control_api import Env, deployed
+from tests.support.fake_world import FakeWorld
 
 MAX_EXAMPLES = 30  # per operation; the whole file takes about 25 s of CPU (11 operations)
 
@@ -43,7 +42,7 @@ schema = _schema()
 @pytest.fixture
 def fuzz_env(tmp_path: Path) -> Iterator[Env]:
     env = Env(tmp_path)
-    _deployed(env)  # iris@1 serving, iris@2 announced: routes have something real to act on
+    deployed(env)  # iris@1 serving, iris@2 announced: routes have something real to act on
     yield env
     env.store.close()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from podium.control.api import create_app
-from podium.control.cli import register
 from podium.control.plane import ControlPlane
 from podium.control.store import Store
 from podium.errors import InvalidArgument
-
-from ..gateway.servers import Served, closed_port_url
-from .fakes import FakeWorld
+from tests.support.control_cli import podium
+from tests.support.fake_world import FakeWorld
+from tests.support.servers import Served, closed_port_url
 
 
 @pytest.fixture
@@ -28,13 +26,6 @@ def api(tmp_path: Path) -> Iterator[str]:
     yield served.url
     served.stop()
     store.close()
-
-
-def podium(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="podium")
-    register(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    return args.func(args)
 
 
 def _package(root: Path, version: str) -> Path:

@@ -24,9 +24,8 @@ import pytest
 from podium.package.cache import ModelCache
 from podium.package.defaults import DEFAULT_MODEL, default_llm_manifest
 from podium.package.package import write_manifest
-
-from .test_cli import podium
-from .test_up_process import Up, alive, wait
+from tests.support.control_cli import podium
+from tests.support.up_process import Up, alive, wait
 
 pytestmark = pytest.mark.engine
 

@@ -12,8 +12,7 @@ import httpx
 import pytest
 
 from podium.control.rollout_config import RolloutConfig
-
-from .platform import Load, Platform, write_echo
+from tests.support.echo_platform import Load, Platform, write_echo
 
 FIRST = RolloutConfig(stages=(100,), num_instances=2, ready_timeout_ms=60_000,
                       analysis_window_ms=0, warm_delay_ms=0)

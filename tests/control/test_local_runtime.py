@@ -17,7 +17,7 @@ from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store
 from podium.gateway.routing import RouteTable
 
-FAKE = Path(__file__).with_name("fake_instance.py")
+FAKE = Path(__file__).parents[1] / "support" / "fake_serve.py"
 
 
 def fake_command(package: str, http_port: int, _grpc_port: int) -> list[str]:

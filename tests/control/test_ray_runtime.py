@@ -25,10 +25,9 @@ from podium.control.runtime.local import _pid_alive, free_port
 from podium.control.runtime.ray import RayRuntime, Resources, resources_for
 from podium.control.store import Store
 from podium.gateway.proxy import Gateway
-
-from ..gateway.servers import Served
-from . import platform as platform_module
-from .platform import Load, Platform, write_echo
+from tests.support import echo_platform as platform_module
+from tests.support.echo_platform import Load, Platform, write_echo
+from tests.support.servers import Served
 
 # instances ask for half a CPU so v1 and v2 fit side by side on the 2-CPU head
 INSTANCE_CPUS = 0.5
@@ -198,7 +197,7 @@ STAGED = RolloutConfig(stages=(50, 100), num_instances=1, ready_timeout_ms=60_00
 @pytest.fixture
 def ray_platform(ray_cluster: Any, tmp_path: Path,
                  monkeypatch: pytest.MonkeyPatch) -> Iterator[Platform]:
-    """`podium up` wired as in platform.py, with the Ray runtime in place of the local one."""
+    """`podium up` wired as in `tests.support.echo_platform`, on the Ray runtime instead."""
     monkeypatch.setattr(platform_module, "LocalRuntime", lambda store, table, workdir, **kw:
                         RayRuntime(store, table, workdir, num_cpus=INSTANCE_CPUS, **kw))
     p = Platform(tmp_path)

@@ -10,8 +10,7 @@ from podium.control.driver import RolloutDriver
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import Store
 from podium.errors import Conflict, NotFound
-
-from .fakes import Behaviour, FakeWorld
+from tests.support.fake_world import Behaviour, FakeWorld
 
 CONFIG = RolloutConfig(stages=(25, 50, 100), num_instances=2, ready_timeout_ms=5_000,
                        analysis_window_ms=2_000, warm_delay_ms=2_000, min_requests=10)

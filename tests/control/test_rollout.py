@@ -15,8 +15,7 @@ from podium.control.rollout import (
 )
 from podium.control.rollout_config import RolloutConfig
 from podium.errors import InvalidArgument
-
-from .fakes import Behaviour, FakeWorld
+from tests.support.fake_world import Behaviour, FakeWorld
 
 FAST = dict(ready_timeout_ms=5_000, analysis_window_ms=2_000, warm_delay_ms=3_000,
             min_requests=10)

@@ -20,7 +20,7 @@ from podium.repository import ModelEntry
 from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
-from tests.server.fakes import FakeLlmBackend
+from tests.support.fake_backends import FakeLlmBackend
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 # "ghost" is served nowhere (NotFound); "fake-llm" is still loading (Unavailable)

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..control.platform import write_echo
-from .grpc_servers import Instance
+from tests.support.echo_platform import write_echo
+from tests.support.grpc_servers import Instance
 
 
 @pytest.fixture(scope="session")

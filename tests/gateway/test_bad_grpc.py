@@ -15,8 +15,7 @@ from tritonclient.grpc import service_pb2
 
 from podium.errors import InvalidArgument
 from podium.gateway.wire import read_name_version
-
-from .grpc_servers import GrpcFront, Instance, echo_table
+from tests.support.grpc_servers import GrpcFront, Instance, echo_table
 
 MAX_MESSAGE = 1 << 20
 INFER = "/inference.GRPCInferenceService/ModelInfer"

@@ -18,8 +18,7 @@ from podium.gateway.http_server import bounded_head_protocol
 from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
 from podium.gateway.routing import Endpoint
-
-from .servers import Served, upstream
+from tests.support.servers import Served, upstream
 
 MiB = 1 << 20
 LIMITS = GatewayLimits(body_timeout_s=0.5)  # the defaults but for a test-sized body timeout

@@ -13,9 +13,8 @@ from tritonclient.utils import InferenceServerException
 
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.wire import read_name_version
-
-from .grpc_servers import GrpcFront, Instance, echo_table
-from .servers import closed_port_url
+from tests.support.grpc_servers import GrpcFront, Instance, echo_table
+from tests.support.servers import closed_port_url
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ import pytest
 
 from podium.gateway.proxy import Gateway
 from podium.gateway.routing import Endpoint
-
-from .servers import Dropper, Served, Truncator, closed_port_url, upstream
+from tests.support.servers import Dropper, Served, Truncator, closed_port_url, upstream
 
 
 def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:

@@ -11,8 +11,7 @@ import pytest
 from podium.errors import NotFound, Unavailable
 from podium.gateway.health import check_once
 from podium.gateway.routing import Endpoint, RouteTable
-
-from .servers import Served, closed_port_url, upstream
+from tests.support.servers import Served, closed_port_url, upstream
 
 
 def _table() -> RouteTable:

@@ -1,7 +1,7 @@
 """The Grafana dashboard: current with its generator, valid PromQL, only names an instance exposes.
 
 Exposed names are podium's registry plus the vLLM exposition captured from a real engine
-(fixtures/vllm_engine_metrics.prom, refreshed by engine_probe.py --write-fixture). Set
+(fixtures/vllm_engine_metrics.prom, refreshed by tests/support/engine_probe.py --write-fixture). Set
 PODIUM_METRICS_URL (and PODIUM_API_KEY) to check against a live instance's /metrics as well.
 """
 

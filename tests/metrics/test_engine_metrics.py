@@ -15,7 +15,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from .engine_probe import label_names
+from tests.support.engine_probe import label_names
 
 # The families operators build dashboards and alerts on (issue 4); all must be there.
 REQUIRED = (
@@ -41,7 +41,7 @@ def probe(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> 
     proc = subprocess.run(
         [
             sys.executable,
-            str(Path(__file__).with_name("engine_probe.py")),
+            str(Path(__file__).parents[1] / "support" / "engine_probe.py"),
             str(default_model_dir),
             str(base),
         ],

@@ -15,8 +15,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from podium.metrics import exposition, server
-
-from ._subproc import run_python
+from tests.support.subproc import run_python
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -83,7 +82,7 @@ def test_multiprocess_mode_merges_metrics_written_by_a_child_process(tmp_path: P
         from podium.metrics.multiproc import prepare_multiproc_dir
         prepare_multiproc_dir(Path({str(tmp_path)!r}))
         from podium.metrics import exposition, server
-        from _engine_child import write_engine_metrics
+        from engine_child import write_engine_metrics
 
         if __name__ == "__main__":
             ctx = mp.get_context("spawn")

@@ -10,8 +10,7 @@ import textwrap
 from pathlib import Path
 
 from podium.metrics import multiproc
-
-from ._subproc import run_python
+from tests.support.subproc import run_python
 
 RECORD_AND_RENDER = """
     import json, os, shutil

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from . import hostile as h
+from tests.support import hostile as h
 
 PODIUM = [sys.executable, "-m", "podium.cli"]
 

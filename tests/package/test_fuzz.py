@@ -18,8 +18,7 @@ from podium.errors import PackageError
 from podium.package.archive import unpack
 from podium.package.manifest import load_manifest
 from podium.package.package import open_package
-
-from . import hostile as h
+from tests.support import hostile as h
 
 FUZZ = settings(derandomize=True, max_examples=120, deadline=None, database=None)
 

@@ -21,9 +21,8 @@ from podium.control.plane import ControlPlane
 from podium.control.store import Store
 from podium.errors import PackageError
 from podium.package.package import open_package
-
-from ..control.fakes import FakeWorld
-from . import hostile as h
+from tests.support import hostile as h
+from tests.support.fake_world import FakeWorld
 
 DIR = ("package", "inspect", "announce", "serve")
 ARCHIVE = ("inspect", "announce", "serve")

@@ -12,9 +12,8 @@ from podium.backends import create_backend
 from podium.errors import PackageError
 from podium.package.manifest import load_manifest
 from podium.package.package import Package
-
-from ..harness import running_instance, start_instance
-from . import hostile as h
+from tests.support import hostile as h
+from tests.support.harness import running_instance, start_instance
 
 
 def test_serve_refuses_a_module_outside_the_package_then_serves_a_good_one(

@@ -15,7 +15,7 @@ from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 from podium.server.serve import _watch_engines
-from tests.server.fakes import FakeEngineBackend, add_ready
+from tests.support.fake_backends import FakeEngineBackend, add_ready
 
 
 def _instance() -> tuple[Instance, FakeEngineBackend, list[str]]:

@@ -14,8 +14,7 @@ from fastapi import FastAPI
 from podium.frontends.kserve_grpc import create_server
 from podium.frontends.kserve_http import create_router
 from podium.repository import ModelRepository, VersionPolicy
-
-from .test_repository import write_versioned
+from tests.support.versioned import write_versioned
 
 
 def _free_port() -> int:

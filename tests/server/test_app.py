@@ -14,8 +14,7 @@ import pytest
 from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
-
-from .fakes import FakeLlmBackend, add_ready
+from tests.support.fake_backends import FakeLlmBackend, add_ready
 
 CHAT = "/v1/chat/completions"
 GOOD = {"model": "fake-llm", "messages": [{"role": "user", "content": "hello there"}]}

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from tests.conftest import LLM
-from tests.harness import start_instance
+from tests.support.harness import start_instance
 
 pytestmark = pytest.mark.engine
 

@@ -11,8 +11,7 @@ import pytest
 
 from podium.top import stats
 from podium.top.snapshot import parse
-
-from .fake_instance import exposition
+from tests.support.fake_metrics import exposition
 
 INF = math.inf
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from .fake_instance import fake_instance
+from tests.support.fake_metrics import fake_instance
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
 

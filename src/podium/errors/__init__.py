@@ -23,8 +23,9 @@
 fail on it, the process serving it can no longer serve anything. 503 / UNAVAILABLE tells a
 client to try again elsewhere or later, as for a draining instance; 500 would blame this
 request. (The gateway re-sends only requests that never reached an instance; a 503 answer goes
-back to the client and counts as an error in rollout analysis.) Any other exception is a bug: it renders as 500 / INTERNAL
-with a message naming the request id, and the log line with that id carries the traceback.
+back to the client and counts as an error in rollout analysis.) Any other exception is a bug:
+it renders as 500 / INTERNAL with a message naming the request id, and the log line with that
+id carries the traceback.
 """
 
 from __future__ import annotations

@@ -14,14 +14,12 @@ import tritonclient.grpc.aio as aiogrpcclient
 from tritonclient.utils import InferenceServerException
 
 from podium.examples.builders import synthetic_features
-
-from .conftest import CLASSIC, LLM, Instance
-from .test_http import reference_xgb
+from tests.support.kserve_instance import CLASSIC, LLM, Instance, reference_xgb
 
 
 @pytest.fixture
-def client(instance: Instance) -> grpcclient.InferenceServerClient:
-    return grpcclient.InferenceServerClient(instance.grpc_url)
+def client(kserve_instance: Instance) -> grpcclient.InferenceServerClient:
+    return grpcclient.InferenceServerClient(kserve_instance.grpc_url)
 
 
 def test_health_and_metadata(client: grpcclient.InferenceServerClient) -> None:
@@ -139,9 +137,9 @@ def test_stream_error_then_good_request(client) -> None:
     client.stop_stream()
 
 
-def test_asyncio_client_and_stream(instance: Instance, examples_dir) -> None:
+def test_asyncio_client_and_stream(kserve_instance: Instance, examples_dir) -> None:
     async def run() -> tuple[np.ndarray, np.ndarray, list[bytes]]:
-        client = aiogrpcclient.InferenceServerClient(instance.grpc_url)
+        client = aiogrpcclient.InferenceServerClient(kserve_instance.grpc_url)
         try:
             assert await client.is_server_ready()
             features = synthetic_features(16, seed=9)
@@ -172,7 +170,7 @@ def test_asyncio_client_and_stream(instance: Instance, examples_dir) -> None:
     assert texts == [b"Paris", b" is"]
 
 
-def test_scoring_over_grpc(client, instance: Instance) -> None:
+def test_scoring_over_grpc(client, kserve_instance: Instance) -> None:
     context = grpcclient.InferInput("context", [1], "BYTES")
     context.set_data_from_numpy(np.array([b"one two three four five"], dtype=object))
     candidates = grpcclient.InferInput("candidates", [3], "BYTES")

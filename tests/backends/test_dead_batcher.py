@@ -18,8 +18,7 @@ from tritonclient.utils import InferenceServerException
 from podium.examples.builders import synthetic_features
 from podium.frontends.kserve_http import create_router
 from podium.repository import ModelRepository
-
-from .conftest import Instance
+from tests.support.kserve_instance import Instance
 
 ROWS = synthetic_features(2, seed=3)
 
@@ -30,23 +29,23 @@ def _infer_body(rows: np.ndarray) -> dict[str, Any]:
 
 
 def test_an_empty_batch_over_http_and_grpc_leaves_the_model_and_its_ensemble_serving(
-        instance: Instance) -> None:
+        kserve_instance: Instance) -> None:
     empty = np.zeros((0, 20), dtype=np.float32)
-    reply = httpx.post(f"http://{instance.http_url}/v2/models/xgb-example/infer",
+    reply = httpx.post(f"http://{kserve_instance.http_url}/v2/models/xgb-example/infer",
                        json=_infer_body(empty), timeout=10)
     assert reply.status_code == 400, reply.text
     assert "empty batch" in reply.json()["error"]
-    client = grpcclient.InferenceServerClient(instance.grpc_url)
+    client = grpcclient.InferenceServerClient(kserve_instance.grpc_url)
     tensor = grpcclient.InferInput("features", [0, 20], "FP32")
     tensor.set_data_from_numpy(empty)
     with pytest.raises(InferenceServerException, match="empty batch"):
         client.infer("xgb-example", [tensor], client_timeout=10)
     # the batched model and the ensemble that calls it both still answer, within seconds
     for model in ("xgb-example", "python-example"):
-        reply = httpx.post(f"http://{instance.http_url}/v2/models/{model}/infer",
+        reply = httpx.post(f"http://{kserve_instance.http_url}/v2/models/{model}/infer",
                            json=_infer_body(ROWS), timeout=10)
         assert reply.status_code == 200, reply.text
-    assert httpx.get(f"http://{instance.http_url}/v2/health/ready").status_code == 200
+    assert httpx.get(f"http://{kserve_instance.http_url}/v2/health/ready").status_code == 200
 
 
 async def _kill_the_batcher(examples_dir: Path) -> dict[str, Any]:

@@ -10,8 +10,7 @@ import pytest
 from podium.backends import vllm_contract
 from podium.backends.base import InferenceRequest, Tensor
 from podium.errors import InvalidArgument
-
-from .fake_llm import FakeEngine, FakeSamplingParams, token_logprob
+from tests.support.fake_llm import FakeEngine, FakeSamplingParams, token_logprob
 
 
 def text(name: str, *values: str) -> Tensor:

@@ -19,7 +19,7 @@ import pytest
 import regex
 
 from tests.conftest import LLM
-from tests.constraints.catalog import make_titles
+from tests.support.catalog import make_titles
 
 pytestmark = pytest.mark.engine
 

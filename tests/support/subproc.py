@@ -21,7 +21,7 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
         text=True,
         env=full_env,
         timeout=timeout,
-        cwd=Path(__file__).parent,
+        cwd=Path(__file__).parent,  # children import `engine_child` from here
     )
     if proc.returncode != 0:
         raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stderr}")

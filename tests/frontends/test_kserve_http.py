@@ -12,13 +12,12 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 
 from podium.examples.builders import synthetic_features
-
-from .conftest import CLASSIC, LLM, Instance
+from tests.support.kserve_instance import CLASSIC, LLM, Instance, reference_xgb
 
 
 @pytest.fixture
-def client(instance: Instance) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(instance.http_url, concurrency=8)
+def client(kserve_instance: Instance) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(kserve_instance.http_url, concurrency=8)
 
 
 def infer_xgb(client: httpclient.InferenceServerClient, features: np.ndarray, *,
@@ -28,13 +27,6 @@ def infer_xgb(client: httpclient.InferenceServerClient, features: np.ndarray, *,
     outputs = [httpclient.InferRequestedOutput("probability", binary_data=binary)]
     result = client.infer("xgb-example", [tensor], outputs=outputs)
     return result.as_numpy("probability")
-
-
-def reference_xgb(examples_dir, features: np.ndarray) -> np.ndarray:
-    import xgboost
-
-    booster = xgboost.Booster(model_file=str(examples_dir / "xgb-example" / "model.json"))
-    return booster.inplace_predict(features).reshape(-1, 1)
 
 
 def test_server_health_and_metadata(client: httpclient.InferenceServerClient) -> None:
@@ -116,12 +108,12 @@ def test_statistics_count_requests(client: httpclient.InferenceServerClient) -> 
     assert {row["name"] for row in every} >= {*CLASSIC, LLM}
 
 
-def test_concurrent_requests_are_batched(client, instance: Instance, examples_dir) -> None:
+def test_concurrent_requests_are_batched(client, kserve_instance: Instance, examples_dir) -> None:
     batches_before = _xgb_batches(client)
     features = synthetic_features(64, seed=11)
 
     async def run() -> np.ndarray:
-        aio = aiohttpclient.InferenceServerClient(instance.http_url, conn_limit=64)
+        aio = aiohttpclient.InferenceServerClient(kserve_instance.http_url, conn_limit=64)
         try:
             calls = []
             for row in features:
@@ -163,8 +155,8 @@ def test_llm_tensors_over_infer(client: httpclient.InferenceServerClient) -> Non
                                                        b"capital."]
 
 
-def test_generate_and_generate_stream(instance: Instance) -> None:
-    base = f"http://{instance.http_url}/v2/models/{LLM}"
+def test_generate_and_generate_stream(kserve_instance: Instance) -> None:
+    base = f"http://{kserve_instance.http_url}/v2/models/{LLM}"
     reply = httpx.post(f"{base}/generate", json={
         "text_input": "Capital?", "exclude_input_in_output": True,
         "parameters": {"max_tokens": 2}})
@@ -179,23 +171,23 @@ def test_generate_and_generate_stream(instance: Instance) -> None:
     assert [e["text_output"] for e in events] == ["Paris", " is", " the", " capital"]
 
 
-def test_sampling_fields_reach_the_engine_in_vllms_types(instance: Instance) -> None:
+def test_sampling_fields_reach_the_engine_in_vllms_types(kserve_instance: Instance) -> None:
     # what Triton clients send: every value a string, lists and objects as JSON text
     sampling = {"temperature": "0.1", "top_k": "3", "seed": "7", "ignore_eos": "true",
                 "logit_bias": '{"5": 2}', "stop_token_ids": "[9]", "logprobs": "1"}
-    reply = httpx.post(f"http://{instance.http_url}/v2/models/{LLM}/infer", json={"inputs": [
+    reply = httpx.post(f"http://{kserve_instance.http_url}/v2/models/{LLM}/infer", json={"inputs": [
         {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["Capital?"]},
         {"name": "sampling_parameters", "datatype": "BYTES", "shape": [1],
          "data": [json.dumps(sampling)]}]})
     assert reply.status_code == 200, reply.text
-    assert instance.llm is not None
-    assert instance.llm.engine.calls[-1][1] == {
+    assert kserve_instance.llm is not None
+    assert kserve_instance.llm.engine.calls[-1][1] == {
         "temperature": 0.1, "top_k": 3, "seed": 7, "ignore_eos": True, "logit_bias": {5: 2.0},
         "stop_token_ids": [9], "logprobs": 1}
 
 
-def test_scoring_over_http_json(instance: Instance) -> None:
-    reply = httpx.post(f"http://{instance.http_url}/v2/models/{LLM}/infer", json={
+def test_scoring_over_http_json(kserve_instance: Instance) -> None:
+    reply = httpx.post(f"http://{kserve_instance.http_url}/v2/models/{LLM}/infer", json={
         "inputs": [
             {"name": "context", "datatype": "BYTES", "shape": [1], "data": ["a b c d e"]},
             {"name": "candidates", "datatype": "BYTES", "shape": [2], "data": ["f g", "h"]},
@@ -210,8 +202,8 @@ def test_scoring_over_http_json(instance: Instance) -> None:
     assert rows[1, 1] == 0  # padding past the candidate's one token
 
 
-def test_scoring_route(instance: Instance) -> None:
-    base = f"http://{instance.http_url}/v2/models/{LLM}"
+def test_scoring_route(kserve_instance: Instance) -> None:
+    base = f"http://{kserve_instance.http_url}/v2/models/{LLM}"
     reply = httpx.post(f"{base}/score", json={"context": "a b c d e",
                                               "candidates": ["f g", "h"]})
     assert reply.status_code == 200, reply.text
@@ -225,7 +217,7 @@ def test_scoring_route(instance: Instance) -> None:
 
 
 def test_embeddings_over_infer(client: httpclient.InferenceServerClient) -> None:
-    from .conftest import EMBEDDER
+    from tests.support.kserve_instance import EMBEDDER
 
     metadata = client.get_model_metadata(EMBEDDER)
     assert metadata["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": [-1, -1]}]
@@ -251,9 +243,9 @@ def test_repository_index_load_unload(client: httpclient.InferenceServerClient) 
         client.load_model("nope")
 
 
-def test_asyncio_client(instance: Instance, examples_dir) -> None:
+def test_asyncio_client(kserve_instance: Instance, examples_dir) -> None:
     async def run() -> list[np.ndarray]:
-        client = aiohttpclient.InferenceServerClient(instance.http_url)
+        client = aiohttpclient.InferenceServerClient(kserve_instance.http_url)
         try:
             assert await client.is_server_ready()
             features = synthetic_features(8, seed=5)

@@ -20,8 +20,7 @@ from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store
 from podium.control.world import RuntimeWorld
 from podium.gateway.proxy import Gateway
-
-from ..gateway.servers import Served
+from tests.support.servers import Served
 
 ECHO_MODEL = '''
 import numpy as np

@@ -1,7 +1,7 @@
 """Boot a real vLLM engine the way an instance does and report what /metrics exposes.
 
 Run as a script (vLLM spawns its engine core, so this needs its own interpreter and a main
-guard): `python tests/metrics/engine_probe.py MODEL_DIR METRICS_BASE [--write-fixture PATH]`.
+guard): `python tests/support/engine_probe.py MODEL_DIR METRICS_BASE [--write-fixture PATH]`.
 Prints one JSON document: the vllm:* families the engine registered (with label names), the
 families found in the multiprocess directory, and the /metrics bodies in both formats.
 """

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PODIUM = [sys.executable, "-m", "podium.cli"]
 
 

@@ -1,6 +1,7 @@
 """A stand-in for `podium serve`: /health at once, /health/ready after a delay, may crash.
 
-Run as `python fake_instance.py PACKAGE_DIR HTTP_PORT`; PACKAGE_DIR/behaviour.json holds
+Run as `python tests/support/fake_serve.py PACKAGE_DIR HTTP_PORT`;
+PACKAGE_DIR/behaviour.json holds
 {"ready_after_s": float, "crash_after_s": float | null, "ignore_sigterm": bool}.
 """
 

@@ -1,5 +1,5 @@
 """A real instance for the protocol tests: uvicorn + gRPC on loopback ports, serving the
-example repository (classic backends) and a fake-engine LLM."""
+example repository (classic backends) and a fake-engine LLM (the `kserve_instance` fixture)."""
 
 from __future__ import annotations
 
@@ -7,22 +7,21 @@ import asyncio
 import socket
 import threading
 from collections.abc import Coroutine, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from podium.examples import create_examples
 from podium.frontends.kserve_grpc import create_server
 from podium.frontends.kserve_http import create_router
 from podium.package.package import write_manifest
 from podium.repository import ModelRepository, scan_repository
-
-from .fake_llm import FakeLlmBackend
+from tests.support.fake_llm import FakeLlmBackend
 
 CLASSIC = ["xgb-example", "torch-example", "onnx-example", "python-example"]
 LLM = "fake-llm"
@@ -49,15 +48,17 @@ class Instance:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
 
-@pytest.fixture(scope="session")
-def examples_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("repository")
-    create_examples(target)
-    return target
+def reference_xgb(examples_dir: Path, features: np.ndarray) -> np.ndarray:
+    """What the xgboost example answers for `features`, computed by xgboost itself."""
+    import xgboost
+
+    booster = xgboost.Booster(model_file=str(examples_dir / "xgb-example" / "model.json"))
+    return booster.inplace_predict(features).reshape(-1, 1)
 
 
-@pytest.fixture(scope="session")
-def instance(examples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
+@contextmanager
+def serving(examples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
+    """Serve the examples and two fake-engine LLMs until the block ends."""
     repository = ModelRepository(root=examples_dir)
     http_port, grpc_port = free_port(), free_port()
     llm_dir = tmp_path_factory.mktemp("fake-llm")

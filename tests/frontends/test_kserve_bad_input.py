@@ -13,8 +13,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from podium.examples.builders import synthetic_features
-
-from .conftest import LLM, Instance
+from tests.support.kserve_instance import LLM, Instance
 
 ROW = synthetic_features(1, seed=1)
 
@@ -97,8 +96,8 @@ HTTP_CASES: dict[str, tuple[str, object, int, list[str]]] = {
 }
 
 
-def _good_http(instance: Instance) -> None:
-    reply = httpx.post(f"http://{instance.http_url}/v2/models/xgb-example/infer", json={
+def _good_http(kserve_instance: Instance) -> None:
+    reply = httpx.post(f"http://{kserve_instance.http_url}/v2/models/xgb-example/infer", json={
         "inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 20],
                     "data": ROW.ravel().tolist()}]})
     assert reply.status_code == 200, reply.text
@@ -106,9 +105,9 @@ def _good_http(instance: Instance) -> None:
 
 
 @pytest.mark.parametrize("case", list(HTTP_CASES), ids=list(HTTP_CASES))
-def test_http_bad_input_then_good(instance: Instance, case: str) -> None:
+def test_http_bad_input_then_good(kserve_instance: Instance, case: str) -> None:
     path, body, status, words = HTTP_CASES[case]
-    url = f"http://{instance.http_url}{path}"
+    url = f"http://{kserve_instance.http_url}{path}"
     if isinstance(body, tuple):
         raw, headers = body
         reply = httpx.post(url, content=raw, headers=headers)
@@ -118,7 +117,7 @@ def test_http_bad_input_then_good(instance: Instance, case: str) -> None:
     message = reply.json()["error"]
     for word in words:
         assert word in message, message
-    _good_http(instance)
+    _good_http(kserve_instance)
 
 
 def _raw_request(model: str, inputs: list[tuple[str, str, list[int]]], raw: list[bytes],
@@ -170,16 +169,16 @@ GRPC_CASES: dict[str, tuple[Callable[[], service_pb2.ModelInferRequest], grpc.St
 
 
 @pytest.mark.parametrize("case", list(GRPC_CASES), ids=list(GRPC_CASES))
-def test_grpc_bad_input_then_good(instance: Instance, case: str) -> None:
+def test_grpc_bad_input_then_good(kserve_instance: Instance, case: str) -> None:
     build, code, words = GRPC_CASES[case]
-    with grpc.insecure_channel(instance.grpc_url) as channel:
+    with grpc.insecure_channel(kserve_instance.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         with pytest.raises(grpc.RpcError) as err:
             stub.ModelInfer(build())
     assert err.value.code() == code
     for word in words:
         assert word in err.value.details(), err.value.details()
-    client = grpcclient.InferenceServerClient(instance.grpc_url)
+    client = grpcclient.InferenceServerClient(kserve_instance.grpc_url)
     tensor = grpcclient.InferInput("features", [1, 20], "FP32")
     tensor.set_data_from_numpy(ROW)
     assert client.infer("xgb-example", [tensor]).as_numpy("probability").shape == (1, 1)

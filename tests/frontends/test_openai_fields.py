@@ -15,8 +15,7 @@ from podium.frontends.openai_fields import HONOURED, REFUSED, WITHOUT_EFFECT
 from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
-
-from .fakes import FakeLlmBackend, add_ready
+from tests.support.fake_backends import FakeLlmBackend, add_ready
 
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
 USER = [{"role": "user", "content": "hello"}]
