@@ -12,8 +12,9 @@ from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
+from podium.control.actions import Scale
 from podium.control.driver import RolloutDriver, World
-from podium.control.models import EventRow
+from podium.control.models import DeploymentRow, EventRow
 from podium.control.rollout import LATEST, SUCCEEDED
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import RolloutRecord, Store
@@ -86,6 +87,20 @@ class ControlPlane:
         state = previous.state
         config = state.config
         return self.deploy(model, state.from_version, config)
+
+    def set_scaling(self, model: str, version: str, min_instances: int,
+                    max_instances: int) -> DeploymentRow:
+        """Change a deployment's bounds; a size pushed into them is written, then acted on."""
+        with self.lock:
+            before = {d.version: d.num_desired for d in self.store.list_deployments(model)}
+            row = self.store.set_scaling(model, version, min_instances, max_instances)
+            if row.num_desired != before.get(version):
+                # the autoscaler skips fixed-size deployments and starts from the stored size:
+                # nobody else would tell the runtime
+                self.world.apply([Scale(model, version, row.num_desired)])
+                self.store.record_event("scale", f"{model}@{version} -> {row.num_desired} "
+                                        f"(bounds {min_instances}..{max_instances})", model)
+            return row
 
     def tick(self) -> None:
         """Advance every running rollout by at most one step."""
