@@ -6,6 +6,7 @@ fully before it changes anything, so a bad request leaves the store as it was.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from podium.errors import Conflict, NotFound
 from podium.package.package import Package, open_package
 
 Clock = Callable[[], int]
+log = logging.getLogger("podium.control")
 
 
 def wall_clock_ms() -> int:
@@ -68,7 +70,17 @@ class ControlPlane:
         """Start a rollout of model@version; returns the rollout id."""
         with self.lock:
             rollout_id = self.driver.start(model, version, config, self.clock())
-            self.driver.tick(self.clock())  # take the first step now, not at the next pass
+            try:
+                self.driver.tick(self.clock())  # take the first step now, not at the next pass
+            except Exception as exc:
+                # the rollout is stored and the loop retries the step: answering 500 here
+                # would tell the caller nothing happened
+                log.exception("rollout %d: first step failed; retried on the next pass",
+                              rollout_id)
+                self.driver.resync()
+                self.store.record_event("rollout", f"rollout {rollout_id}: first step failed "
+                                        f"({type(exc).__name__}: {exc}); retried on the next "
+                                        "pass", model)
             return rollout_id
 
     def rollback(self, model: str) -> int:
