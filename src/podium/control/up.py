@@ -1,5 +1,5 @@
 """`podium up`: control plane (API on :8080) + gateway (:8000) + instances (local processes or
-Ray actors), one process.
+Ray actors), one process; one per home and per database (`plane_lock`).
 
 The gateway and the API share one event loop; the control loop (store, process probes) runs in
 its own thread. Stopping `podium up` drains and stops every instance it started.
@@ -25,6 +25,7 @@ from podium.control.api import create_app
 from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
+from podium.control.plane_lock import PlaneLock, holder_info
 from podium.control.runtime import create_runtime
 from podium.control.store import Store, default_url
 from podium.control.world import RuntimeWorld
@@ -89,7 +90,17 @@ class UpConfig:
 def run_up(config: UpConfig) -> int:
     """Serve until interrupted; returns the exit code."""
     home = config.home or env.home()
-    store = Store.open(config.database_url or default_url(home))
+    url = config.database_url or default_url(home)
+    # before anything else: a second plane must not adopt (and then stop) the first one's
+    # instances, nor write a row
+    lock = PlaneLock.acquire(home, url, holder_info(
+        host=config.host, http_port=config.http_port, grpc_port=config.grpc_port,
+        api_port=config.api_port))
+    try:
+        store = Store.open(url)
+    except BaseException:
+        lock.release()
+        raise
     gateway = Gateway()
     try:
         runtime = create_runtime(config.runtime, store, gateway.table, home / "instances",
@@ -97,6 +108,7 @@ def run_up(config: UpConfig) -> int:
                                  ray_num_cpus=config.ray_num_cpus)
     except BaseException:
         store.close()
+        lock.release()
         raise
     world = RuntimeWorld(runtime, gateway.table, gateway.stats)
     plane = ControlPlane(store, world)
@@ -111,6 +123,7 @@ def run_up(config: UpConfig) -> int:
         with plane.lock:
             runtime.close()
         store.close()
+        lock.release()
     return 0
 
 

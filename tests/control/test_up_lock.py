@@ -1,0 +1,44 @@
+"""A second `podium up` on a running one's home and ports is refused and changes nothing."""
+
+from __future__ import annotations
+
+import subprocess
+
+import httpx
+
+from .platform import write_echo
+from .test_cli import podium
+from .test_up_process import BODY, Up, alive, up, wait
+
+__all__ = ["up"]  # the fixture
+
+
+def test_a_second_up_on_the_same_home_and_ports_is_refused_and_changes_nothing(
+        up: Up, tmp_path) -> None:
+    up.start()
+    assert podium("announce", str(write_echo(tmp_path / "pkgs", "1")), "--api", up.api) == 0
+    assert podium("deploy", "echo@1", "--stages", "100", "--analysis-window", "0",
+                  "--warm-delay", "0", "--api", up.api) == 0
+    wait(lambda: up.rollout(1)["status"] == "succeeded", what="echo@1 deployed")
+    # min = max = 2 on a running deployment starts the second instance
+    assert podium("scale", "echo@1", "--min", "2", "--max", "2", "--api", up.api) == 0
+    wait(lambda: len(up.pids("1")) == 2, what="the second instance")
+    pids = sorted(up.pids("1"))
+    events = up.get("/v1/events?limit=1000")
+
+    second = subprocess.run(up.command(), env=up.env(), capture_output=True, text=True,
+                            timeout=60)
+    assert up.process is not None
+    assert second.returncode == 2, second.stderr
+    [line] = second.stderr.strip().splitlines()  # one line, no traceback
+    assert line.startswith(f"podium: error: another podium up (pid {up.process.pid} on ")
+    assert (f"gateway :{up.http_port}, gRPC :{up.grpc_port}, API :{up.api_port}) already "
+            "runs the control plane of this home") in line
+
+    # the first one's deployment is untouched: same instances, serving, nothing written
+    assert up.process.poll() is None
+    assert sorted(up.pids("1")) == pids and all(alive(p) for p in pids)
+    for _ in range(4):
+        r = httpx.post(up.gateway + "/v2/models/echo/infer", json=BODY, timeout=10)
+        assert (r.status_code, r.json()["model_version"]) == (200, "1")
+    assert up.get("/v1/events?limit=1000") == events
