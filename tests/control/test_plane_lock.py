@@ -40,7 +40,8 @@ def test_two_homes_sharing_one_sqlite_database_are_refused(tmp_path: Path) -> No
     shared = _sqlite(tmp_path / "shared.db")
     first = PlaneLock.acquire(tmp_path / "a", shared, FIRST)
     try:
-        with pytest.raises(AlreadyRunning, match=r"database .*shared\.db \(lock .*shared\.db\.lock"):
+        with pytest.raises(AlreadyRunning,
+                           match=r"database .*shared\.db \(lock .*shared\.db\.lock"):
             PlaneLock.acquire(tmp_path / "b", shared, SECOND)
         # the refused one let go of what it had taken (its own home's lock)
         PlaneLock.acquire(tmp_path / "b", _sqlite(tmp_path / "b.db"), SECOND).release()
