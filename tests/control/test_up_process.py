@@ -27,9 +27,11 @@ BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1
 class Up:
     """One `podium up` process on free ports with its own PODIUM_HOME."""
 
-    def __init__(self, home: Path, *, api_key: str | None = None) -> None:
+    def __init__(self, home: Path, *, api_key: str | None = None,
+                 args: tuple[str, ...] = ()) -> None:
         self.home = home
         self.api_key = api_key
+        self.args = args
         self.http_port, self.api_port, self.grpc_port = free_port(), free_port(), free_port()
         self.api = f"http://127.0.0.1:{self.api_port}"
         self.gateway = f"http://127.0.0.1:{self.http_port}"
@@ -39,7 +41,7 @@ class Up:
         return [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1",
                 "--http-port", str(self.http_port), "--api-port", str(self.api_port),
                 "--grpc-port", str(self.grpc_port),
-                *(["--api-key", self.api_key] if self.api_key else [])]
+                *(["--api-key", self.api_key] if self.api_key else []), *self.args]
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "PODIUM_HOME": str(self.home)}

@@ -53,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--package-root", dest="package_roots", type=Path, action="append",
                    default=[], metavar="DIR",
                    help="announce only packages under DIR (repeatable; default: anywhere)")
+    p.add_argument("--shutdown-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="SIGTERM ends podium up within this long (default 60): requests "
+                        "finish, instances drain and stop, then what is left is killed")
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser("announce", help="register + materialize a package")
@@ -125,6 +128,7 @@ def _up(args: argparse.Namespace) -> int:
                            api_key=args.api_key, api_max_body_bytes=args.api_max_body_bytes,
                            api_max_header_bytes=args.api_max_header_bytes,
                            package_roots=tuple(args.package_roots),
+                           shutdown_timeout_s=args.shutdown_timeout,
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
 
 

@@ -118,7 +118,14 @@ class LocalRuntime(Supervisor[_Process]):
         if instance.pid is None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.kill(instance.pid, signal.SIGKILL if force else signal.SIGTERM)
+            if force:
+                # its own session's process group: an engine core it started goes with it
+                try:
+                    os.killpg(instance.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    os.kill(instance.pid, signal.SIGKILL)
+            else:
+                os.kill(instance.pid, signal.SIGTERM)  # the server stops its own children
 
     def _serving(self, instance: _Process) -> None:
         renice(instance.pid, 0)
