@@ -76,7 +76,7 @@ def test_two_homes_sharing_one_postgres_database_are_refused(
     try:
         with pytest.raises(AlreadyRunning) as refused:
             PlaneLock.acquire(tmp_path / "b", fresh_postgres, SECOND)
-        assert f"podium up pid {os.getpid()}" in refused.value.message
+        assert f"another podium up (pid {os.getpid()} on " in refused.value.message
         assert "advisory lock" in refused.value.message
     finally:
         first.release()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import httpx
+import pytest
 
 from .platform import write_echo
 from .test_cli import podium
@@ -14,7 +16,7 @@ __all__ = ["up"]  # the fixture
 
 
 def test_a_second_up_on_the_same_home_and_ports_is_refused_and_changes_nothing(
-        up: Up, tmp_path) -> None:
+        up: Up, tmp_path: Path) -> None:
     up.start()
     assert podium("announce", str(write_echo(tmp_path / "pkgs", "1")), "--api", up.api) == 0
     assert podium("deploy", "echo@1", "--stages", "100", "--analysis-window", "0",
@@ -42,3 +44,26 @@ def test_a_second_up_on_the_same_home_and_ports_is_refused_and_changes_nothing(
         r = httpx.post(up.gateway + "/v2/models/echo/infer", json=BODY, timeout=10)
         assert (r.status_code, r.json()["model_version"]) == (200, "1")
     assert up.get("/v1/events?limit=1000") == events
+
+
+@pytest.mark.postgres
+def test_a_second_up_on_another_home_but_the_same_postgres_database_is_refused(
+        tmp_path: Path, fresh_postgres: str) -> None:
+    homes = [tmp_path / "a", tmp_path / "b"]
+    for home in homes:
+        home.mkdir()
+    first, second = (Up(home, args=("--database", fresh_postgres)) for home in homes)
+    first.start()
+    try:
+        refused = subprocess.run(second.command(), env=second.env(), capture_output=True,
+                                 text=True, timeout=60)
+        assert refused.returncode == 2, refused.stderr
+        [line] = refused.stderr.strip().splitlines()
+        assert first.process is not None
+        assert f"another podium up (pid {first.process.pid} on " in line
+        assert "already runs the control plane of database" in line
+        assert first.process.poll() is None and first.get("/v1/status")["models"] == {}
+    finally:
+        assert first.process is not None
+        first.process.terminate()
+        assert first.process.wait(timeout=60) == 0

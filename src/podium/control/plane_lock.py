@@ -110,7 +110,8 @@ class PlaneLock:
         row = connection.execute(_HOLDER_QUERY, {"key": ADVISORY_KEY}).first()
         connection.close()
         engine.dispose()
-        who = (f"{row[0] or 'a client'} from {row[1] or 'a local socket'}, server pid {row[2]}"
+        name = (row[0] or "").removeprefix("podium up ") if row else ""
+        who = (f"{name or 'a client'} from {row[1] or 'a local socket'}, server pid {row[2]}"
                if row else "holder unknown")
         raise AlreadyRunning(
             f"another podium up ({who}) already runs the control plane of database "
