@@ -144,7 +144,9 @@ from pathlib import Path
 from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store
 from podium.gateway.routing import RouteTable
-from tests.control.test_local_runtime import fake_command
+
+def fake_command(package, http_port, _grpc_port):
+    return [sys.executable, sys.argv[3], package, str(http_port)]
 
 store = Store.open(sys.argv[1])
 record = store.update_instance
@@ -174,7 +176,7 @@ def test_a_plane_killed_between_spawn_and_record_leaves_no_orphan(env: Env) -> N
     env.package("1")
     package = str(env.tmp / "iris-1")
     crash = subprocess.run([sys.executable, "-c", CRASHING_PLANE, str(env.store.engine.url),
-                            str(env.tmp / "work")], cwd=Path(__file__).parents[2],
+                            str(env.tmp / "work"), str(FAKE)], cwd=Path(__file__).parents[2],
                            capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert crash.returncode == 9, crash.stderr

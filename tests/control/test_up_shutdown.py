@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from .test_cli import podium
-from .test_up_process import Up, alive, wait
+from tests.support.control_cli import podium
+from tests.support.up_process import Up, alive, wait
 
 TIMEOUT_S = 6
 SLACK_S = 4.0

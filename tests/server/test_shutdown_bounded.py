@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from podium.shutdown import EXIT_TIMED_OUT
-from tests.harness import start_instance
+from tests.support.harness import start_instance
 
 TIMEOUT_S = 3
 SLACK_S = 4.0  # process exit and a loaded test machine

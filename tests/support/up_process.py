@@ -1,0 +1,82 @@
+"""`podium up` as a real process on free ports, and waiting on what it does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from podium.control.runtime.local import free_port
+
+
+class Up:
+    """One `podium up` process on free ports with its own PODIUM_HOME."""
+
+    def __init__(self, home: Path, *, api_key: str | None = None,
+                 args: tuple[str, ...] = ()) -> None:
+        self.home = home
+        self.api_key = api_key
+        self.args = args
+        self.http_port, self.api_port, self.grpc_port = free_port(), free_port(), free_port()
+        self.api = f"http://127.0.0.1:{self.api_port}"
+        self.gateway = f"http://127.0.0.1:{self.http_port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        """The command line `start` runs (a second `podium up` may run it again)."""
+        return [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1",
+                "--http-port", str(self.http_port), "--api-port", str(self.api_port),
+                "--grpc-port", str(self.grpc_port),
+                *(["--api-key", self.api_key] if self.api_key else []), *self.args]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PODIUM_HOME": str(self.home)}
+
+    def start(self) -> None:
+        log = (self.home / "up.log").open("ab")
+        self.process = subprocess.Popen(self.command(), env=self.env(), stdout=log,
+                                        stderr=subprocess.STDOUT)
+        wait(lambda: _ok(self.api + "/health"), what="the control-plane API")
+
+    def get(self, path: str) -> object:
+        return httpx.get(self.api + path, timeout=10).json()
+
+    def status(self) -> dict:
+        return self.get("/v1/status")  # type: ignore[return-value]
+
+    def rollout(self, rollout_id: int) -> dict:
+        return self.get(f"/v1/rollouts/{rollout_id}")  # type: ignore[return-value]
+
+    def pids(self, version: str) -> list[int]:
+        versions = self.status()["models"].get("echo", {}).get("versions", {})
+        return [i["pid"] for i in versions.get(version, {}).get("instances", [])
+                if i["state"] == "ready"]
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait(condition: Callable[[], bool], *, what: str, timeout_s: float = 90) -> None:
+    """Poll `condition` every 0.1 s; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
