@@ -58,7 +58,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="serve /metrics without the API key")
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
-                   help="seconds SIGTERM waits for in-flight requests")
+                   help="seconds SIGTERM may take in all: in-flight requests, then "
+                        "unloading; past it the process tree is killed (exit 124)")
     p.add_argument("--log-format", choices=["text", "json"], default="text")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     p.set_defaults(func=_serve)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from podium.control.runtime.base import READY
@@ -134,3 +136,79 @@ def test_a_restarted_control_plane_adopts_running_instances(env: Env) -> None:
     second.scale("iris", "1", 1)  # the desired state re-applied: nothing new started
     wait_for(lambda: second.instances()[0].state == READY, second)
     assert [i.pid for i in second.instances()] == [pid]
+
+
+CRASHING_PLANE = """
+import os, sys
+from pathlib import Path
+from podium.control.runtime.local import LocalRuntime
+from podium.control.store import Store
+from podium.gateway.routing import RouteTable
+
+def fake_command(package, http_port, _grpc_port):
+    return [sys.executable, sys.argv[3], package, str(http_port)]
+
+store = Store.open(sys.argv[1])
+record = store.update_instance
+
+def dying(instance_id, **fields):
+    if fields.get("pid"):
+        os._exit(9)  # kill -9 right after the spawn, before its pid is written
+    record(instance_id, **fields)
+
+store.update_instance = dying
+LocalRuntime(store, RouteTable(), Path(sys.argv[2]), command=fake_command).scale("iris", "1", 1)
+"""
+
+
+def _running(marker: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        if marker in (process.info["cmdline"] or []) and (
+                process.info["status"] != psutil.STATUS_ZOMBIE):
+            found.append(process)
+    return found
+
+
+def test_a_plane_killed_between_spawn_and_record_leaves_no_orphan(env: Env) -> None:
+    """The crash falls after the process was spawned and before its pid was stored: the
+    process never starts serving, and a restarted plane finds nothing to adopt or kill."""
+    env.package("1")
+    package = str(env.tmp / "iris-1")
+    crash = subprocess.run([sys.executable, "-c", CRASHING_PLANE, str(env.store.engine.url),
+                            str(env.tmp / "work"), str(FAKE)], cwd=Path(__file__).parents[2],
+                           capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert crash.returncode == 9, crash.stderr
+    deadline = time.monotonic() + 10
+    try:
+        while _running(package) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _running(package) == [], "an instance outlived the plane unrecorded"
+    finally:
+        for orphan in _running(package):
+            orphan.kill()
+    [(_, _, row)] = env.store.list_instances()
+    assert row.pid is None and row.http_port is not None  # its ports were written first
+    restarted = env.runtime()
+    assert restarted.instances() == [] and env.store.list_instances() == []
+    restarted.scale("iris", "1", 1)  # and the restarted plane starts it properly
+    wait_for(lambda: restarted.instances()[0].state == READY, restarted)
+    [(_, _, row)] = env.store.list_instances()
+    assert row.pid == restarted.instances()[0].pid and _running(package)[0].pid == row.pid
+
+
+def test_a_stranger_on_a_recorded_pid_is_not_adopted(env: Env) -> None:
+    """A pid reused by another process after its instance died unwatched is not ours."""
+    env.package("1")
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        instance_id = env.store.add_instance("iris", "1", state="ready", pid=stranger.pid,
+                                             http_port=1, grpc_port=2)
+        runtime = env.runtime()
+        assert runtime.instances() == []
+        assert env.store.list_instances() == [] and stranger.poll() is None
+        assert instance_id
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from podium.control.actions import MoveAlias, Scale
+from podium.control.api import create_app
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
 from podium.control.runtime.base import READY, InstanceView
@@ -89,6 +91,37 @@ def test_fixed_size_deployment_is_left_alone(env: Env) -> None:
     env.loop.step()
     assert env.store.get_deployment("iris", "1").num_desired == 2
     assert env.runtime.counts == {("iris", "1"): 2}  # the stored size, reconciled, unchanged
+
+
+@pytest.mark.parametrize(("bounds", "num_running"), [
+    ((2, 2), 2),  # fixed size: the autoscaler skips it
+    ((2, 4), 2),  # autoscaled: its policy starts from the stored size, already 2
+    ((0, 0), 0),
+], ids=["fixed-2", "min-2-of-4", "fixed-0"])
+def test_scaling_bounds_put_through_the_api_reach_the_runtime(
+        env: Env, bounds: tuple[int, int], num_running: int) -> None:
+    """`PUT .../scaling` that moves the size starts (or stops) instances, not only the row."""
+    env.store.announce_package("iris", "1", "python", "/p/1", {})
+    env.store.apply([Scale("iris", "1", 1)])
+    env.loop.step()  # reconciled: one instance runs
+    assert env.runtime.counts == {("iris", "1"): 1}
+    client = TestClient(create_app(env.plane))
+    low, high = bounds
+    r = client.put("/v1/deployments/iris/1/scaling",
+                   json={"min_instances": low, "max_instances": high})
+    assert r.status_code == 200 and r.json()["num_desired"] == num_running
+    assert env.runtime.counts == {("iris", "1"): num_running}
+    for _ in range(3):  # and the loop's passes keep it there
+        env.loop.step()
+    assert env.runtime.counts == {("iris", "1"): num_running}
+    assert env.store.get_deployment("iris", "1").num_desired == num_running
+    assert any(f"-> {num_running} (bounds" in e.message for e in env.store.list_events("iris"))
+    # a bad bound after it changes nothing, and the plane still answers
+    r = client.put("/v1/deployments/iris/1/scaling", json={"min_instances": 3,
+                                                           "max_instances": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "min_instances"
+    assert env.runtime.counts == {("iris", "1"): num_running}
+    assert client.get("/v1/status").status_code == 200
 
 
 def test_idle_versioned_versions_are_stopped_but_latest_is_kept(env: Env) -> None:

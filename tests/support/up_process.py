@@ -17,23 +17,30 @@ from podium.control.runtime.local import free_port
 class Up:
     """One `podium up` process on free ports with its own PODIUM_HOME."""
 
-    def __init__(self, home: Path, *, api_key: str | None = None) -> None:
+    def __init__(self, home: Path, *, api_key: str | None = None,
+                 args: tuple[str, ...] = ()) -> None:
         self.home = home
         self.api_key = api_key
+        self.args = args
         self.http_port, self.api_port, self.grpc_port = free_port(), free_port(), free_port()
         self.api = f"http://127.0.0.1:{self.api_port}"
         self.gateway = f"http://127.0.0.1:{self.http_port}"
         self.process: subprocess.Popen[bytes] | None = None
 
+    def command(self) -> list[str]:
+        """The command line `start` runs (a second `podium up` may run it again)."""
+        return [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1",
+                "--http-port", str(self.http_port), "--api-port", str(self.api_port),
+                "--grpc-port", str(self.grpc_port),
+                *(["--api-key", self.api_key] if self.api_key else []), *self.args]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PODIUM_HOME": str(self.home)}
+
     def start(self) -> None:
         log = (self.home / "up.log").open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1",
-             "--http-port", str(self.http_port), "--api-port", str(self.api_port),
-             "--grpc-port", str(self.grpc_port),
-             *(["--api-key", self.api_key] if self.api_key else [])],
-            env={**os.environ, "PODIUM_HOME": str(self.home)}, stdout=log,
-            stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self.command(), env=self.env(), stdout=log,
+                                        stderr=subprocess.STDOUT)
         wait(lambda: _ok(self.api + "/health"), what="the control-plane API")
 
     def get(self, path: str) -> object:

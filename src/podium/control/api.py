@@ -123,7 +123,7 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None,
 
     @app.put("/v1/deployments/{model}/{version}/scaling")
     def scaling(model: ModelName, version: VersionName, body: ScalingRequest) -> dict[str, Any]:
-        row = plane.store.set_scaling(model, version, body.min_instances, body.max_instances)
+        row = plane.set_scaling(model, version, body.min_instances, body.max_instances)
         return {"model": model, "version": version, "min_instances": row.min_instances,
                 "max_instances": row.max_instances, "num_desired": row.num_desired}
 

@@ -3,7 +3,8 @@ plane's CLI.
 
 Every command but `up` is a client of the REST API (PODIUM_CONTROL_URL, default
 http://127.0.0.1:8080). A rejected request prints the API's message and exits 2; an API that
-cannot be reached exits 1.
+cannot be reached or fails (5xx) exits 1; an answer that is not JSON is shown with its status
+and text, never parsed blindly.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    default=[], metavar="DIR",
                    help="announce only packages under DIR (repeatable; default: anywhere)")
     limits.add_flags(p)
+    p.add_argument("--shutdown-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="SIGTERM ends podium up within this long (default 60): requests "
+                        "finish, instances drain and stop, then what is left is killed")
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser("announce", help="register + materialize a package")
@@ -126,6 +130,7 @@ def _up(args: argparse.Namespace) -> int:
                            api_key=args.api_key, api_max_body_bytes=args.api_max_body_bytes,
                            api_max_header_bytes=args.api_max_header_bytes,
                            package_roots=tuple(args.package_roots), limits=limits.from_flags(args),
+                           shutdown_timeout_s=args.shutdown_timeout,
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
 
 
@@ -185,14 +190,33 @@ def _show(args: argparse.Namespace, method: str, path: str, *, body: Any = None,
         print(f"podium: cannot reach the control plane at {args.api} ({exc}); is `podium up` "
               "running?", file=sys.stderr)
         return 1
-    data = response.json()
-    if response.status_code >= 400:
-        error = data.get("error", data)
+    failed = response.status_code >= 400
+    code = (2 if response.status_code < 500 else 1) if failed else 0
+    try:
+        data = response.json()
+    except ValueError:
+        # a proxy's error page, an empty body: say what came back, never a traceback
+        print(_not_json(method, path, response), file=sys.stderr if failed else sys.stdout)
+        return code
+    if failed:
+        error = data.get("error", data) if isinstance(data, dict) else data
         message = error.get("message", error) if isinstance(error, dict) else error
         print(f"podium: {message}", file=sys.stderr)
-        return 2 if response.status_code < 500 else 1
+        return code
     print(json.dumps(data, indent=2) if args.json else _human(path, data))
     return 0
+
+
+def _not_json(method: str, path: str, response: httpx.Response) -> str:
+    """An answer that is not JSON, shown as status + type + (the start of) its text."""
+    text = response.text.strip()
+    shown = (text[:500] + f"... ({len(text)} characters)") if len(text) > 500 else text
+    kind = response.headers.get("content-type", "no content type")
+    done = "" if response.status_code >= 400 else (
+        "; the request was accepted: check it with `podium status` or `podium rollouts`")
+    return (f"podium: {method} {path} answered {response.status_code} "
+            f"{response.reason_phrase} with a non-JSON body ({kind}): {shown or '(empty)'}"
+            f"{done}")
 
 
 def _human(path: str, data: Any) -> str:

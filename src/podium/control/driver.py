@@ -69,6 +69,10 @@ class RolloutDriver:
             self.world.apply(self.store.desired_actions())
             self._reconciled = True
 
+    def resync(self) -> None:
+        """An apply failed part-way: re-apply the whole desired state at the next tick."""
+        self._reconciled = False
+
     def _tick_one(self, record: RolloutRecord, now_ms: int) -> None:
         state = record.state
         observation = self.world.observe(state, since_ms=state.phase_since_ms)

@@ -68,6 +68,7 @@ class ControlLoop:
                 self.step()
             except Exception:  # a bad pass must not stop rollouts for good
                 log.exception("control loop pass failed")
+                self.plane.driver.resync()  # it may have failed between writing and acting
             self._stop.wait(self.config.interval_s)
 
     def stop(self) -> None:

@@ -6,14 +6,16 @@ fully before it changes anything, so a bad request leaves the store as it was.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
+from podium.control.actions import Scale
 from podium.control.driver import RolloutDriver, World
-from podium.control.models import EventRow
+from podium.control.models import DeploymentRow, EventRow
 from podium.control.rollout import LATEST, SUCCEEDED
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import RolloutRecord, Store
@@ -21,6 +23,7 @@ from podium.errors import Conflict, NotFound
 from podium.package.package import Package, open_package
 
 Clock = Callable[[], int]
+log = logging.getLogger("podium.control")
 
 
 def wall_clock_ms() -> int:
@@ -67,7 +70,17 @@ class ControlPlane:
         """Start a rollout of model@version; returns the rollout id."""
         with self.lock:
             rollout_id = self.driver.start(model, version, config, self.clock())
-            self.driver.tick(self.clock())  # take the first step now, not at the next pass
+            try:
+                self.driver.tick(self.clock())  # take the first step now, not at the next pass
+            except Exception as exc:
+                # the rollout is stored and the loop retries the step: answering 500 here
+                # would tell the caller nothing happened
+                log.exception("rollout %d: first step failed; retried on the next pass",
+                              rollout_id)
+                self.driver.resync()
+                self.store.record_event("rollout", f"rollout {rollout_id}: first step failed "
+                                        f"({type(exc).__name__}: {exc}); retried on the next "
+                                        "pass", model)
             return rollout_id
 
     def rollback(self, model: str) -> int:
@@ -86,6 +99,20 @@ class ControlPlane:
         state = previous.state
         config = state.config
         return self.deploy(model, state.from_version, config)
+
+    def set_scaling(self, model: str, version: str, min_instances: int,
+                    max_instances: int) -> DeploymentRow:
+        """Change a deployment's bounds; a size pushed into them is written, then acted on."""
+        with self.lock:
+            before = {d.version: d.num_desired for d in self.store.list_deployments(model)}
+            row = self.store.set_scaling(model, version, min_instances, max_instances)
+            if row.num_desired != before.get(version):
+                # the autoscaler skips fixed-size deployments and starts from the stored size:
+                # nobody else would tell the runtime
+                self.world.apply([Scale(model, version, row.num_desired)])
+                self.store.record_event("scale", f"{model}@{version} -> {row.num_desired} "
+                                        f"(bounds {min_instances}..{max_instances})", model)
+            return row
 
     def tick(self) -> None:
         """Advance every running rollout by at most one step."""

@@ -1,8 +1,10 @@
 """`podium up`: control plane (API on :8080) + gateway (:8000) + instances (local processes or
-Ray actors), one process.
+Ray actors), one process; one per home and per database (`plane_lock`).
 
 The gateway and the API share one event loop; the control loop (store, process probes) runs in
-its own thread. Stopping `podium up` drains and stops every instance it started.
+its own thread. Stopping `podium up` drains and stops every instance it started, all within
+`--shutdown-timeout`: a `ShutdownWatchdog` armed by the first stop signal kills what is left of
+the process tree at the deadline, whatever a request or a loop pass is doing.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from podium.control.api import create_app
 from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
-from podium.control.runtime import create_runtime
+from podium.control.plane_lock import PlaneLock, holder_info
+from podium.control.runtime import Runtime, create_runtime
 from podium.control.store import Store, default_url
 from podium.control.world import RuntimeWorld
 from podium.errors import InvalidArgument
@@ -34,8 +37,11 @@ from podium.gateway.health import run_health_checks
 from podium.gateway.http_server import bounded_head_protocol
 from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
+from podium.shutdown import ShutdownWatchdog
 
 log = logging.getLogger("podium.control")
+STOP_RESERVE_S = 1.0
+"""Of the shutdown timeout, kept for closing the store and the locks after the instances."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,9 @@ class UpConfig:
     """Largest total size of a request's headers the API takes; larger is a 431."""
     package_roots: tuple[Path, ...] = ()
     """When given, the API announces only packages under these directories."""
+    shutdown_timeout_s: float = 60.0
+    """SIGTERM ends `podium up` within this many seconds (1..3600): requests finish, instances
+    drain and stop; at the deadline whatever is left of its process tree is killed."""
 
     def __post_init__(self) -> None:
         if isinstance(self.api_max_body_bytes, bool) or not (
@@ -84,6 +93,10 @@ class UpConfig:
                 1024 <= self.api_max_header_bytes <= 1024**2):
             raise InvalidArgument(f"api_max_header_bytes={self.api_max_header_bytes!r} is out "
                                   "of range; use 1024..1048576", param="api_max_header_bytes")
+        if isinstance(self.shutdown_timeout_s, bool) or not (
+                1 <= self.shutdown_timeout_s <= 3600):
+            raise InvalidArgument(f"shutdown_timeout_s={self.shutdown_timeout_s!r} is out of "
+                                  "range; use 1..3600 seconds", param="shutdown_timeout_s")
         for root in self.package_roots:
             if not root.is_dir():
                 raise InvalidArgument(f"package root {str(root)!r} is not a directory",
@@ -93,29 +106,58 @@ class UpConfig:
 def run_up(config: UpConfig) -> int:
     """Serve until interrupted; returns the exit code."""
     home = config.home or env.home()
-    store = Store.open(config.database_url or default_url(home))
-    gateway = Gateway(limits=config.limits)
-    try:
+    url = config.database_url or default_url(home)
+    watchdog = ShutdownWatchdog("podium up", config.shutdown_timeout_s)
+    with contextlib.ExitStack() as cleanup:  # undone in reverse, each step bounded by the watchdog
+        # before anything else: a second plane must not adopt (and then stop) the first one's
+        # instances, nor write a row
+        lock = PlaneLock.acquire(home, url, holder_info(
+            host=config.host, http_port=config.http_port, grpc_port=config.grpc_port,
+            api_port=config.api_port))
+        cleanup.callback(lock.release)
+        _on_stop_signal(watchdog)  # until the servers run: stop as soon as they start
+        store = Store.open(url)
+        cleanup.callback(store.close)
+        gateway = Gateway(limits=config.limits)
         runtime = create_runtime(config.runtime, store, gateway.table, home / "instances",
                                  ray_address=config.ray_address,
                                  ray_num_cpus=config.ray_num_cpus)
-    except BaseException:
-        store.close()
-        raise
-    world = RuntimeWorld(runtime, gateway.table, gateway.stats)
-    plane = ControlPlane(store, world)
-    loop = ControlLoop(plane, runtime, gateway.table, gateway.stats, config.loop)
-    thread = threading.Thread(target=loop.run_forever, name="podium-control", daemon=True)
-    thread.start()
-    try:
-        asyncio.run(_serve(config, plane, gateway))
-    finally:
-        loop.stop()
-        thread.join(timeout=30)
-        with plane.lock:
-            runtime.close()
-        store.close()
+        world = RuntimeWorld(runtime, gateway.table, gateway.stats)
+        plane = ControlPlane(store, world)
+        cleanup.callback(_stop_instances, plane, runtime, watchdog)
+        loop = ControlLoop(plane, runtime, gateway.table, gateway.stats, config.loop)
+        thread = threading.Thread(target=loop.run_forever, name="podium-control", daemon=True)
+        thread.start()
+        cleanup.callback(_stop_loop, loop, thread, watchdog)
+        try:
+            asyncio.run(_serve(config, plane, gateway, watchdog))
+        finally:
+            _on_stop_signal(watchdog)  # asyncio's handlers left with its loop
+            watchdog.arm()  # whatever ended serving, the rest of the stop is bounded
     return 0
+
+
+def _on_stop_signal(watchdog: ShutdownWatchdog) -> None:
+    """SIGTERM / SIGINT start the countdown (and `_serve` stops if it has not begun)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: watchdog.arm())
+
+
+def _stop_loop(loop: ControlLoop, thread: threading.Thread, watchdog: ShutdownWatchdog) -> None:
+    loop.stop()
+    thread.join(timeout=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
+
+
+def _stop_instances(plane: ControlPlane, runtime: Runtime, watchdog: ShutdownWatchdog) -> None:
+    # a loop pass stuck past its share must not keep the instances running
+    locked = plane.lock.acquire(timeout=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
+    if not locked:
+        log.warning("a control-loop pass still runs; stopping the instances anyway")
+    try:
+        runtime.close(timeout_s=watchdog.remaining(reserve_s=STOP_RESERVE_S))
+    finally:
+        if locked:
+            plane.lock.release()
 
 
 class _Server(uvicorn.Server):
@@ -132,7 +174,8 @@ class _Server(uvicorn.Server):
 KEEP_ALIVE_S = 75
 
 
-async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> None:
+async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway,
+                 watchdog: ShutdownWatchdog) -> None:
     gateway_app: Any = gateway.app()
     if config.api_key:
         gateway_app = ApiKeyMiddleware(gateway_app, api_key=config.api_key)
@@ -154,12 +197,19 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> Non
     ]
 
     def stop_all() -> None:
+        watchdog.arm()
         for server in servers:
+            # counted by uvicorn from now: in-flight requests get a quarter of the budget,
+            # draining and stopping the instances the rest
+            server.config.timeout_graceful_shutdown = watchdog.remaining(
+                reserve_s=watchdog.timeout_s * 3 / 4)
             server.should_exit = True
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop_all)
+    if watchdog.armed:  # told to stop before the servers ran
+        stop_all()
     # the gateway's own active probes cover the gap between two control-loop passes
     health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0))
     grpc_gateway = GrpcGateway(gateway.table, gateway.stats,
@@ -176,5 +226,6 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway) -> Non
         stop_all()
         health.cancel()
         if grpc_server is not None:
-            await grpc_server.stop(grace=5)
+            await grpc_server.stop(grace=min(5.0, watchdog.remaining(
+                reserve_s=watchdog.timeout_s * 3 / 4)))
         await grpc_gateway.aclose()

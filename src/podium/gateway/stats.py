@@ -1,8 +1,13 @@
-"""Per-version request outcomes the rollout analysis reads: count, errors, p99 latency."""
+"""Per-version request outcomes the rollout analysis reads: count, errors, p99 latency.
+
+The gateway's event loop records outcomes while the control loop's thread reads them: every
+access to a window holds one lock, and a reader copies the window before it looks at it.
+"""
 
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
 from dataclasses import dataclass
 
@@ -43,26 +48,31 @@ class VersionStats:
         self._max = max_samples
         # lifetime totals for /metrics: (requests, errors, seconds) per (model, version)
         self.totals: dict[tuple[str, str], list[float]] = {}
+        self._lock = threading.Lock()
 
     def record(self, model: str, version: str, outcome: Outcome) -> None:
         """Count one finished request (error: 5xx or connection failure)."""
         key = (model, version)
-        if key not in self._samples:
-            self._samples[key] = deque(maxlen=self._max)
-        self._samples[key].append(outcome)
-        total = self.totals.setdefault(key, [0, 0, 0.0])
-        total[0] += 1
-        total[1] += 0 if outcome.ok else 1
-        total[2] += outcome.latency_ms / 1000
+        with self._lock:
+            if key not in self._samples:
+                self._samples[key] = deque(maxlen=self._max)
+            self._samples[key].append(outcome)
+            total = self.totals.setdefault(key, [0, 0, 0.0])
+            total[0] += 1
+            total[1] += 0 if outcome.ok else 1
+            total[2] += outcome.latency_ms / 1000
 
     def last_request_ms(self, model: str, version: str) -> int:
         """When model@version last finished a request (0: never)."""
-        samples = self._samples.get((model, version))
-        return samples[-1].at_ms if samples else 0
+        with self._lock:
+            samples = self._samples.get((model, version))
+            return samples[-1].at_ms if samples else 0
 
     def health(self, model: str, version: str, since_ms: int) -> VersionHealth:
         """Requests, errors and p99 latency of model@version since `since_ms`."""
-        window = [o for o in self._samples.get((model, version), ()) if o.at_ms >= since_ms]
+        with self._lock:  # a copy in C, short; the filtering happens outside the lock
+            samples = list(self._samples.get((model, version), ()))
+        window = [o for o in samples if o.at_ms >= since_ms]
         if not window:
             return VersionHealth()
         latencies = sorted(o.latency_ms for o in window)

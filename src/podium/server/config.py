@@ -31,8 +31,8 @@ class ServerConfig(BaseModel):
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024,
                                 description="Largest request body accepted (413 past it).")
     shutdown_timeout_s: float = Field(default=30.0, ge=0,
-                                      description="How long SIGTERM waits for in-flight "
-                                      "requests before cancelling them.")
+                                      description="How long SIGTERM may take in all (requests, "
+                                      "then unloading); then the process tree is killed.")
     log_format: Literal["text", "json"] = Field(default="text",
                                                 description="json: one JSON line per request.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"

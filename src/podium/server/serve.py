@@ -2,8 +2,10 @@
 graceful shutdown on SIGTERM / SIGINT.
 
 Shutdown order: readiness turns false (gateways stop routing) → the ports stop accepting →
-in-flight requests finish within `shutdown_timeout_s` → models unload (the engine's processes
-are reaped) → exit.
+in-flight requests finish → models unload (the engine's processes are reaped) → exit. The whole
+stop is bounded by `shutdown_timeout_s`: requests get all of it but `UNLOAD_RESERVE_S`, and a
+`ShutdownWatchdog` armed by the first stop signal kills the process tree at the deadline, so a
+model whose `initialize` or `execute` hangs cannot keep the process alive.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ from typing import Any
 
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
+from podium.shutdown import ShutdownWatchdog
 
 log = logging.getLogger("podium.serve")
+UNLOAD_RESERVE_S = 5.0
+"""Of the shutdown timeout, at most this much (a quarter of it when shorter) is kept for
+unloading models after the in-flight requests."""
 # Longer than clients' idle expiry (httpx and the gateway: 5 s): the client closes an idle
 # connection first, so no request is ever written to a connection the server is closing.
 KEEP_ALIVE_S = 75
@@ -33,54 +39,71 @@ def run_server(config: ServerConfig) -> int:
     _prepare_metrics_dir()  # before anything imports prometheus_client
     configure_logging(config.log_format, config.log_level)
     instance = Instance(config)
+    watchdog = ShutdownWatchdog("podium serve", config.shutdown_timeout_s)
     if not config.api_key:
         log.warning("no API key configured: every route is open (use --api-key or "
                     "PODIUM_API_KEY)")
-    # uvicorn re-raises the stop signal after its graceful exit; with a handler of ours in
-    # place that re-raise lands here instead of killing the process, so a clean drain exits 0
+    # a signal before uvicorn listens (or uvicorn's re-raise after its graceful exit) lands
+    # here: it starts the countdown instead of killing the process, so a clean drain exits 0
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: None)
-    return asyncio.run(_serve(instance))
+        signal.signal(sig, lambda signum, frame: watchdog.arm())
+    return asyncio.run(_serve(instance, watchdog))
 
 
-async def _serve(instance: Instance) -> int:
+async def _serve(instance: Instance, watchdog: ShutdownWatchdog) -> int:
     import uvicorn
 
     from podium.server.app import build_app
 
     server: uvicorn.Server | None = None
 
+    def stop() -> None:
+        watchdog.arm()
+        server.should_exit = True  # type: ignore[union-attr]
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
-        instance.stop = lambda: setattr(server, "should_exit", True)
+        instance.stop = stop
         grpc_server = await _start_grpc(instance)
         instance.boot_task = asyncio.create_task(_boot_or_exit(instance, server))
         try:
             yield
         finally:
-            await _shutdown(instance, grpc_server)
+            watchdog.arm()  # a stop for any reason (signal, dead engine, failed boot)
+            await _shutdown(instance, grpc_server, watchdog)
 
     config = instance.config
     app = build_app(instance, lifespan=lifespan)
-    server = _draining_server(instance, uvicorn.Config(
+    server = _draining_server(instance, watchdog, uvicorn.Config(
         app, host=config.host, port=config.http_port, log_config=None,
-        timeout_graceful_shutdown=config.shutdown_timeout_s, access_log=False,
-        timeout_keep_alive=KEEP_ALIVE_S))
+        timeout_graceful_shutdown=watchdog.remaining(_unload_reserve(config)),
+        access_log=False, timeout_keep_alive=KEEP_ALIVE_S))
+    server.should_exit = watchdog.armed  # told to stop while starting: stop at once
     log.info("HTTP on %s:%d, gRPC on %s", config.host, config.http_port,
              config.grpc_port if config.grpc_port >= 0 else "off")
     await server.serve()
     return 1 if instance.boot_error else 0  # boot failed, or an engine died
 
 
-def _draining_server(instance: Instance, config: Any) -> Any:
-    """A uvicorn.Server that turns readiness off the moment a stop signal arrives."""
+def _unload_reserve(config: ServerConfig) -> float:
+    return min(UNLOAD_RESERVE_S, config.shutdown_timeout_s / 4)
+
+
+def _draining_server(instance: Instance, watchdog: ShutdownWatchdog, config: Any) -> Any:
+    """A uvicorn.Server that turns readiness off and starts the shutdown countdown the moment
+    a stop signal arrives."""
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
+            watchdog.arm()
+            # uvicorn counts its graceful timeout from now, when the countdown just began
+            self.config.timeout_graceful_shutdown = watchdog.remaining(
+                _unload_reserve(instance.config))
             if not instance.draining:
                 log.info("signal %d: draining (no new requests; in-flight ones finish "
-                         "within %.0fs)", sig, instance.config.shutdown_timeout_s)
+                         "within %.1fs, all of it within %.1fs)", sig,
+                         self.config.timeout_graceful_shutdown, watchdog.timeout_s)
             instance.draining = True
             from podium.metrics.server import set_ready
 
@@ -125,17 +148,20 @@ async def _start_grpc(instance: Instance) -> Any:
     return grpc_server
 
 
-async def _shutdown(instance: Instance, grpc_server: Any) -> None:
+async def _shutdown(instance: Instance, grpc_server: Any, watchdog: ShutdownWatchdog) -> None:
     instance.draining = True
+    reserve = _unload_reserve(instance.config)
     task = instance.boot_task
     if task is not None and not task.done():
         task.cancel()
+        # a boot step running in a thread (a hung `initialize`) cannot be cancelled: wait
+        # for it no longer than the countdown allows
         with contextlib.suppress(BaseException):
-            await task
+            await asyncio.wait_for(task, watchdog.remaining(reserve))
     if grpc_server is not None:
-        await grpc_server.stop(instance.config.shutdown_timeout_s)
+        await grpc_server.stop(watchdog.remaining(reserve))
     # HTTP requests have finished (uvicorn waited for them); gRPC ones were given the grace.
-    await instance.repository.unload_all(timeout_s=instance.config.shutdown_timeout_s)
+    await instance.repository.unload_all(timeout_s=watchdog.remaining(reserve))
     log.info("stopped")
 
 

@@ -38,5 +38,5 @@ class Runtime(Protocol):
     def num_crashes(self, model: str, version: str) -> int:
         """How many times instances of model@version exited without being asked to."""
 
-    def close(self) -> None:
-        """Drain and stop every instance."""
+    def close(self, timeout_s: float | None = None) -> None:
+        """Drain and stop every instance; kill the ones left after `timeout_s`."""

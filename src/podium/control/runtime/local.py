@@ -4,6 +4,11 @@ The instance lifecycle (readiness, crash restart, drain) is the `Supervisor`'s; 
 processes, one log file per instance, at low CPU priority until they are ready. Instances are
 recorded in the store with their pid and ports, so a restarted control plane adopts the live
 ones instead of orphaning them.
+
+No instance can outlive a control-plane crash unrecorded: its ports are written before it is
+spawned, and it is spawned behind a gate (`GATE`) that waits on a pipe from the control plane.
+Only once its pid is in the store does the plane open the gate; a plane that dies before that
+closes the pipe with its death, and the gated process exits without ever starting.
 """
 
 from __future__ import annotations
@@ -26,6 +31,16 @@ from podium.control.store import Store
 from podium.gateway.routing import RouteTable
 
 CommandFor = Callable[[str, int, int], list[str]]
+# run as `python -I -c GATE COMMAND...`: wait for "go" on stdin, then become COMMAND (same pid)
+GATE = """
+import os, sys
+if sys.stdin.buffer.readline() != b"go\\n":
+    sys.exit(0)  # the control plane died before it recorded this pid: never start
+null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(null, 0)
+os.close(null)
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
 
 
 def serve_command(package: str, http_port: int, grpc_port: int, *,
@@ -73,16 +88,26 @@ class LocalRuntime(Supervisor[_Process]):
         http_port, grpc_port = free_port(), free_port()
         instance.url = f"http://127.0.0.1:{http_port}"
         instance.grpc_target = f"127.0.0.1:{grpc_port}"
+        recorded = {"http_port": http_port, "grpc_port": grpc_port,
+                    "log_path": instance.log_path}
+        self.store.update_instance(instance.db_id, pid=None, **recorded)  # intended, first
         # boot at low CPU priority: a starting instance must not slow the ones serving traffic
         nice = ["nice", "-n", str(self.boot_nice)] if self.boot_nice else []
+        command = [*nice, *self.command(package.location, http_port, grpc_port)]
         with Path(instance.log_path or os.devnull).open("ab") as log:  # the child keeps its copy
-            instance.process = subprocess.Popen(
-                [*nice, *self.command(package.location, http_port, grpc_port)], stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-c", GATE, *command], stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                 start_new_session=True)  # survives a control-plane crash; adopted on restart
-        instance.pid = instance.process.pid
-        return {"pid": instance.pid, "http_port": http_port, "grpc_port": grpc_port,
-                "log_path": instance.log_path}
+        instance.process, instance.pid = process, process.pid
+        assert process.stdin is not None
+        try:
+            self.store.update_instance(instance.db_id, pid=process.pid)
+            process.stdin.write(b"go\n")  # recorded: now it may start, and outlive us
+        finally:
+            with contextlib.suppress(OSError):
+                process.stdin.close()  # without "go" (the record failed) it exits unstarted
+        return {"pid": instance.pid, **recorded}
 
     def _exit_code(self, instance: _Process) -> int | None:
         if instance.process is not None:
@@ -93,7 +118,14 @@ class LocalRuntime(Supervisor[_Process]):
         if instance.pid is None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.kill(instance.pid, signal.SIGKILL if force else signal.SIGTERM)
+            if force:
+                # its own session's process group: an engine core it started goes with it
+                try:
+                    os.killpg(instance.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    os.kill(instance.pid, signal.SIGKILL)
+            else:
+                os.kill(instance.pid, signal.SIGTERM)  # the server stops its own children
 
     def _serving(self, instance: _Process) -> None:
         renice(instance.pid, 0)
@@ -101,7 +133,9 @@ class LocalRuntime(Supervisor[_Process]):
     def _adopt(self) -> None:
         """Take over instances a previous control plane left running; mark dead ones stopped."""
         for model, version, row in self.store.list_instances():
-            if row.pid is None or row.http_port is None or not _pid_alive(row.pid):
+            if row.pid is None or row.http_port is None or not _is_instance(row.pid,
+                                                                               row.http_port):
+                # a pid never recorded belongs to a gated process that exited unstarted
                 self.store.update_instance(row.id, state=STOPPED)
                 continue
             instance = _Process(
@@ -124,6 +158,18 @@ def renice(pid: int | None, nice: int) -> None:
         for tid in os.listdir(f"/proc/{pid}/task"):
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+
+
+def _is_instance(pid: int, http_port: int) -> bool:
+    """`pid` runs and is the instance started on `http_port` (not a stranger that reused
+    the pid of one that died while no control plane watched)."""
+    if not _pid_alive(pid):
+        return False
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc to ask: trust the pid
+    return str(http_port).encode() in args
 
 
 def _pid_alive(pid: int) -> bool:

@@ -122,9 +122,9 @@ class RayRuntime(Supervisor[_Actor]):
         for _, _, row in store.list_instances():
             store.update_instance(row.id, state=STOPPED)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float | None = None) -> None:
         """Stop every instance, then leave (or shut down) Ray."""
-        super().close()
+        super().close(timeout_s)
         if self._owns_ray:
             self._ray.shutdown()
 

@@ -144,11 +144,13 @@ class Supervisor(Generic[I]):
         """Unrequested exits of model@version's instances since this runtime started."""
         return self._crashes.get((model, version), 0)
 
-    def close(self) -> None:
-        """Stop every instance now (drain first, bounded by drain_timeout_s)."""
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop every instance now: drain first, bounded by drain_timeout_s, then SIGTERM; the
+        ones still running after `timeout_s` (default drain + stop timeouts) are killed."""
         for key in list(self._desired):
             self.scale(*key, 0)
-        deadline = time.monotonic() + self.drain_timeout_s + self.stop_timeout_s
+        budget = self.drain_timeout_s + self.stop_timeout_s
+        deadline = time.monotonic() + (budget if timeout_s is None else min(budget, timeout_s))
         while self._instances:
             self.poll()
             if time.monotonic() > deadline:
