@@ -22,7 +22,10 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
 from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
 from podium.frontends import kserve_codec as codec
+from podium.frontends import kserve_validate as validate
+from podium.frontends.grpc_undecodable import add_service
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
+from podium.frontends.kserve_limits import KServeLimits
 from podium.metrics.grpc_log import track_grpc
 from podium.repository import ModelRepository, inference
 
@@ -38,17 +41,18 @@ _CONTENTS_FIELD = {
 
 
 def create_server(repository: ModelRepository, *, port: int, server_ready: Callable[[], bool],
-                  host: str = "0.0.0.0", api_key: str | None = None) -> grpc.aio.Server:
+                  host: str = "0.0.0.0", api_key: str | None = None,
+                  limits: KServeLimits | None = None) -> grpc.aio.Server:
     """A gRPC server (not started) serving `repository`; `await server.start()` opens `port`.
     With `api_key`, every method but ServerLive requires `authorization: Bearer <key>`."""
     from podium.frontends.grpc_auth import ApiKeyInterceptor
 
+    limits = limits or KServeLimits()
     server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", 256 << 20),
+        options=[("grpc.max_receive_message_length", limits.grpc_max_message_bytes),
                  ("grpc.max_send_message_length", 256 << 20)],
         interceptors=[ApiKeyInterceptor(api_key)] if api_key else None)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceService(repository, server_ready), server)
+    add_service(InferenceService(repository, server_ready, limits), server)
     server.add_insecure_port(f"{host}:{port}")
     return server
 
@@ -60,9 +64,11 @@ async def _abort(context: grpc.aio.ServicerContext, exc: PodiumError) -> None:
 class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     """The KServe v2 gRPC service over one model repository."""
 
-    def __init__(self, repository: ModelRepository, server_ready: Callable[[], bool]) -> None:
+    def __init__(self, repository: ModelRepository, server_ready: Callable[[], bool],
+                 limits: KServeLimits | None = None) -> None:
         self._repository = repository
         self._server_ready = server_ready
+        self._limits = limits or KServeLimits()
 
     # -- health and metadata -------------------------------------------------------------------
     async def ServerLive(self, request: Any, context: Any) -> Any:
@@ -144,7 +150,8 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         async with track_grpc(context, "ModelInfer"):
             try:
                 response = await self._repository.infer(
-                    request.model_name, request.model_version or None, decode_request(request))
+                    request.model_name, request.model_version or None,
+                    decode_request(request, self._limits))
             except PodiumError as exc:
                 await _abort(context, exc)
             return encode_response(response, request.model_name, response.model_version)
@@ -184,7 +191,8 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                                               request.model_version or None) as entry:
                 # hold one response back so the last one can carry the final flag
                 held: InferenceResponse | None = None
-                async for response in inference.infer_stream(entry, decode_request(request)):
+                async for response in inference.infer_stream(
+                        entry, decode_request(request, self._limits)):
                     if held is not None:
                         await queue.put(_stream_message(held, request, final=False))
                     held = response
@@ -203,8 +211,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
 
 # -- messages ------------------------------------------------------------------------------------
-def decode_request(request: Any) -> InferenceRequest:
+def decode_request(request: Any, limits: KServeLimits | None = None) -> InferenceRequest:
     """A ModelInferRequest as an InferenceRequest (raw or typed contents)."""
+    validate.check_grpc_request(request, limits or KServeLimits())
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
         raise InvalidArgument(f"raw_input_contents holds {len(raw)} tensors for "
