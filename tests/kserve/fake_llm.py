@@ -20,6 +20,9 @@ from podium.package.manifest import TensorSpec
 
 BOS = 1
 BLOCK = 4
+CONTEXT = 64
+"""The fake model's context (max_model_len), in tokens."""
+VOCAB = 1000
 REPLY = ["Paris", " is", " the", " capital", "."]
 
 
@@ -56,6 +59,9 @@ class FakeEngine:
     tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
     calls: list[tuple[Any, dict[str, Any], str]] = field(default_factory=list)
     cached_prefixes: set[tuple[int, ...]] = field(default_factory=set)
+
+    model_config: Any = field(default_factory=lambda: SimpleNamespace(
+        max_model_len=CONTEXT, max_logprobs=20, get_vocab_size=lambda: VOCAB))
 
     def get_tokenizer(self) -> FakeTokenizer:
         return self.tokenizer

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
+from podium.backends.vllm_checks import check_generation, engine_rejections
 from podium.errors import InvalidArgument
 from podium.package.manifest import TensorSpec
 
@@ -96,9 +97,15 @@ SAMPLING_FIELDS = _INT_FIELDS | _FLOAT_FIELDS | _BOOL_FIELDS | _LIST_FIELDS
 
 
 class EngineClient(Protocol):
-    """The slice of vLLM's `AsyncLLM` this module uses."""
+    """The slice of vLLM's `AsyncLLM` this module uses (`model_config`: vLLM's ModelConfig,
+    read for `max_model_len`, `max_logprobs` and `get_vocab_size()`)."""
+
+    model_config: Any
 
     def generate(self, prompt: Any, sampling_params: Any, request_id: str) -> AsyncIterator[Any]:
+        ...
+
+    def get_tokenizer(self) -> Any:
         ...
 
 
@@ -160,18 +167,21 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
     prompt = _text(request, "text_input", required=True)
     stream = _flag(request, "stream")
     exclude_input = _flag(request, "exclude_input_in_output")
-    params = _build_sampling_params(sampling_params, parse_sampling_parameters(request))
+    kwargs = parse_sampling_parameters(request)
+    await check_generation(engine, prompt, kwargs)
+    params = _build_sampling_params(sampling_params, kwargs)
     request_id = request.id or uuid.uuid4().hex
     sent: list[int] = []
     final = None
-    async for output in engine.generate(prompt, params, request_id):
-        final = output
-        if stream:
-            texts = [c.text for c in output.outputs]
-            sent += [0] * (len(texts) - len(sent))
-            deltas = [t[n:] for t, n in zip(texts, sent, strict=False)]
-            sent = [len(t) for t in texts]
-            yield _text_response(deltas, request, final=bool(output.finished))
+    with engine_rejections():
+        async for output in engine.generate(prompt, params, request_id):
+            final = output
+            if stream:
+                texts = [c.text for c in output.outputs]
+                sent += [0] * (len(texts) - len(sent))
+                deltas = [t[n:] for t, n in zip(texts, sent, strict=False)]
+                sent = [len(t) for t in texts]
+                yield _text_response(deltas, request, final=bool(output.finished))
     if final is None:
         raise InvalidArgument("the engine produced no output for this prompt")
     if not stream:
