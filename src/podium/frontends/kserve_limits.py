@@ -9,12 +9,15 @@ bomb into memory.
 from __future__ import annotations
 
 import zlib
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.requests import Request
 
 from podium.errors import InvalidArgument, PayloadTooLarge
 from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
 DEFAULT_MAX_INFLATED_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_JSON_DEPTH = 64

@@ -61,5 +61,6 @@ def _include_optional_routers(app: FastAPI, instance: Instance) -> None:
     """KServe v2 over HTTP and /metrics."""
     from podium.frontends.kserve_http import create_router as kserve_router
 
-    app.include_router(kserve_router(instance.repository, server_ready=instance.is_ready))
+    app.include_router(kserve_router(instance.repository, server_ready=instance.is_ready,
+                                     limits=instance.config.kserve_limits))
     app.include_router(metrics_router())
