@@ -322,8 +322,7 @@ async def score(engine: Any, request: InferenceRequest, *,
     if "candidates" not in request.inputs:
         raise InvalidArgument("input 'candidates' is missing; scoring needs BYTES [N] "
                               "continuations", param="candidates")
-    candidates = [c.decode() if isinstance(c, bytes) else str(c)
-                  for c in request.inputs["candidates"].data.reshape(-1)]
+    candidates = [_utf8("candidates", c) for c in request.inputs["candidates"].data.reshape(-1)]
     if not candidates:
         raise InvalidArgument("input 'candidates' is empty; send at least one",
                               param="candidates")
@@ -438,7 +437,7 @@ async def embed(engine: Any, request: InferenceRequest, *,
     if tensor is None:
         raise InvalidArgument("input 'text_input' is missing; send BYTES [N] texts",
                               param="text_input")
-    texts = [v.decode() if isinstance(v, bytes) else str(v) for v in tensor.data.reshape(-1)]
+    texts = [_utf8("text_input", v) for v in tensor.data.reshape(-1)]
     if not texts:
         raise InvalidArgument("input 'text_input' is empty; send at least one text",
                               param="text_input")
@@ -472,11 +471,15 @@ def _text(request: InferenceRequest, name: str, *, required: bool) -> str:
     if values.size != 1:
         raise InvalidArgument(f"input {name!r} must hold one string, got {values.size}",
                               param=name)
-    value = values[0]
+    return _utf8(name, values[0])
+
+
+def _utf8(name: str, value: Any) -> str:
     try:
         return value.decode() if isinstance(value, bytes) else str(value)
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"input {name!r} is not UTF-8 text", param=name) from None
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"input {name!r} is not UTF-8 text ({exc.reason} at byte "
+                              f"{exc.start})", param=name) from None
 
 
 def _flag(request: InferenceRequest, name: str) -> bool:

@@ -17,8 +17,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictBool,
-    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -34,7 +32,8 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 Datatype = Literal["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32",
                    "INT64", "FP16", "FP32", "FP64", "BYTES"]
 assert set(get_args(Datatype)) == set(NUMPY_DTYPES), "keep Datatype in step with NUMPY_DTYPES"
-Parameter = StrictBool | StrictInt | StrictFloat | StrictStr
+# parameters hold bool, number or string values; checked after the model, for a clear message
+Parameters = dict[str, Any]
 Dim = Annotated[StrictInt, Field(ge=0)]
 
 
@@ -48,7 +47,7 @@ class InputHeader(_Strict):
     name: StrictStr = Field(min_length=1)
     datatype: Datatype
     shape: list[Dim]
-    parameters: dict[str, Parameter] = Field(default_factory=dict)
+    parameters: Parameters = Field(default_factory=dict)
     data: Any = None
 
 
@@ -56,14 +55,14 @@ class OutputHeader(_Strict):
     """One entry of `outputs`."""
 
     name: StrictStr = Field(min_length=1)
-    parameters: dict[str, Parameter] = Field(default_factory=dict)
+    parameters: Parameters = Field(default_factory=dict)
 
 
 class InferHeader(_Strict):
     """The JSON header of `POST /v2/models/{m}/infer`."""
 
     id: StrictStr = ""
-    parameters: dict[str, Parameter] = Field(default_factory=dict)
+    parameters: Parameters = Field(default_factory=dict)
     inputs: list[InputHeader] = Field(default_factory=list)
     outputs: list[OutputHeader] | None = None
 
@@ -95,6 +94,10 @@ def check_infer_header(header: dict[str, Any], limits: KServeLimits, binary_size
         model = InferHeader.model_validate(header)
     except ValidationError as exc:
         raise _invalid(exc, header) from None
+    _check_parameters("parameters", model.parameters)
+    for key, tensors in (("inputs", model.inputs), ("outputs", model.outputs or [])):
+        for index, tensor in enumerate(tensors):
+            _check_parameters(f"{key}[{index}] ({tensor.name!r}).parameters", tensor.parameters)
     check_element_count(((t.name, t.shape) for t in model.inputs), limits)
     binary_total = 0
     for tensor in model.inputs:
@@ -128,6 +131,13 @@ def check_infer_header(header: dict[str, Any], limits: KServeLimits, binary_size
         raise InvalidArgument(f"parameters.binary_data_output={flag!r} must be true or false",
                               param="binary_data_output")
     return model
+
+
+def _check_parameters(label: str, parameters: dict[str, Any]) -> None:
+    for key, value in parameters.items():
+        if not isinstance(value, bool | int | float | str):
+            raise InvalidArgument(f"{label}.{key} is {type_name(value)}; parameter values are "
+                                  "booleans, numbers or strings", param=key)
 
 
 def _invalid(exc: ValidationError, header: dict[str, Any]) -> InvalidArgument:
