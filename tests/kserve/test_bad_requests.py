@@ -183,6 +183,12 @@ HTTP_CASES: dict[str, tuple[str, Body, int, list[str]]] = {
     "logprobs-21": (GENERATE, generate(logprobs=21), 400, ["logprobs=21", "limit of 20"]),
     "n-too-many": (GENERATE, generate(n=10_000), 400, ["n=10000"]),
     "stop-not-strings": (GENERATE, generate(stop=[1]), 400, ["stop holds 1"]),
+    "score-past-context": (f"/v2/models/{LLM}/score", {"context": "w " * 60,
+                                                       "candidates": ["a b c d e"]}, 400,
+                           ["context (61 tokens)", "longest candidate (5)", "context of 64"]),
+    "score-too-many-candidates": (f"/v2/models/{LLM}/score", {"context": "Paris",
+                                                              "candidates": ["x"] * 257}, 400,
+                                  ["257 candidates", "256"]),
     "generate-parameters-as-list": (GENERATE, {"text_input": "x", "parameters": [1]}, 400,
                                     ["'parameters' must be an object"]),
 }

@@ -21,6 +21,8 @@ from podium.errors import InvalidArgument, NotFound
 
 MAX_N = 64
 """Most sequences one request may ask for (`n`): each is a request inside the engine."""
+MAX_CANDIDATES = 256
+"""Most candidates one scoring request may hold (each runs as its own engine request)."""
 MAX_STOP_STRINGS = 64
 """Most `stop` strings per request (each is matched against every new token)."""
 MAX_STOP_STRING_CHARS = 1024
@@ -64,6 +66,19 @@ async def check_generation(engine: Any, prompt: str, kwargs: dict[str, Any]) -> 
                 raise InvalidArgument(f"{key} holds {token_id!r}, which is not a token id of "
                                       f"this model (0 to {vocab - 1})", param=key)
     _check_stop(kwargs.get("stop"))
+
+
+def check_scoring(engine: Any, context_ids: list[int], candidate_ids: list[list[int]]) -> None:
+    """At most MAX_CANDIDATES candidates, each fitting the context together with the text."""
+    if len(candidate_ids) > MAX_CANDIDATES:
+        raise InvalidArgument(f"{len(candidate_ids)} candidates are over the limit of "
+                              f"{MAX_CANDIDATES} per request; split them", param="candidates")
+    context = int(engine.model_config.max_model_len)
+    longest = max((len(ids) for ids in candidate_ids), default=0)
+    if len(context_ids) + longest >= context:
+        raise InvalidArgument(f"the context ({len(context_ids)} tokens) and its longest "
+                              f"candidate ({longest}) do not fit the model's context of "
+                              f"{context}; shorten them", param="context")
 
 
 def _check_counts(kwargs: dict[str, Any], vocab: int, max_logprobs: int) -> None:
@@ -122,5 +137,5 @@ def engine_rejections() -> Iterator[None]:
         raise
 
 
-__all__ = ["MAX_N", "MAX_STOP_STRINGS", "MAX_STOP_STRING_CHARS", "check_generation",
-           "engine_rejections"]
+__all__ = ["MAX_CANDIDATES", "MAX_N", "MAX_STOP_STRINGS", "MAX_STOP_STRING_CHARS",
+           "check_generation", "check_scoring", "engine_rejections"]

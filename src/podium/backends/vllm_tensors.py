@@ -42,7 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
-from podium.backends.vllm_checks import check_generation, engine_rejections
+from podium.backends.vllm_checks import check_generation, check_scoring, engine_rejections
 from podium.errors import InvalidArgument
 from podium.package.manifest import TensorSpec
 
@@ -335,6 +335,7 @@ async def score(engine: Any, request: InferenceRequest, *,
         if not ids:
             raise InvalidArgument(f"candidate {text!r} has no tokens; drop it",
                                   param="candidates")
+    check_scoring(engine, context_ids, candidate_ids)
     base = request.id or uuid.uuid4().hex
     # 1. the context alone: fills the prefix cache with its KV blocks and scores every
     #    candidate's first token (the row that predicts it is the context's last one, which a
