@@ -67,6 +67,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 def _add_kserve_limits(p: argparse.ArgumentParser) -> None:
     from podium.frontends import kserve_limits as limits
 
+    p.add_argument("--max-header-bytes", type=int, default=64 * 1024,
+                   help="largest total of request headers (431 past it)")
     p.add_argument("--max-inflated-bytes", type=int, default=limits.DEFAULT_MAX_INFLATED_BYTES,
                    help="largest KServe body once gzip/deflate is inflated")
     p.add_argument("--max-json-depth", type=int, default=limits.DEFAULT_MAX_JSON_DEPTH,
@@ -93,8 +95,9 @@ def _serve(args: argparse.Namespace) -> int:
         packages=packages, repository=args.repository, host=args.host,
         http_port=args.http_port, grpc_port=args.grpc_port, api_key=args.api_key,
         metrics_open=args.metrics_open, max_body_bytes=args.max_body_bytes,
-        max_inflated_bytes=args.max_inflated_bytes, max_json_depth=args.max_json_depth,
-        max_tensors=args.max_tensors, max_elements=args.max_elements,
+        max_header_bytes=args.max_header_bytes, max_inflated_bytes=args.max_inflated_bytes,
+        max_json_depth=args.max_json_depth, max_tensors=args.max_tensors,
+        max_elements=args.max_elements,
         grpc_max_message_bytes=args.grpc_max_message_bytes,
         shutdown_timeout_s=args.shutdown_timeout, log_format=args.log_format,
         log_level=args.log_level)

@@ -17,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from podium.examples import create_examples
+from podium.frontends.header_limit import HeaderLimitMiddleware
 from podium.frontends.kserve_grpc import create_server
 from podium.frontends.kserve_http import create_router
 from podium.frontends.kserve_limits import KServeLimits
@@ -31,6 +32,7 @@ MiB = 1024 * 1024
 LIMITS = KServeLimits(max_body_bytes=2 * MiB, max_inflated_bytes=4 * MiB, max_json_depth=64,
                       max_tensors=16, max_elements=1_000_000, grpc_max_message_bytes=4 * MiB)
 """Smaller than the defaults, so the tests reach each limit with small requests."""
+MAX_HEADER_BYTES = 16 * 1024
 EMBEDDER = "fake-embedder"
 
 
@@ -91,6 +93,7 @@ def instance(examples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         await repository.unload_all(timeout_s=5)
 
     app = FastAPI(lifespan=lifespan)
+    app.add_middleware(HeaderLimitMiddleware, max_bytes=MAX_HEADER_BYTES)
     app.include_router(create_router(repository, server_ready=repository.all_ready,
                                      limits=LIMITS))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port,

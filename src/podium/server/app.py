@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from podium.frontends.header_limit import HeaderLimitMiddleware
 from podium.metrics import request_log
 from podium.metrics.exposition import create_router as metrics_router
 from podium.server.auth import ApiKeyMiddleware
@@ -32,6 +33,7 @@ def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
     if instance.config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=instance.config.api_key,
                            metrics_open=instance.config.metrics_open)
+    app.add_middleware(HeaderLimitMiddleware, max_bytes=instance.config.max_header_bytes)
     # outermost, so requests refused by the key check are logged with their ids too
     request_log.install(app, instance.config.log_format)
     return app

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from podium.frontends import kserve_limits as kserve
+from podium.frontends.header_limit import DEFAULT_MAX_HEADER_BYTES
 from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
 
 
@@ -31,6 +32,9 @@ class ServerConfig(BaseModel):
                                description="Serve /metrics without the API key (scrapers).")
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024,
                                 description="Largest request body accepted (413 past it).")
+    max_header_bytes: int = Field(default=DEFAULT_MAX_HEADER_BYTES, ge=1024,
+                                  description="Largest total of request header names and "
+                                  "values (431 past it).")
     max_inflated_bytes: int = Field(default=kserve.DEFAULT_MAX_INFLATED_BYTES, ge=1024,
                                     description="Largest KServe body once gzip/deflate is "
                                     "inflated (413 past it).")
