@@ -192,6 +192,12 @@ HTTP_CASES: dict[str, tuple[str, Body, int, list[str]]] = {
     "score-too-many-candidates": (f"/v2/models/{LLM}/score", {"context": "Paris",
                                                               "candidates": ["x"] * 257}, 400,
                                   ["257 candidates", "256"]),
+    "load-parameters-as-list": ("/v2/repository/models/xgb-example/load",
+                                {"parameters": ["version_policy"]}, 400, ["parameters",
+                                                                          "dictionary"]),
+    "unload-parameters-as-list": ("/v2/repository/models/nope/unload",
+                                  {"parameters": [["a"]]}, 400, ["parameters"]),
+    "index-ready-not-bool": ("/v2/repository/index", {"ready": "yes"}, 400, ["ready"]),
     "generate-parameters-as-list": (GENERATE, {"text_input": "x", "parameters": [1]}, 400,
                                     ["'parameters' must be an object"]),
 }

@@ -121,6 +121,16 @@ def test_fuzz_http_garbled_body(http: httpx.Client, body: bytes, encoding: str) 
     _http_ok(http, http.post("/v2/models/xgb-example/infer", content=body, headers=headers))
 
 
+@FUZZ
+@given(route=st.sampled_from(["/v2/repository/index", "/v2/repository/models/nope/load",
+                              "/v2/repository/models/nope/unload",
+                              f"/v2/models/{LLM}/score"]),
+       body=st.dictionaries(st.sampled_from(["ready", "parameters", "context", "candidates",
+                                             "id", "x"]), json_values, max_size=3))
+def test_fuzz_http_other_routes(http: httpx.Client, route: str, body: dict[str, Any]) -> None:
+    _http_ok(http, http.post(route, content=json.dumps(body).encode()))
+
+
 # -- gRPC ------------------------------------------------------------------------------------
 int64s = st.integers(min_value=-2**63, max_value=2**63 - 1)
 

@@ -80,20 +80,23 @@ def create_router(repository: ModelRepository, *, server_ready: Callable[[], boo
         return Response(status_code=200 if server_ready() else 503)
 
     # -- repository --------------------------------------------------------------------------
+    async def _repository_body(request: Request) -> dict[str, Any]:
+        return validate.check_repository_body(await _json_body(request))
+
     @router.post("/v2/repository/index")
     async def repository_index(request: Request) -> JSONResponse:
-        body = await _json_body(request)
+        body = await _repository_body(request)
         return JSONResponse(repository.index(ready_only=bool(body.get("ready", False))))
 
     @router.post("/v2/repository/models/{model}/load")
     async def load(model: str, request: Request) -> Response:
-        body = await _json_body(request)
+        body = await _repository_body(request)
         await repository.load_model(model, load_policy(body.get("parameters")))
         return Response(status_code=200)
 
     @router.post("/v2/repository/models/{model}/unload")
     async def unload(model: str, request: Request) -> Response:
-        body = await _json_body(request)
+        body = await _repository_body(request)
         unknown = sorted(set(body.get("parameters") or {}) - {"unload_dependents"})
         if unknown:
             raise InvalidArgument(f"unload parameters {unknown} are not supported",

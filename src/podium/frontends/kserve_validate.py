@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -178,6 +179,22 @@ def check_generate_body(body: dict[str, Any]) -> None:
         raise InvalidArgument(f"'id' must be a string, got {type_name(body['id'])}", param="id")
 
 
+class RepositoryBody(_Strict):
+    """The body of the repository extension's index, load and unload requests."""
+
+    ready: StrictBool = False
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+def check_repository_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A repository request's body, its field types checked (the values: the handlers)."""
+    try:
+        RepositoryBody.model_validate(body)
+    except ValidationError as exc:
+        raise _invalid(exc, body) from None
+    return body
+
+
 # -- both protocols -------------------------------------------------------------------------------
 def check_element_count(shapes: Any, limits: KServeLimits) -> None:
     """Every shape's element count, and their sum, within `max_elements`."""
@@ -264,5 +281,5 @@ def _check_grpc_parameters(label: str, parameters: Any) -> None:
 
 
 __all__ = ["InferHeader", "InputHeader", "OutputHeader", "check_element_count",
-           "check_generate_body",
-           "check_grpc_request", "check_infer_header", "flat_data", "header_length"]
+           "check_generate_body", "check_grpc_request", "check_infer_header",
+           "check_repository_body", "flat_data", "header_length"]
