@@ -68,6 +68,12 @@ def parameter_without_value() -> Request:
     return request
 
 
+def deep_constraint() -> Request:
+    request = llm()
+    request.parameters["constraint"].string_param = "[" * 100_000
+    return request
+
+
 def requested_output_without_name() -> Request:
     request = xgb()
     request.outputs.add(name="")
@@ -107,6 +113,7 @@ CASES: dict[str, tuple[Callable[[], Request], grpc.StatusCode, list[str]]] = {
     "allowed-token-id-out-of-vocab": (lambda: llm(sampling={"allowed_token_ids": [1000]}),
                                       INVALID, ["allowed_token_ids", "0 to 999"]),
     "logprobs-21": (lambda: llm(sampling={"logprobs": 21}), INVALID, ["logprobs=21"]),
+    "deep-constraint-parameter": (deep_constraint, INVALID, ["nests too deeply"]),
 }
 
 
@@ -204,4 +211,16 @@ def test_grpc_undecodable_stream_message_serves_those_before(instance: Instance)
                 received.append(reply)
     assert err.value.code() == INVALID and "not a valid protobuf" in err.value.details()
     assert [r.infer_response.id for r in received] == ["first"]
+    _good(instance)
+
+
+def test_grpc_load_with_deep_version_policy_then_good(instance: Instance) -> None:
+    request = service_pb2.RepositoryModelLoadRequest(model_name="xgb-example")
+    request.parameters["version_policy"].string_param = "[" * 100_000
+    with grpc.insecure_channel(instance.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.RepositoryModelLoad(request, timeout=30)
+    assert err.value.code() == INVALID, err.value.details()
+    assert "'version_policy' nests JSON deeper" in err.value.details()
     _good(instance)

@@ -198,6 +198,14 @@ HTTP_CASES: dict[str, tuple[str, Body, int, list[str]]] = {
     "unload-parameters-as-list": ("/v2/repository/models/nope/unload",
                                   {"parameters": [["a"]]}, 400, ["parameters"]),
     "index-ready-not-bool": ("/v2/repository/index", {"ready": "yes"}, 400, ["ready"]),
+    "deep-json-inside-sampling-parameters": (f"/v2/models/{LLM}/infer", {"inputs": [
+        {**BYTES_TEXT, "data": ["hi"]}, {"name": "sampling_parameters", "datatype": "BYTES",
+                                         "shape": [1], "data": ["[" * 100_000]}]}, 400,
+        ["sampling_parameters nests too deeply"]),
+    "deep-constraint-text": (GENERATE, generate(constraint='{"a":' * 50_000), 400,
+                             ["nests too deeply"]),
+    "load-config-too-deep": ("/v2/repository/models/xgb-example/load", {"parameters": {
+        "config": "[" * 100_000}}, 400, ["load parameter 'config' nests JSON deeper"]),
     "generate-parameters-as-list": (GENERATE, {"text_input": "x", "parameters": [1]}, 400,
                                     ["'parameters' must be an object"]),
 }

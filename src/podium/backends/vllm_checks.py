@@ -122,6 +122,17 @@ async def _num_tokens(engine: Any, prompt: str) -> int:
 
 
 @contextlib.contextmanager
+def nesting_limit(field: str) -> Iterator[None]:
+    """JSON text inside a tensor or parameter (sampling_parameters, a constraint) nested past
+    the interpreter's recursion limit is the client's error, not a crash."""
+    try:
+        yield
+    except RecursionError:
+        raise InvalidArgument(f"{field} nests too deeply (JSON text inside a tensor or "
+                              "parameter); flatten it", param=field) from None
+
+
+@contextlib.contextmanager
 def engine_rejections() -> Iterator[None]:
     """vLLM's client errors (raised by `generate` for a request it will not run) as 4xx."""
     try:
@@ -138,4 +149,4 @@ def engine_rejections() -> Iterator[None]:
 
 
 __all__ = ["MAX_CANDIDATES", "MAX_N", "MAX_STOP_STRINGS", "MAX_STOP_STRING_CHARS",
-           "check_generation", "check_scoring", "engine_rejections"]
+           "check_generation", "check_scoring", "engine_rejections", "nesting_limit"]

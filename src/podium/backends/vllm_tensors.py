@@ -42,7 +42,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
-from podium.backends.vllm_checks import check_generation, check_scoring, engine_rejections
+from podium.backends.vllm_checks import (
+    check_generation,
+    check_scoring,
+    engine_rejections,
+    nesting_limit,
+)
 from podium.errors import InvalidArgument
 from podium.package.manifest import TensorSpec
 
@@ -167,7 +172,8 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
     prompt = _text(request, "text_input", required=True)
     stream = _flag(request, "stream")
     exclude_input = _flag(request, "exclude_input_in_output")
-    kwargs = parse_sampling_parameters(request)
+    with nesting_limit("sampling_parameters"):
+        kwargs = parse_sampling_parameters(request)
     await check_generation(engine, prompt, kwargs)
     params = _build_sampling_params(sampling_params, kwargs)
     request_id = request.id or uuid.uuid4().hex

@@ -26,6 +26,7 @@ from podium.frontends import kserve_validate as validate
 from podium.frontends.grpc_undecodable import add_service
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
 from podium.frontends.kserve_limits import KServeLimits
+from podium.frontends.safe_json import loads_value
 from podium.metrics.grpc_log import track_grpc
 from podium.repository import ModelRepository, inference
 
@@ -277,11 +278,7 @@ def _request_flag(request: Any, key: str) -> bool:
 
 
 def _json_parameter(name: str, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"parameter {name!r} is not valid JSON ({exc})",
-                              param=name) from None
+    return loads_value(text, field=f"parameter {name!r}")
 
 
 def _set_parameter(target: Any, value: Any) -> None:

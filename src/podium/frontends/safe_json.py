@@ -38,6 +38,21 @@ def loads_object(raw: bytes | memoryview, *, max_depth: int, flag: str = "--max-
     return data
 
 
+def loads_value(text: str, *, field: str, max_depth: int = 64) -> Any:
+    """Any JSON value from text a client put inside a field (a parameter holding JSON), with
+    the body's checks; the 400 names `field`."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise InvalidArgument(f"{field} nests JSON deeper than {max_depth} levels",
+                              param=field) from None
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"{field} is not valid JSON ({exc})", param=field) from None
+    if isinstance(data, dict | list):
+        check_value([data], max_depth=max_depth + 1)
+    return data
+
+
 def check_value(data: Any, *, max_depth: int, flag: str = "--max-json-depth",
                 check_text: bool = True) -> None:
     """Depth at most `max_depth` and every string (keys too) encodable as UTF-8."""
@@ -91,4 +106,4 @@ def type_name(value: Any) -> str:
                                                                       type(value).__name__)
 
 
-__all__ = ["check_value", "loads_object", "type_name"]
+__all__ = ["check_value", "loads_object", "loads_value", "type_name"]
