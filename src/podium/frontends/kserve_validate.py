@@ -216,11 +216,17 @@ _LEAF_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 }
 
 
+_EXACT_TYPES = {datatype: frozenset(kinds) for datatype, (kinds, _) in _LEAF_TYPES.items()}
+
+
 def flat_data(name: str, datatype: str, data: Any, count: int) -> list[Any]:
     """JSON `data` (flat or nested, row-major) as a flat list of values of `datatype`."""
+    kinds, described = _LEAF_TYPES[datatype]
+    if isinstance(data, list) and len(data) == count and \
+            set(map(type, data)) <= _EXACT_TYPES[datatype]:
+        return data  # already flat and of the datatype: checked without a Python loop
     flat: list[Any] = []
     stack = [data] if isinstance(data, list) else [[data]]
-    kinds, described = _LEAF_TYPES[datatype]
     while stack:
         value = stack.pop()
         if not isinstance(value, list):
