@@ -49,53 +49,55 @@ def loads_value(text: str, *, field: str, max_depth: int = 64) -> Any:
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"{field} is not valid JSON ({exc})", param=field) from None
     if isinstance(data, dict | list):
-        check_value([data], max_depth=max_depth + 1)
+        check_value(data, max_depth=max_depth, flag=None, root=field)
     return data
 
 
-def check_value(data: Any, *, max_depth: int, flag: str = "--max-json-depth",
-                check_text: bool = True) -> None:
-    """Depth at most `max_depth` and every string (keys too) encodable as UTF-8."""
+def check_value(data: Any, *, max_depth: int, flag: str | None = "--max-json-depth",
+                check_text: bool = True, root: str = "body") -> None:
+    """Depth at most `max_depth` and every string (keys too) encodable as UTF-8; errors
+    name the place from `root` and the limit's `flag`."""
+    where = f" ({flag})" if flag else ""
     # (container, depth, path): a path is (parent path, key), built into text only for errors
     stack: list[tuple[Any, int, Any]] = [(data, 1, None)]
     while stack:
         value, depth, path = stack.pop()
         if depth > max_depth:
-            raise InvalidArgument(f"JSON at {_path(path)} (depth {depth}) nests deeper than "
-                                  f"the {max_depth}-level limit ({flag})")
+            raise InvalidArgument(f"JSON at {_path(path, root)} (depth {depth}) nests deeper "
+                                  f"than the {max_depth}-level limit{where}", param=root)
         if isinstance(value, list) and _SCALARS.issuperset(map(type, value)):
             if check_text and str in set(map(type, value)):
                 for index, item in enumerate(value):
                     if isinstance(item, str):
-                        _check_text(item, (path, index))
+                        _check_text(item, (path, index), root)
             continue  # a list of scalars (tensor data, mostly): checked without a Python loop
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
             if check_text and isinstance(key, str):
-                _check_text(key, (path, key))
+                _check_text(key, (path, key), root)
             if isinstance(item, dict | list):
                 stack.append((item, depth + 1, (path, key)))
             elif check_text and isinstance(item, str):
-                _check_text(item, (path, key))
+                _check_text(item, (path, key), root)
 
 
-def _check_text(text: str, path: Any) -> None:
+def _check_text(text: str, path: Any, root: str) -> None:
     if text.isascii():
         return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = text[exc.start:exc.end].encode("unicode_escape").decode()
-        raise InvalidArgument(f"JSON string at {_path(path)} holds a lone UTF-16 surrogate "
+        raise InvalidArgument(f"JSON string at {_path(path, root)} holds a lone UTF-16 surrogate "
                               f"({bad}); send valid Unicode text", param=str(path[1])) from None
 
 
-def _path(path: Any) -> str:
+def _path(path: Any, root: str) -> str:
     parts: list[str] = []
     while path is not None:
         path, key = path
         parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
-    text = "body" + "".join(reversed(parts))
+    text = root + "".join(reversed(parts))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
