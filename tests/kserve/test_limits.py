@@ -79,3 +79,27 @@ def test_loads_keeps_valid_text_and_depth() -> None:
     with pytest.raises(InvalidArgument, match=r"JSON at x\[0\]\[0\] \(depth 3\) nests deeper "
                        "than the 2-level limit$"):
         loads_value("[[[1]]]", field="x", max_depth=2)
+
+
+def test_serve_flags_reach_both_frontends(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """`podium serve --max-…` sets the limits the KServe frontends get; unset flags keep the
+    documented defaults."""
+    from podium import cli
+    from podium.server import serve
+
+    seen = []
+    monkeypatch.setattr(serve, "run_server", lambda config: seen.append(config) or 0)
+    args = cli.build_parser().parse_args([
+        "serve", "--repository", str(tmp_path), "--max-elements", "5", "--max-json-depth", "9",
+        "--grpc-max-message-bytes", "4096", "--max-header-bytes", "2048"])
+    assert args.func(args) == 0
+    limits = seen[0].kserve_limits
+    assert (limits.max_elements, limits.max_json_depth, limits.grpc_max_message_bytes) == (
+        5, 9, 4096)
+    assert seen[0].max_header_bytes == 2048
+    defaults = KServeLimits()
+    assert (limits.max_tensors, limits.max_inflated_bytes, limits.max_body_bytes) == (
+        defaults.max_tensors, defaults.max_inflated_bytes, defaults.max_body_bytes)
+    assert (defaults.max_body_bytes, defaults.max_inflated_bytes, defaults.max_json_depth,
+            defaults.max_tensors, defaults.max_elements, defaults.grpc_max_message_bytes) == (
+        16 << 20, 64 << 20, 64, 64, 16 << 20, 64 << 20)  # as docs/operations.md says
