@@ -206,6 +206,10 @@ HTTP_CASES: dict[str, tuple[str, Body, int, list[str]]] = {
                              ["nests too deeply"]),
     "load-config-too-deep": ("/v2/repository/models/xgb-example/load", {"parameters": {
         "config": "[" * 100_000}}, 400, ["load parameter 'config' nests JSON deeper"]),
+    "surrogate-in-sampling-json-text": (f"/v2/models/{LLM}/infer", {"inputs": [
+        {**BYTES_TEXT, "data": ["hi"]}, {"name": "sampling_parameters", "datatype": "BYTES",
+                                         "shape": [1], "data": ['{"stop": ["\\ud800"]}']}]},
+        400, ["stop holds a lone UTF-16 surrogate"]),
     "generate-parameters-as-list": (GENERATE, {"text_input": "x", "parameters": [1]}, 400,
                                     ["'parameters' must be an object"]),
 }

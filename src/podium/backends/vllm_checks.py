@@ -44,6 +44,7 @@ async def check_generation(engine: Any, prompt: str, kwargs: dict[str, Any]) -> 
                 not -_INT64 <= value < _INT64:
             raise InvalidArgument(f"sampling parameter {key}={value} is out of range (a 64-bit "
                                   "integer)", param=key)
+    _check_text(kwargs)
     num_prompt = await _num_tokens(engine, prompt)
     if num_prompt >= context:
         raise InvalidArgument(f"the prompt uses {num_prompt} tokens, which leaves no room in "
@@ -79,6 +80,25 @@ def check_scoring(engine: Any, context_ids: list[int], candidate_ids: list[list[
         raise InvalidArgument(f"the context ({len(context_ids)} tokens) and its longest "
                               f"candidate ({longest}) do not fit the model's context of "
                               f"{context}; shorten them", param="context")
+
+
+def _check_text(kwargs: dict[str, Any]) -> None:
+    """Every string a request's JSON text carried (stop, bad_words, a constraint) is valid
+    Unicode: a lone surrogate from a `\\ud800` escape cannot be sent to the engine core."""
+    stack: list[tuple[str, Any]] = list(kwargs.items())
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InvalidArgument(f"{key} holds a lone UTF-16 surrogate; send valid "
+                                          "Unicode text", param=key) from None
+        elif isinstance(value, dict):
+            stack.extend((key, item) for item in [*value.keys(), *value.values()])
+        elif isinstance(value, list | tuple):
+            stack.extend((key, item) for item in value)
 
 
 def _check_counts(kwargs: dict[str, Any], vocab: int, max_logprobs: int) -> None:
