@@ -41,13 +41,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from podium.backends import vllm_checks as checks
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
-from podium.backends.vllm_checks import (
-    check_generation,
-    check_scoring,
-    engine_rejections,
-    nesting_limit,
-)
 from podium.errors import InvalidArgument
 from podium.package.manifest import TensorSpec
 
@@ -172,14 +167,14 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
     prompt = _text(request, "text_input", required=True)
     stream = _flag(request, "stream")
     exclude_input = _flag(request, "exclude_input_in_output")
-    with nesting_limit("sampling_parameters"):
+    with checks.nesting_limit("sampling_parameters"):
         kwargs = parse_sampling_parameters(request)
-    await check_generation(engine, prompt, kwargs)
+    await checks.check_generation(engine, prompt, kwargs)
     params = _build_sampling_params(sampling_params, kwargs)
     request_id = request.id or uuid.uuid4().hex
     sent: list[int] = []
     final = None
-    with engine_rejections():
+    with checks.engine_rejections():
         async for output in engine.generate(prompt, params, request_id):
             final = output
             if stream:
@@ -341,7 +336,7 @@ async def score(engine: Any, request: InferenceRequest, *,
         if not ids:
             raise InvalidArgument(f"candidate {text!r} has no tokens; drop it",
                                   param="candidates")
-    check_scoring(engine, context_ids, candidate_ids)
+    checks.check_scoring(engine, context_ids, candidate_ids)
     base = request.id or uuid.uuid4().hex
     # 1. the context alone: fills the prefix cache with its KV blocks and scores every
     #    candidate's first token (the row that predicts it is the context's last one, which a

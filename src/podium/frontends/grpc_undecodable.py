@@ -27,6 +27,9 @@ def add_service(servicer: Any, server: Any) -> None:
     """Register `servicer` as `inference.GRPCInferenceService`, undecodable-message safe."""
     recorder = _Recorder()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, recorder)
+    if not recorder.handlers:  # fail at boot, not with every method UNIMPLEMENTED
+        raise RuntimeError("tritonclient's generated service registered no method handlers "
+                           "by name; grpc_undecodable.add_service needs updating")
     handlers = {name: _tolerant(name, handler) for name, handler in recorder.handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(recorder.service,
                                                                           handlers),))
