@@ -19,7 +19,7 @@ ROW = synthetic_features(1, seed=1).ravel().tolist()
 XGB = "/v2/models/xgb-example/infer"
 GENERATE = f"/v2/models/{LLM}/generate"
 INT64_MAX = 2**63 - 1
-Body = dict[str, Any] | tuple[bytes, dict[str, str]]
+Body = dict[str, Any] | tuple[bytes, dict[str, Any]]
 
 
 def features(**fields: Any) -> dict[str, Any]:
@@ -42,8 +42,8 @@ def generate(**parameters: Any) -> dict[str, Any]:
 
 def binary(header: dict[str, Any], raw: bytes, length: str | None = None) -> Body:
     text = json.dumps(header).encode()
-    return text + raw, {"Inference-Header-Content-Length": length or str(len(text)),
-                        "Content-Type": "application/octet-stream"}
+    return text + raw, {"Inference-Header-Content-Length": (length or str(len(text)))
+                        .encode("latin-1"), "Content-Type": "application/octet-stream"}
 
 
 def bytes_element(value: bytes) -> bytes:
@@ -123,6 +123,8 @@ HTTP_CASES: dict[str, tuple[str, Body, int, list[str]]] = {
                                ["Inference-Header-Content-Length='-5'"]),
     "header-length-not-a-number": (XGB, binary(features(), b"", length="ten"), 400,
                                    ["Inference-Header-Content-Length='ten'"]),
+    "header-length-superscript": (XGB, binary(features(), b"", length="\u00b2"), 400,
+                                  ["Inference-Header-Content-Length='\u00b2'"]),
     # bodies: size, compression, depth, text
     "body-over-limit": (XGB, (b" " * (LIMITS.max_body_bytes + 1), {}), 413,
                         ["2097152-byte limit", "--max-body-bytes"]),

@@ -66,7 +66,7 @@ async def read_body(request: Request, limits: KServeLimits) -> bytes:
 
 async def _read_raw(request: Request, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
+    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {max_bytes}-byte "
                               "limit (--max-body-bytes)")
     chunks, size = [], 0

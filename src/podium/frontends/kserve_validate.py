@@ -73,7 +73,7 @@ def header_length(value: str | None, body_size: int) -> int:
     """The JSON header's length from `Inference-Header-Content-Length` (the body if absent)."""
     if value is None:
         return body_size
-    if not value.strip().isdigit():
+    if not (value.strip().isascii() and value.strip().isdigit()):  # "²".isdigit() too
         raise InvalidArgument(f"{HEADER_LENGTH}={value!r} is not a non-negative integer",
                               param=HEADER_LENGTH)
     length = int(value)
