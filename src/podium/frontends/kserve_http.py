@@ -62,10 +62,6 @@ def create_router(repository: ModelRepository, *, server_ready: Callable[[], boo
     limits = limits or KServeLimits()
     router = APIRouter(route_class=_KServeRoute)
 
-    async def _json_body(request: Request) -> dict[str, Any]:
-        body = await read_body(request, limits)
-        return loads_object(body, max_depth=limits.max_json_depth) if body.strip() else {}
-
     # -- server ------------------------------------------------------------------------------
     @router.get("/v2")
     async def metadata() -> dict[str, Any]:
@@ -81,7 +77,7 @@ def create_router(repository: ModelRepository, *, server_ready: Callable[[], boo
 
     # -- repository --------------------------------------------------------------------------
     async def _repository_body(request: Request) -> dict[str, Any]:
-        return validate.check_repository_body(await _json_body(request))
+        return validate.check_repository_body(await _json_body(request, limits))
 
     @router.post("/v2/repository/index")
     async def repository_index(request: Request) -> JSONResponse:
@@ -115,13 +111,11 @@ def create_router(repository: ModelRepository, *, server_ready: Callable[[], boo
         router.add_api_route(f"{prefix}/config", _model_config(repository), methods=["GET"])
         router.add_api_route(f"{prefix}/stats", _model_stats(repository), methods=["GET"])
         router.add_api_route(f"{prefix}/infer", _infer(repository, limits), methods=["POST"])
-        router.add_api_route(f"{prefix}/generate", _generate(repository, _json_body,
-                                                             stream=False), methods=["POST"])
-        router.add_api_route(f"{prefix}/generate_stream", _generate(repository, _json_body,
-                                                                    stream=True),
+        router.add_api_route(f"{prefix}/generate", _generate(repository, limits, stream=False),
                              methods=["POST"])
-        router.add_api_route(f"{prefix}/score", _score(repository, _json_body),
-                             methods=["POST"])
+        router.add_api_route(f"{prefix}/generate_stream",
+                             _generate(repository, limits, stream=True), methods=["POST"])
+        router.add_api_route(f"{prefix}/score", _score(repository, limits), methods=["POST"])
     return router
 
 
@@ -167,13 +161,10 @@ def _infer(repository: ModelRepository, limits: KServeLimits) -> Callable[..., A
     return handler
 
 
-_JsonBody = Callable[[Request], Awaitable[dict[str, Any]]]
-
-
-def _generate(repository: ModelRepository, _json_body: _JsonBody, *, stream: bool
+def _generate(repository: ModelRepository, limits: KServeLimits, *, stream: bool
               ) -> Callable[..., Awaitable[Any]]:
     async def handler(model: str, request: Request, version: str | None = None) -> Response:
-        body = await _json_body(request)
+        body = await _json_body(request, limits)
 
         def infer_request(backend: Backend) -> InferenceRequest:
             return generate_request(body, backend.inputs(), backend.max_batch_size,
@@ -190,9 +181,9 @@ def _generate(repository: ModelRepository, _json_body: _JsonBody, *, stream: boo
     return handler
 
 
-def _score(repository: ModelRepository, _json_body: _JsonBody) -> Callable[..., Awaitable[Any]]:
+def _score(repository: ModelRepository, limits: KServeLimits) -> Callable[..., Awaitable[Any]]:
     async def handler(model: str, request: Request, version: str | None = None) -> Response:
-        body = await _json_body(request)
+        body = await _json_body(request, limits)
         unknown = sorted(set(body) - {"context", "candidates", "id"})
         if unknown:
             raise InvalidArgument(f"score fields {unknown} are unknown; send context and "
@@ -341,6 +332,13 @@ def generate_response(response: InferenceResponse, model: str, version: str) -> 
         data = codec.tensor_to_json(tensor)
         body[tensor.name] = data[0] if len(data) == 1 else data
     return body
+
+
+# -- helpers ---------------------------------------------------------------------------------
+async def _json_body(request: Request, limits: KServeLimits) -> dict[str, Any]:
+    """A JSON object body within the limits (an empty body is `{}`)."""
+    body = await read_body(request, limits)
+    return loads_object(body, max_depth=limits.max_json_depth) if body.strip() else {}
 
 
 __all__ = ["create_router", "encode_infer_response", "error_response", "parse_infer_request"]
