@@ -103,3 +103,30 @@ def test_serve_flags_reach_both_frontends(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert (defaults.max_body_bytes, defaults.max_inflated_bytes, defaults.max_json_depth,
             defaults.max_tensors, defaults.max_elements, defaults.grpc_max_message_bytes) == (
         16 << 20, 64 << 20, 64, 64, 16 << 20, 64 << 20)  # as docs/operations.md says
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("generate", {"text_input": "Capital?", "id": "gone-generate"}),
+    ("infer", {"id": "gone-infer", "inputs": [{"name": "text_input", "datatype": "BYTES",
+                                               "shape": [1], "data": ["Capital?"]}]}),
+])
+def test_a_client_that_leaves_cancels_its_generation(instance: Instance, path: str,
+                                                     body: dict) -> None:
+    """The engine request is aborted when the HTTP client disconnects, not run to the end."""
+    import time
+
+    engine = instance.llm.engine
+    engine.word_delay_s = 2.0  # five words: ten seconds unless cancelled
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"http://{instance.http_url}/v2/models/fake-llm/{path}", json=body,
+                       timeout=0.5)
+        deadline = time.monotonic() + 5
+        while body["id"] not in engine.aborted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert body["id"] in engine.aborted
+    finally:
+        engine.word_delay_s = 0.0
+    reply = httpx.post(f"http://{instance.http_url}/v2/models/fake-llm/generate",
+                       json={"text_input": "Capital?", "parameters": {"max_tokens": 2}})
+    assert reply.status_code == 200, reply.text

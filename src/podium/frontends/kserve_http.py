@@ -21,6 +21,7 @@ from podium.backends.base import Backend, InferenceRequest, InferenceResponse, T
 from podium.errors import InvalidArgument, NotFound, PodiumError, Unavailable
 from podium.frontends import kserve_codec as codec
 from podium.frontends import kserve_validate as validate
+from podium.frontends.disconnect import cancel_on_disconnect
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
 from podium.frontends.kserve_limits import KServeLimits, read_body
 from podium.frontends.safe_json import loads_object
@@ -153,7 +154,10 @@ def _infer(repository: ModelRepository, limits: KServeLimits) -> Callable[..., A
         body = await read_body(request, limits)
         header, binary_outputs, infer_request = parse_infer_request(
             body, request.headers.get(HEADER_LENGTH), limits)
-        response = await repository.infer(model, version, infer_request)
+        response = await cancel_on_disconnect(request, repository.infer(model, version,
+                                                                        infer_request))
+        if isinstance(response, Response):  # the client left; the work was cancelled
+            return response
         return encode_infer_response(response, model=model, version=response.model_version,
                                      binary_outputs=binary_outputs,
                                      default_binary=bool(header.get("parameters", {})
@@ -171,7 +175,10 @@ def _generate(repository: ModelRepository, limits: KServeLimits, *, stream: bool
                                     stream=stream)
 
         if not stream:
-            response = await repository.infer(model, version, infer_request)
+            response = await cancel_on_disconnect(request, repository.infer(model, version,
+                                                                            infer_request))
+            if isinstance(response, Response):  # the client left; the work was cancelled
+                return response
             return JSONResponse(generate_response(response, model, response.model_version))
         responses = repository.infer_stream(model, version, infer_request)
         # the first response (or the bad-request error) comes before the 200 status is sent
