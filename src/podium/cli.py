@@ -57,12 +57,31 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-open", action="store_true",
                    help="serve /metrics without the API key")
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
+    _add_kserve_limits(p)
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds SIGTERM may take in all: in-flight requests, then "
                         "unloading; past it the process tree is killed (exit 124)")
     p.add_argument("--log-format", choices=["text", "json"], default="text")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     p.set_defaults(func=_serve)
+
+
+def _add_kserve_limits(p: argparse.ArgumentParser) -> None:
+    from podium.frontends import kserve_limits as limits
+
+    p.add_argument("--max-header-bytes", type=int, default=64 * 1024,
+                   help="largest total of request headers (431 past it)")
+    p.add_argument("--max-inflated-bytes", type=int, default=limits.DEFAULT_MAX_INFLATED_BYTES,
+                   help="largest KServe body once gzip/deflate is inflated")
+    p.add_argument("--max-json-depth", type=int, default=limits.DEFAULT_MAX_JSON_DEPTH,
+                   help="deepest JSON nesting in a KServe body")
+    p.add_argument("--max-tensors", type=int, default=limits.DEFAULT_MAX_TENSORS,
+                   help="most inputs (and outputs) per KServe request")
+    p.add_argument("--max-elements", type=int, default=limits.DEFAULT_MAX_ELEMENTS,
+                   help="most tensor elements per KServe request")
+    p.add_argument("--grpc-max-message-bytes", type=int,
+                   default=limits.DEFAULT_GRPC_MAX_MESSAGE_BYTES,
+                   help="largest gRPC message received")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -78,6 +97,10 @@ def _serve(args: argparse.Namespace) -> int:
         packages=packages, repository=args.repository, host=args.host,
         http_port=args.http_port, grpc_port=args.grpc_port, api_key=args.api_key,
         metrics_open=args.metrics_open, max_body_bytes=args.max_body_bytes,
+        max_header_bytes=args.max_header_bytes, max_inflated_bytes=args.max_inflated_bytes,
+        max_json_depth=args.max_json_depth, max_tensors=args.max_tensors,
+        max_elements=args.max_elements,
+        grpc_max_message_bytes=args.grpc_max_message_bytes,
         shutdown_timeout_s=args.shutdown_timeout, log_format=args.log_format,
         log_level=args.log_level)
     return run_server(config)

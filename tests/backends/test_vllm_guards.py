@@ -12,6 +12,7 @@ import pytest
 from podium.backends.base import InferenceRequest, Tensor
 from podium.backends.vllm import VllmBackend
 from podium.errors import BackendDead, BackendError, InvalidArgument
+from podium.errors.render import kind_of
 from podium.package.manifest import parse_manifest
 from podium.package.package import Package
 from podium.repository import ModelEntry, ModelRepository
@@ -54,6 +55,11 @@ class _FailingEngine:
         self.vllm_config = SimpleNamespace(
             device_config=SimpleNamespace(device_type="cuda"),
             scheduler_config=SimpleNamespace(enable_chunked_prefill=False))
+        self.model_config = SimpleNamespace(max_model_len=64, max_logprobs=20,
+                                            get_vocab_size=lambda: 100)
+
+    def get_tokenizer(self) -> Any:
+        return SimpleNamespace(encode=lambda text: text.split())
 
     async def generate(self, prompt: Any, params: Any, request_id: str) -> AsyncIterator[Any]:
         self.errored = self.fatal
@@ -84,3 +90,23 @@ async def test_vllm_engine_errors_are_fatal_only_when_the_engine_died(
     assert isinstance(raised.value, BackendDead) == fatal
     assert died == (["m@1"] if fatal else [])
     assert repository.all_ready() != fatal
+
+
+@pytest.mark.parametrize("path", ["infer", "infer_stream"])
+async def test_vllm_validation_error_is_a_bad_request(path: str) -> None:
+    """vLLM refusing a request (VLLMValidationError, no ValueError) fails it with a 400 and
+    leaves the engine serving."""
+    from vllm.exceptions import VLLMValidationError
+
+    backend = _backend("cuda", False)
+    backend.engine = _FailingEngine(VLLMValidationError(
+        "Token id 99999 is out of vocabulary", parameter="stop_token_ids"), fatal=False)
+    with pytest.raises(InvalidArgument) as raised:
+        if path == "infer":
+            await backend.infer(_prompt())
+        else:
+            async for _ in backend.infer_stream(_prompt()):
+                pass
+    assert kind_of(raised.value).http_status == 400
+    assert "out of vocabulary" in raised.value.message and raised.value.param == "stop_token_ids"
+    assert backend.is_alive()

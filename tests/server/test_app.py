@@ -40,6 +40,7 @@ BAD = [
     pytest.param(b"[]", 400, "got an array", id="list-body"),
     pytest.param(b"null", 400, "got null", id="null-body"),
     pytest.param(b"", 400, "empty", id="empty-body"),
+    pytest.param(b"[" * 3000, 400, "nests JSON too deeply", id="3000-deep"),
     pytest.param(json.dumps({"messages": []}).encode(), 400, "'model' is required",
                  id="missing-model"),
     pytest.param(json.dumps({**GOOD, "model": 7}).encode(), 400, "'model' is required",
@@ -161,3 +162,14 @@ async def test_models_report_when_each_version_became_ready() -> None:
         assert cards["2"]["created"] == 1_700_000_000
         one = (await client.get("/v1/models/fake-llm@2")).json()
         assert one["created"] == 1_700_000_000 and one["version"] == "2"
+
+
+async def test_headers_over_the_limit_are_431_then_good() -> None:
+    client, _, _ = _client(max_header_bytes=4096)
+    async with client:
+        r = await client.post(CHAT, json=GOOD, headers={"x-big": "a" * 5000})
+        assert r.status_code == 431, r.text
+        assert "4096-byte limit (--max-header-bytes)" in r.json()["error"]["message"]
+        r = await client.get("/v2/health/live", headers={"x-big": "a" * 5000})
+        assert r.status_code == 431 and "--max-header-bytes" in r.json()["error"]
+        await _good(client)

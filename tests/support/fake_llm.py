@@ -7,6 +7,7 @@ cached positions come back without logprobs, as vLLM's do.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from podium.package.manifest import TensorSpec
 
 BOS = 1
 BLOCK = 4
+CONTEXT = 64
+"""The fake model's context (max_model_len), in tokens."""
+VOCAB = 1000
 REPLY = ["Paris", " is", " the", " capital", "."]
 
 
@@ -65,6 +69,13 @@ class FakeEngine:
     tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
     calls: list[tuple[Any, dict[str, Any], str]] = field(default_factory=list)
     cached_prefixes: set[tuple[int, ...]] = field(default_factory=set)
+    word_delay_s: float = 0.0
+    """How long each generated word takes (tests of slow generations)."""
+    aborted: list[str] = field(default_factory=list)
+    """Request ids whose generation was cancelled."""
+
+    model_config: Any = field(default_factory=lambda: SimpleNamespace(
+        max_model_len=CONTEXT, max_logprobs=20, get_vocab_size=lambda: VOCAB))
 
     def get_tokenizer(self) -> FakeTokenizer:
         return self.tokenizer
@@ -104,10 +115,15 @@ class FakeEngine:
         limit = sampling_params.get("max_tokens") or len(REPLY)
         words = REPLY[:limit]
         n = sampling_params.get("n") or 1
-        for i in range(1, len(words) + 1):
-            text = "".join(words[:i])
-            yield SimpleNamespace(outputs=[SimpleNamespace(text=text) for _ in range(n)],
-                                  finished=i == len(words), prompt_logprobs=None)
+        try:
+            for i in range(1, len(words) + 1):
+                await asyncio.sleep(self.word_delay_s)
+                text = "".join(words[:i])
+                yield SimpleNamespace(outputs=[SimpleNamespace(text=text) for _ in range(n)],
+                                      finished=i == len(words), prompt_logprobs=None)
+        except asyncio.CancelledError:  # as AsyncLLM aborts a request whose caller went away
+            self.aborted.append(request_id)
+            raise
 
 
 class FakeLlmBackend(Backend):

@@ -17,14 +17,21 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from podium.frontends.header_limit import HeaderLimitMiddleware
 from podium.frontends.kserve_grpc import create_server
 from podium.frontends.kserve_http import create_router
+from podium.frontends.kserve_limits import KServeLimits
 from podium.package.package import write_manifest
 from podium.repository import ModelRepository, scan_repository
 from tests.support.fake_llm import FakeLlmBackend
 
 CLASSIC = ["xgb-example", "torch-example", "onnx-example", "python-example"]
 LLM = "fake-llm"
+MiB = 1024 * 1024
+LIMITS = KServeLimits(max_body_bytes=2 * MiB, max_inflated_bytes=4 * MiB, max_json_depth=64,
+                      max_tensors=16, max_elements=1_000_000, grpc_max_message_bytes=4 * MiB)
+"""Smaller than the defaults, so the tests reach each limit with small requests."""
+MAX_HEADER_BYTES = 16 * 1024
 EMBEDDER = "fake-embedder"
 
 
@@ -79,7 +86,7 @@ def serving(examples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         await repository.load(llm_package, backend=state["llm"])
         await repository.load(embed_package, backend=FakeLlmBackend(embed_package))
         grpc_server = create_server(repository, port=grpc_port, host="127.0.0.1",
-                                    server_ready=repository.all_ready)
+                                    server_ready=repository.all_ready, limits=LIMITS)
         await grpc_server.start()
         state["loop"] = asyncio.get_running_loop()
         yield
@@ -87,7 +94,9 @@ def serving(examples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         await repository.unload_all(timeout_s=5)
 
     app = FastAPI(lifespan=lifespan)
-    app.include_router(create_router(repository, server_ready=repository.all_ready))
+    app.add_middleware(HeaderLimitMiddleware, max_bytes=MAX_HEADER_BYTES)
+    app.include_router(create_router(repository, server_ready=repository.all_ready,
+                                     limits=LIMITS))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port,
                                            log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)

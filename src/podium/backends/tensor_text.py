@@ -19,11 +19,7 @@ def read_text(request: InferenceRequest, name: str, *, required: bool) -> str:
     if values.size != 1:
         raise InvalidArgument(f"input {name!r} must hold one string, got {values.size}",
                               param=name)
-    value = values[0]
-    try:
-        return value.decode() if isinstance(value, bytes) else str(value)
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"input {name!r} is not UTF-8 text", param=name) from None
+    return utf8_text(name, values[0])
 
 
 def read_texts(request: InferenceRequest, name: str, *, what: str = "texts") -> list[str]:
@@ -31,10 +27,19 @@ def read_texts(request: InferenceRequest, name: str, *, what: str = "texts") -> 
     tensor = request.inputs.get(name)
     if tensor is None:
         raise InvalidArgument(f"input {name!r} is missing; send BYTES [N] {what}", param=name)
-    texts = [v.decode() if isinstance(v, bytes) else str(v) for v in tensor.data.reshape(-1)]
+    texts = [utf8_text(name, v) for v in tensor.data.reshape(-1)]
     if not texts:
         raise InvalidArgument(f"input {name!r} is empty; send at least one", param=name)
     return texts
+
+
+def utf8_text(name: str, value: object) -> str:
+    """One element of input `name` as text; 400 naming where it is not UTF-8."""
+    try:
+        return value.decode() if isinstance(value, bytes) else str(value)
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"input {name!r} is not UTF-8 text ({exc.reason} at byte "
+                              f"{exc.start})", param=name) from None
 
 
 def read_flag(request: InferenceRequest, name: str) -> bool:

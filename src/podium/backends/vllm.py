@@ -137,11 +137,15 @@ class VllmBackend(Backend):
     @contextlib.contextmanager
     def _engine_errors(self) -> Iterator[None]:
         """vLLM's two engine errors in Podium's terms: EngineDeadError is fatal (BackendDead),
-        EngineGenerateError fails this request only (BackendError)."""
+        EngineGenerateError fails this request only (BackendError); a request vLLM refuses
+        (VLLMValidationError: scoring or embedding past the context, …) is a 400."""
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
+        from podium.backends.vllm_checks import engine_rejections
+
         try:
-            yield
+            with engine_rejections():
+                yield
         except EngineDeadError as exc:
             raise BackendDead(f"the engine of {self.package.key} died: {exc}") from exc
         except EngineGenerateError as exc:

@@ -9,7 +9,8 @@ unchanged:
     → text_output            BYTES [-1] one string per sequence (`n`)
 
 The engine needs `generate(prompt, sampling_params, request_id)`, an async iterator of vLLM
-`RequestOutput`s with cumulative text.
+`RequestOutput`s with cumulative text, and `model_config` and `get_tokenizer()` for the checks
+against the model (`vllm_checks`: the prompt is tokenized once more for its length).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
+from podium.backends import vllm_checks as checks
 from podium.backends.base import InferenceRequest, InferenceResponse
 from podium.backends.tensor_text import read_flag, read_text, text_tensor
 from podium.backends.vllm_sampling import (
@@ -39,9 +41,15 @@ GENERATE_OUTPUTS = [TensorSpec(name="text_output", datatype="BYTES", shape=[-1])
 
 
 class EngineClient(Protocol):
-    """The slice of vLLM's `AsyncLLM` generation uses."""
+    """The slice of vLLM's `AsyncLLM` generation uses (`model_config`: vLLM's ModelConfig,
+    read for `max_model_len`, `max_logprobs` and `get_vocab_size()`)."""
+
+    model_config: Any
 
     def generate(self, prompt: Any, sampling_params: Any, request_id: str) -> AsyncIterator[Any]:
+        ...
+
+    def get_tokenizer(self) -> Any:
         ...
 
 
@@ -52,18 +60,22 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
     prompt = read_text(request, "text_input", required=True)
     stream = read_flag(request, "stream")
     exclude_input = read_flag(request, "exclude_input_in_output")
-    params = build_sampling_params(sampling_params, parse_sampling_parameters(request))
+    with checks.nesting_limit("sampling_parameters"):
+        kwargs = parse_sampling_parameters(request)
+    await checks.check_generation(engine, prompt, kwargs)
+    params = build_sampling_params(sampling_params, kwargs)
     request_id = request.id or uuid.uuid4().hex
     sent: list[int] = []
     final = None
-    async for output in engine.generate(prompt, params, request_id):
-        final = output
-        if stream:
-            texts = [c.text for c in output.outputs]
-            sent += [0] * (len(texts) - len(sent))
-            deltas = [t[n:] for t, n in zip(texts, sent, strict=False)]
-            sent = [len(t) for t in texts]
-            yield _text_response(deltas, request, final=bool(output.finished))
+    with checks.engine_rejections():
+        async for output in engine.generate(prompt, params, request_id):
+            final = output
+            if stream:
+                texts = [c.text for c in output.outputs]
+                sent += [0] * (len(texts) - len(sent))
+                deltas = [t[n:] for t, n in zip(texts, sent, strict=False)]
+                sent = [len(t) for t in texts]
+                yield _text_response(deltas, request, final=bool(output.finished))
     if final is None:
         raise InvalidArgument("the engine produced no output for this prompt")
     if not stream:

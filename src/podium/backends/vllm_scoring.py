@@ -7,7 +7,8 @@ computed once and shared through prefix caching.
     → token_logprobs         FP32  [-1, -1] per candidate and token, zero-padded
     → num_tokens             INT32 [-1]     tokens per candidate (the unpadded row length)
 
-The engine needs `generate` (as for generation) and `get_tokenizer()`.
+The engine needs `generate` (as for generation), `get_tokenizer()` and `model_config` (at
+most `vllm_checks.MAX_CANDIDATES`, each fitting the context with the text).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from podium.backends import vllm_checks as checks
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
 from podium.backends.tensor_text import read_text, read_texts
 from podium.backends.vllm_sampling import SamplingFactory, vllm_sampling_params
@@ -63,6 +65,7 @@ async def score(engine: Any, request: InferenceRequest, *,
         if not ids:
             raise InvalidArgument(f"candidate {text!r} has no tokens; drop it",
                                   param="candidates")
+    checks.check_scoring(engine, context_ids, candidate_ids)
     base = request.id or uuid.uuid4().hex
     # 1. the context alone: fills the prefix cache with its KV blocks and scores every
     #    candidate's first token (the row that predicts it is the context's last one, which a

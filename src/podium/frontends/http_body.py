@@ -35,6 +35,8 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
         raise InvalidArgument("the request body is empty; send a JSON object")
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise InvalidArgument("the request body nests JSON too deeply; flatten it") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"the request body is not valid JSON ({exc}); send a JSON "
                               "object with Content-Type: application/json") from None

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import podium
 from podium.backends.validation import expected_shape
 from podium.errors import InvalidArgument
+from podium.frontends.safe_json import loads_value
 from podium.repository import ModelRepository, VersionPolicy
 
 SERVER_NAME = "podium"
@@ -47,11 +47,8 @@ def load_policy(parameters: dict[str, Any] | None) -> VersionPolicy:
     policy = parameters.pop("version_policy", None)
     config = parameters.pop("config", None)
     if config is not None:
-        try:
-            config_data = json.loads(config) if isinstance(config, str) else config
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"load parameter 'config' is not valid JSON ({exc})",
-                                  param="config") from None
+        config_data = (loads_value(config, field="load parameter 'config'")
+                       if isinstance(config, str) else config)
         if not isinstance(config_data, dict):
             raise InvalidArgument("load parameter 'config' must be a JSON object",
                                   param="config")

@@ -24,7 +24,11 @@ from podium.errors import InvalidArgument, NotFound, Unavailable
 from podium.errors.interceptor import ErrorInterceptor
 from podium.errors.render import grpc_status, problem_of
 from podium.frontends import kserve_codec as codec
+from podium.frontends import kserve_validate as validate
+from podium.frontends.grpc_undecodable import add_service
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
+from podium.frontends.kserve_limits import KServeLimits
+from podium.frontends.safe_json import loads_value
 from podium.metrics.grpc_log import track_grpc
 from podium.repository import ModelRepository, inference
 
@@ -38,17 +42,18 @@ _CONTENTS_FIELD = {
 
 
 def create_server(repository: ModelRepository, *, port: int, server_ready: Callable[[], bool],
-                  host: str = "0.0.0.0", api_key: str | None = None) -> grpc.aio.Server:
+                  host: str = "0.0.0.0", api_key: str | None = None,
+                  limits: KServeLimits | None = None) -> grpc.aio.Server:
     """A gRPC server (not started) serving `repository`; `await server.start()` opens `port`.
     With `api_key`, every method but ServerLive requires `authorization: Bearer <key>`."""
     from podium.auth import ApiKeyInterceptor
 
+    limits = limits or KServeLimits()
     server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", 256 << 20),
+        options=[("grpc.max_receive_message_length", limits.grpc_max_message_bytes),
                  ("grpc.max_send_message_length", 256 << 20)],
         interceptors=[ErrorInterceptor(), *([ApiKeyInterceptor(api_key)] if api_key else [])])
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceService(repository, server_ready), server)
+    add_service(InferenceService(repository, server_ready, limits), server)
     server.add_insecure_port(f"{host}:{port}")
     return server
 
@@ -56,9 +61,11 @@ def create_server(repository: ModelRepository, *, port: int, server_ready: Calla
 class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     """The KServe v2 gRPC service over one model repository."""
 
-    def __init__(self, repository: ModelRepository, server_ready: Callable[[], bool]) -> None:
+    def __init__(self, repository: ModelRepository, server_ready: Callable[[], bool],
+                 limits: KServeLimits | None = None) -> None:
         self._repository = repository
         self._server_ready = server_ready
+        self._limits = limits or KServeLimits()
 
     # -- health and metadata -------------------------------------------------------------------
     async def ServerLive(self, request: Any, context: Any) -> Any:
@@ -124,7 +131,8 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         async with track_grpc(context, "ModelInfer"):
             response = await self._repository.infer(
-                request.model_name, request.model_version or None, decode_request(request))
+                request.model_name, request.model_version or None,
+                decode_request(request, self._limits))
             return encode_response(response, request.model_name, response.model_version)
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any
@@ -162,7 +170,8 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                                               request.model_version or None) as entry:
                 # hold one response back so the last one can carry the final flag
                 held: InferenceResponse | None = None
-                async for response in inference.infer_stream(entry, decode_request(request)):
+                async for response in inference.infer_stream(
+                        entry, decode_request(request, self._limits)):
                     if held is not None:
                         await queue.put(_stream_message(held, request, final=False))
                     held = response
@@ -178,8 +187,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
 
 # -- messages ------------------------------------------------------------------------------------
-def decode_request(request: Any) -> InferenceRequest:
+def decode_request(request: Any, limits: KServeLimits | None = None) -> InferenceRequest:
     """A ModelInferRequest as an InferenceRequest (raw or typed contents)."""
+    validate.check_grpc_request(request, limits or KServeLimits())
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
         raise InvalidArgument(f"raw_input_contents holds {len(raw)} tensors for "
@@ -243,11 +253,7 @@ def _request_flag(request: Any, key: str) -> bool:
 
 
 def _json_parameter(name: str, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"parameter {name!r} is not valid JSON ({exc})",
-                              param=name) from None
+    return loads_value(text, field=f"parameter {name!r}")
 
 
 def _set_parameter(target: Any, value: Any) -> None:

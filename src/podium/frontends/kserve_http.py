@@ -8,9 +8,7 @@ of the `podium.errors` class.
 
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -19,12 +17,15 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
-from podium.backends.datatypes import NUMPY_DTYPES
 from podium.errors import InvalidArgument, NotFound, Unavailable
 from podium.errors.http import error_response
 from podium.errors.render import encode, kserve_body, problem_of
 from podium.frontends import kserve_codec as codec
+from podium.frontends import kserve_validate as validate
+from podium.frontends.disconnect import cancel_on_disconnect
 from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
+from podium.frontends.kserve_limits import KServeLimits, read_body
+from podium.frontends.safe_json import loads_object
 from podium.metrics import request_log
 from podium.repository import ModelRepository
 
@@ -47,8 +48,10 @@ class _KServeRoute(APIRoute):
         return guarded
 
 
-def create_router(repository: ModelRepository, *, server_ready: Callable[[], bool]) -> APIRouter:
+def create_router(repository: ModelRepository, *, server_ready: Callable[[], bool],
+                  limits: KServeLimits | None = None) -> APIRouter:
     """Every `/v2` route of the KServe v2 HTTP protocol, served from `repository`."""
+    limits = limits or KServeLimits()
     router = APIRouter(route_class=_KServeRoute)
 
     # -- server ------------------------------------------------------------------------------
@@ -65,20 +68,23 @@ def create_router(repository: ModelRepository, *, server_ready: Callable[[], boo
         return Response(status_code=200 if server_ready() else 503)
 
     # -- repository --------------------------------------------------------------------------
+    async def _repository_body(request: Request) -> dict[str, Any]:
+        return validate.check_repository_body(await _json_body(request, limits))
+
     @router.post("/v2/repository/index")
     async def repository_index(request: Request) -> JSONResponse:
-        body = await _json_body(request)
+        body = await _repository_body(request)
         return JSONResponse(repository.index(ready_only=bool(body.get("ready", False))))
 
     @router.post("/v2/repository/models/{model}/load")
     async def load(model: str, request: Request) -> Response:
-        body = await _json_body(request)
+        body = await _repository_body(request)
         await repository.load_model(model, load_policy(body.get("parameters")))
         return Response(status_code=200)
 
     @router.post("/v2/repository/models/{model}/unload")
     async def unload(model: str, request: Request) -> Response:
-        body = await _json_body(request)
+        body = await _repository_body(request)
         unknown = sorted(set(body.get("parameters") or {}) - {"unload_dependents"})
         if unknown:
             raise InvalidArgument(f"unload parameters {unknown} are not supported",
@@ -96,12 +102,12 @@ def create_router(repository: ModelRepository, *, server_ready: Callable[[], boo
         router.add_api_route(f"{prefix}/ready", _model_ready(repository), methods=["GET"])
         router.add_api_route(f"{prefix}/config", _model_config(repository), methods=["GET"])
         router.add_api_route(f"{prefix}/stats", _model_stats(repository), methods=["GET"])
-        router.add_api_route(f"{prefix}/infer", _infer(repository), methods=["POST"])
-        router.add_api_route(f"{prefix}/generate", _generate(repository, stream=False),
+        router.add_api_route(f"{prefix}/infer", _infer(repository, limits), methods=["POST"])
+        router.add_api_route(f"{prefix}/generate", _generate(repository, limits, stream=False),
                              methods=["POST"])
-        router.add_api_route(f"{prefix}/generate_stream", _generate(repository, stream=True),
-                             methods=["POST"])
-        router.add_api_route(f"{prefix}/score", _score(repository), methods=["POST"])
+        router.add_api_route(f"{prefix}/generate_stream",
+                             _generate(repository, limits, stream=True), methods=["POST"])
+        router.add_api_route(f"{prefix}/score", _score(repository, limits), methods=["POST"])
     return router
 
 
@@ -134,12 +140,15 @@ def _model_stats(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
     return handler
 
 
-def _infer(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
+def _infer(repository: ModelRepository, limits: KServeLimits) -> Callable[..., Awaitable[Any]]:
     async def handler(model: str, request: Request, version: str | None = None) -> Response:
-        body = await _body(request)
+        body = await read_body(request, limits)
         header, binary_outputs, infer_request = parse_infer_request(
-            body, request.headers.get(HEADER_LENGTH))
-        response = await repository.infer(model, version, infer_request)
+            body, request.headers.get(HEADER_LENGTH), limits)
+        response = await cancel_on_disconnect(request, repository.infer(model, version,
+                                                                        infer_request))
+        if isinstance(response, Response):  # the client left; the work was cancelled
+            return response
         return encode_infer_response(response, model=model, version=response.model_version,
                                      binary_outputs=binary_outputs,
                                      default_binary=bool(header.get("parameters", {})
@@ -147,16 +156,20 @@ def _infer(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
     return handler
 
 
-def _generate(repository: ModelRepository, *, stream: bool) -> Callable[..., Awaitable[Any]]:
+def _generate(repository: ModelRepository, limits: KServeLimits, *, stream: bool
+              ) -> Callable[..., Awaitable[Any]]:
     async def handler(model: str, request: Request, version: str | None = None) -> Response:
-        body = await _json_body(request)
+        body = await _json_body(request, limits)
 
         def infer_request(backend: Backend) -> InferenceRequest:
             return generate_request(body, backend.inputs(), backend.max_batch_size,
                                     stream=stream)
 
         if not stream:
-            response = await repository.infer(model, version, infer_request)
+            response = await cancel_on_disconnect(request, repository.infer(model, version,
+                                                                            infer_request))
+            if isinstance(response, Response):  # the client left; the work was cancelled
+                return response
             return JSONResponse(generate_response(response, model, response.model_version))
         responses = repository.infer_stream(model, version, infer_request)
         # the first response (or the bad-request error) comes before the 200 status is sent
@@ -166,9 +179,9 @@ def _generate(repository: ModelRepository, *, stream: bool) -> Callable[..., Awa
     return handler
 
 
-def _score(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
+def _score(repository: ModelRepository, limits: KServeLimits) -> Callable[..., Awaitable[Any]]:
     async def handler(model: str, request: Request, version: str | None = None) -> Response:
-        body = await _json_body(request)
+        body = await _json_body(request, limits)
         unknown = sorted(set(body) - {"context", "candidates", "id"})
         if unknown:
             raise InvalidArgument(f"score fields {unknown} are unknown; send context and "
@@ -208,58 +221,43 @@ async def _sse(first: InferenceResponse, responses: AsyncIterator[InferenceRespo
 
 
 # -- infer body ------------------------------------------------------------------------------
-def parse_infer_request(body: bytes, header_length: str | None
+def parse_infer_request(body: bytes, header_length: str | None,
+                        limits: KServeLimits | None = None
                         ) -> tuple[dict[str, Any], dict[str, bool], InferenceRequest]:
     """Split JSON header and binary tensors; returns (header, per-output binary flags, request)."""
-    if header_length is not None:
-        try:
-            length = int(header_length)
-        except ValueError:
-            raise InvalidArgument(f"{HEADER_LENGTH}={header_length!r} is not an integer") from None
-        if not 0 <= length <= len(body):
-            raise InvalidArgument(f"{HEADER_LENGTH}={length} is past the end of the "
-                                  f"{len(body)}-byte body")
-    else:
-        length = len(body)
-    header = _loads(body[:length])
+    limits = limits or KServeLimits()
+    length = validate.header_length(header_length, len(body))
+    header = loads_object(body[:length], max_depth=limits.max_json_depth)
     binary = memoryview(body)[length:]
+    checked = validate.check_infer_header(header, limits, len(binary))
     inputs: dict[str, Tensor] = {}
     offset = 0
-    for item in _list_field(header, "inputs"):
-        name, datatype, shape = _tensor_header(item)
+    for item in checked.inputs:
+        name, datatype, shape = item.name, item.datatype, item.shape
         if name in inputs:
             raise InvalidArgument(f"input {name!r} is given twice", param=name)
-        size = (item.get("parameters") or {}).get("binary_data_size")
+        size = item.parameters.get("binary_data_size")
         if size is not None:
-            if not isinstance(size, int) or size < 0 or offset + size > len(binary):
-                raise InvalidArgument(f"input {name!r}: binary_data_size={size} is past the end "
-                                      f"of the {len(binary)} binary bytes sent", param=name)
             inputs[name] = codec.tensor_from_raw(name, datatype, shape,
                                                  binary[offset:offset + size])
             offset += size
-        elif "data" in item:
-            inputs[name] = codec.tensor_from_json(name, datatype, shape, item["data"])
         else:
-            raise InvalidArgument(f"input {name!r} has neither 'data' nor "
-                                  "parameters.binary_data_size", param=name)
+            inputs[name] = codec.tensor_from_json(name, datatype, shape, item.data)
     if offset != len(binary):
         raise InvalidArgument(f"{len(binary) - offset} bytes of binary data follow the last "
                               "binary input; check binary_data_size")
     binary_outputs: dict[str, bool] = {}
     requested: list[str] | None = None
-    if "outputs" in header:
+    if checked.outputs is not None:
         requested = []
-        for item in _list_field(header, "outputs"):
-            name = item.get("name") if isinstance(item, dict) else None
-            if not isinstance(name, str):
-                raise InvalidArgument(f"each requested output needs a 'name', got {item!r}")
-            requested.append(name)
-            flag = (item.get("parameters") or {}).get("binary_data")
+        for output in checked.outputs:
+            requested.append(output.name)
+            flag = output.parameters.get("binary_data")
             if flag is not None:
-                binary_outputs[name] = bool(flag)
-    parameters = dict(header.get("parameters") or {})
+                binary_outputs[output.name] = bool(flag)
+    parameters = dict(checked.parameters)
     parameters.pop("binary_data_output", None)
-    request = InferenceRequest(inputs=inputs, id=str(header.get("id", "")),
+    request = InferenceRequest(inputs=inputs, id=checked.id,
                                parameters=parameters, requested_outputs=requested)
     return header, binary_outputs, request
 
@@ -295,6 +293,7 @@ def generate_request(body: dict[str, Any], specs: list[Any], max_batch_size: int
                      stream: bool) -> InferenceRequest:
     """Triton's generate body: top-level fields (and `parameters` entries) that name inputs
     become one-element tensors; other `parameters` stay request parameters."""
+    validate.check_generate_body(body)
     by_name = {spec.name: spec for spec in specs}
     parameters = dict(body.get("parameters") or {})
     fields = {k: v for k, v in body.items() if k not in ("id", "parameters")}
@@ -330,59 +329,10 @@ def generate_response(response: InferenceResponse, model: str, version: str) -> 
 
 
 # -- helpers ---------------------------------------------------------------------------------
-async def _body(request: Request) -> bytes:
-    body = await request.body()
-    encoding = request.headers.get("content-encoding", "").lower()
-    try:
-        if encoding == "gzip":
-            return gzip.decompress(body)
-        if encoding == "deflate":
-            return zlib.decompress(body)
-    except (OSError, zlib.error) as exc:
-        raise InvalidArgument(f"body is not valid {encoding} ({exc})") from None
-    if encoding not in ("", "identity"):
-        raise InvalidArgument(f"Content-Encoding {encoding!r} is not supported; use gzip, "
-                              "deflate or none")
-    return body
-
-
-async def _json_body(request: Request) -> dict[str, Any]:
-    body = await _body(request)
-    if not body.strip():
-        return {}
-    return _loads(body)
-
-
-def _loads(raw: bytes | memoryview) -> dict[str, Any]:
-    try:
-        data = json.loads(bytes(raw))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"request body is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise InvalidArgument("request body must be a JSON object")
-    return data
-
-
-def _list_field(header: dict[str, Any], key: str) -> list[Any]:
-    value = header.get(key, [])
-    if not isinstance(value, list):
-        raise InvalidArgument(f"'{key}' must be a list, got {type(value).__name__}", param=key)
-    return value
-
-
-def _tensor_header(item: Any) -> tuple[str, str, list[int]]:
-    if not isinstance(item, dict):
-        raise InvalidArgument(f"each input must be an object, got {item!r}")
-    name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
-    if not isinstance(name, str):
-        raise InvalidArgument(f"an input has no 'name' ({item!r})")
-    if datatype not in NUMPY_DTYPES:
-        raise InvalidArgument(f"input {name!r}: datatype {datatype!r} is not supported (use one "
-                              f"of {', '.join(NUMPY_DTYPES)})", param=name)
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise InvalidArgument(f"input {name!r}: shape {shape!r} must be a list of non-negative "
-                              "integers", param=name)
-    return name, datatype, shape
+async def _json_body(request: Request, limits: KServeLimits) -> dict[str, Any]:
+    """A JSON object body within the limits (an empty body is `{}`)."""
+    body = await read_body(request, limits)
+    return loads_object(body, max_depth=limits.max_json_depth) if body.strip() else {}
 
 
 __all__ = ["create_router", "encode_infer_response", "parse_infer_request"]

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from podium.auth import ApiKeyMiddleware
 from podium.errors.http import install_error_handlers
 from podium.errors.render import instance_shape
+from podium.frontends.header_limit import HeaderLimitMiddleware
 from podium.metrics import request_log
 from podium.metrics.exposition import create_router as metrics_router
 from podium.server.instance import Instance
@@ -33,6 +34,7 @@ def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
     if instance.config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=instance.config.api_key,
                            metrics_open=instance.config.metrics_open)
+    app.add_middleware(HeaderLimitMiddleware, max_bytes=instance.config.max_header_bytes)
     # outermost, so requests refused by the key check are logged with their ids too
     request_log.install(app, instance.config.log_format)
     return app
@@ -62,5 +64,6 @@ def _include_optional_routers(app: FastAPI, instance: Instance) -> None:
     """KServe v2 over HTTP and /metrics."""
     from podium.frontends.kserve_http import create_router as kserve_router
 
-    app.include_router(kserve_router(instance.repository, server_ready=instance.is_ready))
+    app.include_router(kserve_router(instance.repository, server_ready=instance.is_ready,
+                                     limits=instance.config.kserve_limits))
     app.include_router(metrics_router())

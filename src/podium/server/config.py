@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from podium.frontends import kserve_limits as kserve
+from podium.frontends.header_limit import DEFAULT_MAX_HEADER_BYTES
 from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
 
 
@@ -30,9 +32,32 @@ class ServerConfig(BaseModel):
                                description="Serve /metrics without the API key (scrapers).")
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024,
                                 description="Largest request body accepted (413 past it).")
+    max_header_bytes: int = Field(default=DEFAULT_MAX_HEADER_BYTES, ge=1024,
+                                  description="Largest total of request header names and "
+                                  "values (431 past it).")
+    max_inflated_bytes: int = Field(default=kserve.DEFAULT_MAX_INFLATED_BYTES, ge=1024,
+                                    description="Largest KServe body once gzip/deflate is "
+                                    "inflated (413 past it).")
+    max_json_depth: int = Field(default=kserve.DEFAULT_MAX_JSON_DEPTH, ge=2, le=500,
+                                description="Deepest JSON nesting in a KServe body (400).")
+    max_tensors: int = Field(default=kserve.DEFAULT_MAX_TENSORS, ge=1,
+                             description="Most inputs, and most outputs, per KServe request.")
+    max_elements: int = Field(default=kserve.DEFAULT_MAX_ELEMENTS, ge=1,
+                              description="Most tensor elements per KServe request (413).")
+    grpc_max_message_bytes: int = Field(default=kserve.DEFAULT_GRPC_MAX_MESSAGE_BYTES,
+                                        ge=1024, description="Largest gRPC message received "
+                                        "(RESOURCE_EXHAUSTED past it).")
     shutdown_timeout_s: float = Field(default=30.0, ge=0,
                                       description="How long SIGTERM may take in all (requests, "
                                       "then unloading); then the process tree is killed.")
     log_format: Literal["text", "json"] = Field(default="text",
                                                 description="json: one JSON line per request.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @property
+    def kserve_limits(self) -> kserve.KServeLimits:
+        """The limits both KServe frontends enforce."""
+        return kserve.KServeLimits(
+            max_body_bytes=self.max_body_bytes, max_inflated_bytes=self.max_inflated_bytes,
+            max_json_depth=self.max_json_depth, max_tensors=self.max_tensors,
+            max_elements=self.max_elements, grpc_max_message_bytes=self.grpc_max_message_bytes)

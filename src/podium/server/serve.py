@@ -143,7 +143,8 @@ async def _start_grpc(instance: Instance) -> Any:
 
     grpc_server = create_server(instance.repository, port=port,
                                 server_ready=instance.is_ready, host=instance.config.host,
-                                api_key=instance.config.api_key)
+                                api_key=instance.config.api_key,
+                                limits=instance.config.kserve_limits)
     await grpc_server.start()
     return grpc_server
 

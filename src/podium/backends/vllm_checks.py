@@ -1,0 +1,174 @@
+"""What a KServe generation request must satisfy before the engine sees it, and vLLM's own
+rejections in Podium's terms.
+
+vLLM takes `max_tokens=2**63-1` and keeps generating to the end of the context, long after its
+client has gone; it rejects out-of-vocabulary token ids, too many logprobs or a prompt past
+the context only once the request reaches its input processor, with a `VLLMValidationError`
+that is no `ValueError`. Here each is a 400 naming the field, the value and the bound, checked
+against the engine's model config (`max_model_len`, `max_logprobs`, the vocabulary) and the
+prompt's length in tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+from podium.errors import InvalidArgument, NotFound
+
+MAX_N = 64
+"""Most sequences one request may ask for (`n`): each is a request inside the engine."""
+MAX_CANDIDATES = 256
+"""Most candidates one scoring request may hold (each runs as its own engine request)."""
+MAX_STOP_STRINGS = 64
+"""Most `stop` strings per request (each is matched against every new token)."""
+MAX_STOP_STRING_CHARS = 1024
+"""Longest `stop` string."""
+_INT64 = 2**63
+_TOKEN_ID_FIELDS = ("stop_token_ids", "allowed_token_ids")
+_LOGPROB_FIELDS = ("logprobs", "prompt_logprobs")
+# tokenizing this many characters takes long enough to move off the event loop
+_INLINE_TOKENIZE_CHARS = 4096
+
+
+async def check_generation(engine: Any, prompt: str, kwargs: dict[str, Any]) -> None:
+    """The sampling keyword arguments and the prompt fit the model; else a 400 naming why."""
+    config = engine.model_config
+    context = int(config.max_model_len)
+    vocab = int(config.get_vocab_size())
+    for key, value in kwargs.items():
+        if isinstance(value, int) and not isinstance(value, bool) and \
+                not -_INT64 <= value < _INT64:
+            raise InvalidArgument(f"sampling parameter {key}={value} is out of range (a 64-bit "
+                                  "integer)", param=key)
+    _check_text(kwargs)
+    num_prompt = await _num_tokens(engine, prompt)
+    if num_prompt >= context:
+        raise InvalidArgument(f"the prompt uses {num_prompt} tokens, which leaves no room in "
+                              f"the model's context of {context}; shorten text_input",
+                              param="text_input")
+    max_tokens = kwargs.get("max_tokens")
+    if max_tokens is not None:
+        if max_tokens < 1:
+            raise InvalidArgument(f"max_tokens={max_tokens} must be at least 1",
+                                  param="max_tokens")
+        if max_tokens > context - num_prompt:
+            raise InvalidArgument(f"max_tokens={max_tokens} exceeds the model's context of "
+                                  f"{context} (prompt uses {num_prompt}); ask for at most "
+                                  f"{context - num_prompt}", param="max_tokens")
+    _check_counts(kwargs, vocab, int(config.max_logprobs))
+    for key in _TOKEN_ID_FIELDS:
+        for token_id in kwargs.get(key) or []:
+            if isinstance(token_id, bool) or not isinstance(token_id, int) or \
+                    not 0 <= token_id < vocab:
+                raise InvalidArgument(f"{key} holds {token_id!r}, which is not a token id of "
+                                      f"this model (0 to {vocab - 1})", param=key)
+    _check_stop(kwargs.get("stop"))
+
+
+def check_scoring(engine: Any, context_ids: list[int], candidate_ids: list[list[int]]) -> None:
+    """At most MAX_CANDIDATES candidates, each fitting the context together with the text."""
+    if len(candidate_ids) > MAX_CANDIDATES:
+        raise InvalidArgument(f"{len(candidate_ids)} candidates are over the limit of "
+                              f"{MAX_CANDIDATES} per request; split them", param="candidates")
+    context = int(engine.model_config.max_model_len)
+    longest = max((len(ids) for ids in candidate_ids), default=0)
+    if len(context_ids) + longest >= context:
+        raise InvalidArgument(f"the context ({len(context_ids)} tokens) and its longest "
+                              f"candidate ({longest}) do not fit the model's context of "
+                              f"{context}; shorten them", param="context")
+
+
+def _check_text(kwargs: dict[str, Any]) -> None:
+    """Every string a request's JSON text carried (stop, bad_words, a constraint) is valid
+    Unicode: a lone surrogate from a `\\ud800` escape cannot be sent to the engine core."""
+    stack: list[tuple[str, Any]] = list(kwargs.items())
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InvalidArgument(f"{key} holds a lone UTF-16 surrogate; send valid "
+                                          "Unicode text", param=key) from None
+        elif isinstance(value, dict):
+            stack.extend((key, item) for item in [*value.keys(), *value.values()])
+        elif isinstance(value, list | tuple):
+            stack.extend((key, item) for item in value)
+
+
+def _check_counts(kwargs: dict[str, Any], vocab: int, max_logprobs: int) -> None:
+    n = kwargs.get("n")
+    if n is not None and n > MAX_N:
+        raise InvalidArgument(f"n={n} asks for more than {MAX_N} sequences", param="n")
+    top_k = kwargs.get("top_k")
+    if top_k is not None and top_k > vocab:
+        raise InvalidArgument(f"top_k={top_k} exceeds the vocabulary of {vocab} tokens; use "
+                              "0 to disable top-k", param="top_k")
+    limit = vocab if max_logprobs == -1 else max_logprobs
+    for key in _LOGPROB_FIELDS:
+        value = kwargs.get(key)
+        if value is not None and value > limit:
+            raise InvalidArgument(f"{key}={value} exceeds the engine's limit of {limit} "
+                                  "(the package's engine_args max_logprobs)", param=key)
+
+
+def _check_stop(stop: Any) -> None:
+    if stop is None:
+        return
+    if isinstance(stop, str):  # vLLM's SamplingParams takes one string as a one-item list
+        stop = [stop]
+    if len(stop) > MAX_STOP_STRINGS:
+        raise InvalidArgument(f"stop lists {len(stop)} strings, over the limit of "
+                              f"{MAX_STOP_STRINGS}", param="stop")
+    for item in stop:
+        if not isinstance(item, str) or not item:
+            raise InvalidArgument(f"stop holds {item!r}; each stop must be a non-empty string",
+                                  param="stop")
+        if len(item) > MAX_STOP_STRING_CHARS:
+            raise InvalidArgument(f"a stop string of {len(item)} characters is over the limit "
+                                  f"of {MAX_STOP_STRING_CHARS}", param="stop")
+
+
+async def _num_tokens(engine: Any, prompt: str) -> int:
+    tokenizer = engine.get_tokenizer()
+    if inspect.isawaitable(tokenizer):
+        tokenizer = await tokenizer
+    if len(prompt) <= _INLINE_TOKENIZE_CHARS:
+        return len(tokenizer.encode(prompt))
+    return len(await asyncio.to_thread(tokenizer.encode, prompt))
+
+
+@contextlib.contextmanager
+def nesting_limit(field: str) -> Iterator[None]:
+    """JSON text inside a tensor or parameter (sampling_parameters, a constraint) nested past
+    the interpreter's recursion limit is the client's error, not a crash."""
+    try:
+        yield
+    except RecursionError:
+        raise InvalidArgument(f"{field} nests too deeply (JSON text inside a tensor or "
+                              "parameter); flatten it", param=field) from None
+
+
+@contextlib.contextmanager
+def engine_rejections() -> Iterator[None]:
+    """vLLM's client errors (raised by `generate` for a request it will not run) as 4xx."""
+    try:
+        yield
+    except Exception as exc:
+        from vllm.exceptions import VLLMClientError, VLLMNotFoundError
+
+        if isinstance(exc, VLLMNotFoundError):
+            raise NotFound(str(exc)) from exc
+        if isinstance(exc, VLLMClientError):
+            raise InvalidArgument(f"the engine rejected the request: {exc}",
+                                  param=getattr(exc, "parameter", None)) from exc
+        raise
+
+
+__all__ = ["MAX_CANDIDATES", "MAX_N", "MAX_STOP_STRINGS", "MAX_STOP_STRING_CHARS",
+           "check_generation", "check_scoring", "engine_rejections", "nesting_limit"]
