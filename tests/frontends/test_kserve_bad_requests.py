@@ -187,6 +187,8 @@ HTTP_CASES: dict[str, tuple[str, Body, int, list[str]]] = {
     "logprobs-21": (GENERATE, generate(logprobs=21), 400, ["logprobs=21", "limit of 20"]),
     "n-too-many": (GENERATE, generate(n=10_000), 400, ["n=10000"]),
     "stop-not-strings": (GENERATE, generate(stop=[1]), 400, ["stop=[1]", "a string", "got `int`"]),
+    "one-stop-string-too-long": (GENERATE, generate(stop="x" * 2000), 400,
+                                 ["a stop string of 2000 characters", "1024"]),
     "score-past-context": (f"/v2/models/{LLM}/score", {"context": "w " * 60,
                                                        "candidates": ["a b c d e"]}, 400,
                            ["context (61 tokens)", "longest candidate (5)", "context of 64"]),
@@ -239,3 +241,12 @@ def test_http_bad_request_then_good(kserve_instance: Instance, case: str) -> Non
     for word in words:
         assert word in message, message
     _good(kserve_instance)
+
+
+def test_one_stop_string_is_one_stop(kserve_instance: Instance) -> None:
+    """`stop` as one string (SamplingParams takes `str | list[str]`) counts as one stop, not
+    as a list of its characters."""
+    reply = httpx.post(f"http://{kserve_instance.http_url}{GENERATE}",
+                       json=generate(stop="x" * 100, max_tokens=2), timeout=10)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["text_output"].endswith("Paris is")
