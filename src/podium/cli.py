@@ -57,6 +57,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-open", action="store_true",
                    help="serve /metrics without the API key")
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
+    _add_openai_limits(p)
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds SIGTERM waits for in-flight requests")
     p.add_argument("--log-format", choices=["text", "json"], default="text")
@@ -78,8 +79,22 @@ def _serve(args: argparse.Namespace) -> int:
         http_port=args.http_port, grpc_port=args.grpc_port, api_key=args.api_key,
         metrics_open=args.metrics_open, max_body_bytes=args.max_body_bytes,
         shutdown_timeout_s=args.shutdown_timeout, log_format=args.log_format,
-        log_level=args.log_level)
+        log_level=args.log_level, **{name: getattr(args, name) for name in _OPENAI_LIMITS})
     return run_server(config)
+
+
+_OPENAI_LIMITS = ("max_inflated_bytes", "max_header_bytes", "max_json_depth", "max_n",
+                  "max_stop_strings", "max_stop_chars", "max_messages")
+
+
+def _add_openai_limits(p: argparse.ArgumentParser) -> None:
+    """One flag per request limit; defaults and help come from ServerConfig itself."""
+    from podium.server.config import ServerConfig
+
+    for name in _OPENAI_LIMITS:
+        field = ServerConfig.model_fields[name]
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=field.default,
+                       help=f"{field.description} (default {field.default})")
 
 
 def _add_package_commands(sub: argparse._SubParsersAction) -> None:

@@ -8,6 +8,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
+from podium.frontends.json_body import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_JSON_DEPTH
+from podium.frontends.openai_limits import OpenAILimits
+from podium.gateway.limits import DEFAULT_MAX_HEADER_BYTES
 
 
 class ServerConfig(BaseModel):
@@ -30,9 +33,37 @@ class ServerConfig(BaseModel):
                                description="Serve /metrics without the API key (scrapers).")
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024,
                                 description="Largest request body accepted (413 past it).")
+    max_inflated_bytes: int = Field(default=DEFAULT_MAX_INFLATED_BYTES, ge=1024,
+                                    description="Largest size a gzip/deflate OpenAI body may "
+                                    "inflate to (413 past it).")
+    max_header_bytes: int = Field(default=DEFAULT_MAX_HEADER_BYTES, ge=1024,
+                                  description="Largest HTTP request head (431 past it).")
+    max_json_depth: int = Field(default=DEFAULT_MAX_JSON_DEPTH, ge=2, le=512,
+                                description="Deepest nesting of arrays and objects in an "
+                                "OpenAI body (400 past it).")
+    max_n: int = Field(default=OpenAILimits.max_n, ge=1, le=16384,
+                       description="Completions per OpenAI request (n) unless a package sets "
+                       "its own max_n.")
+    max_stop_strings: int = Field(default=OpenAILimits.max_stop_strings, ge=1, le=4096,
+                                  description="Entries of stop, stop_token_ids, bad_words.")
+    max_stop_chars: int = Field(default=OpenAILimits.max_stop_chars, ge=1, le=1 << 20,
+                                description="Characters of one stop string or bad word.")
+    max_messages: int = Field(default=OpenAILimits.max_messages, ge=1, le=1 << 20,
+                              description="Entries of an OpenAI request's messages.")
     shutdown_timeout_s: float = Field(default=30.0, ge=0,
                                       description="How long SIGTERM waits for in-flight "
                                       "requests before cancelling them.")
     log_format: Literal["text", "json"] = Field(default="text",
                                                 description="json: one JSON line per request.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def openai_limits(self) -> OpenAILimits:
+        """The bounds the OpenAI routes enforce."""
+        from podium.frontends.json_body import BodyLimits
+
+        return OpenAILimits(
+            body=BodyLimits(max_body_bytes=self.max_body_bytes,
+                            max_inflated_bytes=self.max_inflated_bytes,
+                            max_json_depth=self.max_json_depth),
+            max_n=self.max_n, max_stop_strings=self.max_stop_strings,
+            max_stop_chars=self.max_stop_chars, max_messages=self.max_messages)

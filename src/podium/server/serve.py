@@ -62,14 +62,25 @@ async def _serve(instance: Instance) -> int:
 
     config = instance.config
     app = build_app(instance, lifespan=lifespan)
-    server = _draining_server(instance, uvicorn.Config(
-        app, host=config.host, port=config.http_port, log_config=None,
-        timeout_graceful_shutdown=config.shutdown_timeout_s, access_log=False,
-        timeout_keep_alive=KEEP_ALIVE_S))
+    server = _draining_server(instance, uvicorn_config(app, config))
     log.info("HTTP on %s:%d, gRPC on %s", config.host, config.http_port,
              config.grpc_port if config.grpc_port >= 0 else "off")
     await server.serve()
     return 1 if instance.boot_error else 0  # boot failed, or an engine died
+
+
+def uvicorn_config(app: Any, config: ServerConfig) -> Any:
+    """How uvicorn serves the instance's HTTP port; request heads are bounded (431)."""
+    import uvicorn
+
+    from podium.gateway.http_server import bounded_head_protocol
+
+    return uvicorn.Config(
+        app, host=config.host, port=config.http_port, log_config=None,
+        timeout_graceful_shutdown=config.shutdown_timeout_s, access_log=False,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        http=bounded_head_protocol(config.max_header_bytes, server="the instance",
+                                   flag="--max-header-bytes"))
 
 
 def _draining_server(instance: Instance, config: Any) -> Any:
