@@ -17,7 +17,6 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from podium.errors import InvalidArgument
-from podium.validation import describe
 
 _SCALARS = (int, float, bool, str, type(None))
 _STRICT = ConfigDict(strict=True)
@@ -33,13 +32,41 @@ def check_types(model_cls: type, body: dict[str, Any]) -> None:
         try:
             adapter.validate_python(value)
         except ValidationError as exc:
-            raise InvalidArgument(f"{name}{_rest(describe(exc))}", param=name) from None
+            raise InvalidArgument(_closest(name, value, exc.errors()), param=name) from None
 
 
-def _rest(description: str) -> str:
-    # describe() leads with the location inside the value ("0: ..."), or with "body"
-    location, _, problem = description.partition(": ")
-    return f": {problem}" if location == "body" else f"[{location}]: {problem}"
+def _closest(name: str, value: Any, errors: list[Any]) -> str:
+    """One line for the union branch that got furthest into `value`, not one per branch:
+    `prompt[1]: Input should be greater than or equal to 0 (got -1)`."""
+    located = [(_path(value, err["loc"]), err) for err in errors]
+    depth = max(len(path) for path, _ in located)
+    deepest = [(path, err) for path, err in located if len(path) == depth]
+    # a bound broken ("at most 4 items") says more than "not a string" from another branch
+    specific = [(path, err) for path, err in deepest if not err["type"].endswith("_type")]
+    path, err = (specific or deepest)[0]
+    if specific:
+        problem = err["msg"]
+    else:  # every branch wanted another type: name them all, once each
+        wanted = dict.fromkeys(e["msg"].removeprefix("Input should be ") for _, e in deepest)
+        problem = "Input should be " + " or ".join(wanted)
+    where = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path)
+    return f"{name}{where}: {problem} (got {_short(err.get('input'))})"
+
+
+def _path(value: Any, loc: tuple[Any, ...]) -> list[Any]:
+    """The steps of `loc` into `value` itself, without the union branch tags pydantic adds."""
+    path = []
+    for step in loc:
+        if isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value) \
+                or isinstance(value, dict) and step in value:
+            path.append(step)
+            value = value[step]
+    return path
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @functools.cache
