@@ -17,8 +17,16 @@ from typing import Any
 
 import pytest
 
-from tests.support.openai_instance import CHAT, COMPLETIONS, CONTEXT, EMBEDDINGS, GOOD, assert_good, client_for, \
-    openai_app
+from tests.support.openai_instance import (
+    CHAT,
+    COMPLETIONS,
+    CONTEXT,
+    EMBEDDINGS,
+    GOOD,
+    assert_good,
+    client_for,
+    openai_app,
+)
 
 MB = 1024 * 1024
 USER = [{"role": "user", "content": "hello"}]

@@ -57,8 +57,8 @@ def _path(value: Any, loc: tuple[Any, ...]) -> list[Any]:
     """The steps of `loc` into `value` itself, without the union branch tags pydantic adds."""
     path = []
     for step in loc:
-        if isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value) \
-                or isinstance(value, dict) and step in value:
+        if (isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value)) \
+                or (isinstance(value, dict) and step in value):
             path.append(step)
             value = value[step]
     return path
