@@ -167,6 +167,10 @@ CASES = {
                                                      prompt=[[5, 2**31]]),
     "embeddings-input-token-id-2**40": embeddings("input", f"token id {2**40}",
                                                   input=[[1, 2**40]]),
+    "completions-prompt-empty": completions("prompt", "must be provided and non-empty",
+                                            prompt=""),
+    "completions-prompt-null": completions("prompt", "must be provided and non-empty",
+                                           prompt=None),
     "completions-allowed-token-id-minus-1": completions("allowed_token_ids", "token id -1",
                                                         allowed_token_ids=[-1]),
     # logprobs

@@ -145,11 +145,16 @@ def _parse(endpoint: Endpoint, body: dict[str, Any], limits: OpenAILimits,
 
 def _validate(endpoint: Endpoint, body: dict[str, Any]) -> Any:
     """The body as vLLM's own request model (its validators run here)."""
+    from vllm.exceptions import VLLMClientError
+
     model_cls = _request_model(endpoint, body)
     try:
         return model_cls.model_validate(body)
     except ValidationError as exc:
         raise InvalidArgument(describe(exc), param=first_field(exc)) from None
+    except VLLMClientError as exc:  # a model validator's verdict: pydantic does not wrap it
+        message = str(exc.args[0]) if exc.args else type(exc).__name__
+        raise InvalidArgument(message, param=getattr(exc, "parameter", None)) from None
 
 
 def _check_response_format(response_format: Any) -> None:
