@@ -66,6 +66,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from podium.errors import InvalidArgument
     from podium.server.config import ServerConfig
     from podium.server.serve import run_server
 
@@ -74,12 +77,17 @@ def _serve(args: argparse.Namespace) -> int:
         from podium.package.defaults import write_default_package
 
         packages = [write_default_package().root]
-    config = ServerConfig(
-        packages=packages, repository=args.repository, host=args.host,
-        http_port=args.http_port, grpc_port=args.grpc_port, api_key=args.api_key,
-        metrics_open=args.metrics_open, max_body_bytes=args.max_body_bytes,
-        shutdown_timeout_s=args.shutdown_timeout, log_format=args.log_format,
-        log_level=args.log_level, **{name: getattr(args, name) for name in _OPENAI_LIMITS})
+    try:
+        config = ServerConfig(
+            packages=packages, repository=args.repository, host=args.host,
+            http_port=args.http_port, grpc_port=args.grpc_port, api_key=args.api_key,
+            metrics_open=args.metrics_open, max_body_bytes=args.max_body_bytes,
+            shutdown_timeout_s=args.shutdown_timeout, log_format=args.log_format,
+            log_level=args.log_level, **{name: getattr(args, name) for name in _OPENAI_LIMITS})
+    except ValidationError as exc:  # a flag out of its range: name the flag, not the field
+        err = exc.errors()[0]
+        flag = "--" + str(err["loc"][0]).removesuffix("_s").replace("_", "-")
+        raise InvalidArgument(f"{flag} {err['input']}: {err['msg']}", param=flag) from None
     return run_server(config)
 
 

@@ -24,6 +24,7 @@ from tests.support.openai_instance import (
     EMBEDDINGS,
     GOOD,
     assert_good,
+    backend_for,
     client_for,
     openai_app,
 )
@@ -226,20 +227,25 @@ async def test_bad_request_is_a_4xx_naming_it(case: Bad) -> None:
             r = await client.post(case.path, content=case.body, headers=case.headers)
         else:
             r = await client.post(case.path, json=case.body)
-        assert r.status_code == case.status, r.text[:2000]
-        error = r.json()["error"]
-        assert set(error) == {"message", "type", "param", "code"}
-        assert error["code"] == case.status
-        if case.param is None:
-            assert error["param"] is None, error
-        else:
-            assert error["param"] == case.param or error["param"].startswith(
-                (case.param + "[", case.param + ".")), error
-        for text in case.says:
-            assert text in error["message"], error
-        assert len(error["message"]) < 1000  # names the value, never echoes a huge one
+        _assert_refused(r, case)
         assert not serving.requests  # refused before vLLM's serving object ran
         await assert_good(client, case.path)
+
+
+def _assert_refused(r: Any, case: Bad) -> None:
+    """The OpenAI error object, naming the field (or a path inside it) and the limit."""
+    assert r.status_code == case.status, r.text[:2000]
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == case.status
+    if case.param is None:
+        assert error["param"] is None, error
+    else:
+        assert error["param"] == case.param or error["param"].startswith(
+            (case.param + "[", case.param + ".")), error
+    for text in case.says:
+        assert text in error["message"], error
+    assert len(error["message"]) < 1000  # names the value, never echoes a huge one
 
 
 def test_the_table_covers_each_route() -> None:
@@ -279,3 +285,60 @@ async def test_a_100_kb_header_is_a_431_and_the_server_keeps_serving() -> None:
     finally:
         server.should_exit = True
         await task
+
+
+CONFIGURED = {"max_n": 4, "max_stop_strings": 3, "max_stop_chars": 10, "max_messages": 2,
+              "max_json_depth": 8, "max_inflated_bytes": 4096}
+PAST_CONFIGURED = {
+    "n-past-max-n": (chat(400, "n", "n=5", "cap of 4", "--max-n", n=5)),
+    "bad-words-past-max-stop-strings": completions("bad_words", "4 entries", "limit of 3",
+                                                   bad_words=["a", "b", "c", "d"]),
+    "stop-past-max-stop-chars": completions("stop", "11 characters", "limit of 10",
+                                            stop="x" * 11),
+    "messages-past-max-messages": chat(400, "messages", "3 entries", "limit of 2",
+                                       messages=USER * 3),
+    "nesting-past-max-json-depth": raw(CHAT, _nested(8, "[", "]"), 400, "tools",
+                                       "deeper than 8 levels"),
+    "gzip-past-max-inflated-bytes": raw(CHAT, gzip.compress(BOMB[:8192]), 413,
+                                        "Content-Encoding", "4096 bytes", encoding="gzip"),
+}
+
+
+@pytest.mark.parametrize("case", list(PAST_CONFIGURED.values()), ids=list(PAST_CONFIGURED))
+async def test_each_limit_is_what_the_instance_was_configured_with(case: Bad) -> None:
+    app, _ = openai_app(**CONFIGURED)
+    async with client_for(app) as client:
+        body = {"content": case.body, "headers": case.headers} if isinstance(
+            case.body, bytes) else {"json": case.body}
+        _assert_refused(await client.post(case.path, **body), case)
+        await assert_good(client, case.path)
+
+
+async def test_a_package_max_n_overrides_the_instances() -> None:
+    app, _ = openai_app(backend_for(max_n=2), max_n=8)
+    async with client_for(app) as client:
+        r = await client.post(CHAT, json={**GOOD[CHAT], "n": 3})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == "n"
+        assert "cap of 2" in error["message"] and "max_n in the package's manifest" in (
+            error["message"])
+        assert (await client.post(CHAT, json={**GOOD[CHAT], "n": 2})).status_code == 200
+
+
+def test_the_limit_flags_of_podium_serve_reach_the_instance(monkeypatch) -> None:
+    from podium.cli import build_parser
+    from podium.errors import InvalidArgument
+    from podium.server import serve
+
+    def serve_with(*flags: str) -> Any:
+        args = build_parser().parse_args(["serve", "--repository", "/nowhere", *flags])
+        return args.func(args)  # main() would prepare a metrics directory first
+
+    configs: list[Any] = []
+    monkeypatch.setattr(serve, "run_server", lambda config: configs.append(config) or 0)
+    serve_with(*(f"--{name.replace('_', '-')}={value}" for name, value in CONFIGURED.items()))
+    assert {name: getattr(configs[0], name) for name in CONFIGURED} == CONFIGURED
+    with pytest.raises(InvalidArgument, match="--max-n 0: Input should be greater than or "
+                       "equal to 1"):
+        serve_with("--max-n", "0")

@@ -41,6 +41,17 @@ class ContextBackend(FakeLlmBackend):
         return CONTEXT
 
 
+def backend_for(**manifest: Any) -> ContextBackend:
+    """A fake LLM whose package manifest has `manifest`'s fields (e.g. max_n)."""
+    from podium.package.manifest import parse_manifest
+    from podium.package.package import Package
+
+    backend = ContextBackend()
+    fields = {**backend.package.manifest.model_dump(exclude_none=True), **manifest}
+    backend.package = Package(root=None, manifest=parse_manifest(fields))  # type: ignore[arg-type]
+    return backend
+
+
 def openai_app(backend: FakeLlmBackend | None = None, **config: Any) -> tuple[Any, FakeServing]:
     """The instance's ASGI app with one ready fake LLM behind all three routes."""
     instance = Instance(ServerConfig(grpc_port=-1, **config))
