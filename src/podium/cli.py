@@ -58,6 +58,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="serve /metrics without the API key")
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
     _add_kserve_limits(p)
+    _add_openai_limits(p)
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds SIGTERM may take in all: in-flight requests, then "
                         "unloading; past it the process tree is killed (exit 124)")
@@ -72,9 +73,9 @@ def _add_kserve_limits(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-header-bytes", type=int, default=64 * 1024,
                    help="largest total of request headers (431 past it)")
     p.add_argument("--max-inflated-bytes", type=int, default=limits.DEFAULT_MAX_INFLATED_BYTES,
-                   help="largest KServe body once gzip/deflate is inflated")
+                   help="largest OpenAI or KServe body once gzip/deflate is inflated")
     p.add_argument("--max-json-depth", type=int, default=limits.DEFAULT_MAX_JSON_DEPTH,
-                   help="deepest JSON nesting in a KServe body")
+                   help="deepest JSON nesting in an OpenAI or KServe body")
     p.add_argument("--max-tensors", type=int, default=limits.DEFAULT_MAX_TENSORS,
                    help="most inputs (and outputs) per KServe request")
     p.add_argument("--max-elements", type=int, default=limits.DEFAULT_MAX_ELEMENTS,
@@ -85,6 +86,9 @@ def _add_kserve_limits(p: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from podium.errors import InvalidArgument
     from podium.server.config import ServerConfig
     from podium.server.serve import run_server
 
@@ -93,17 +97,36 @@ def _serve(args: argparse.Namespace) -> int:
         from podium.package.defaults import write_default_package
 
         packages = [write_default_package().root]
-    config = ServerConfig(
-        packages=packages, repository=args.repository, host=args.host,
-        http_port=args.http_port, grpc_port=args.grpc_port, api_key=args.api_key,
-        metrics_open=args.metrics_open, max_body_bytes=args.max_body_bytes,
-        max_header_bytes=args.max_header_bytes, max_inflated_bytes=args.max_inflated_bytes,
-        max_json_depth=args.max_json_depth, max_tensors=args.max_tensors,
-        max_elements=args.max_elements,
-        grpc_max_message_bytes=args.grpc_max_message_bytes,
-        shutdown_timeout_s=args.shutdown_timeout, log_format=args.log_format,
-        log_level=args.log_level)
+    try:
+        config = ServerConfig(
+            packages=packages, repository=args.repository, host=args.host,
+            http_port=args.http_port, grpc_port=args.grpc_port, api_key=args.api_key,
+            metrics_open=args.metrics_open, max_body_bytes=args.max_body_bytes,
+            max_header_bytes=args.max_header_bytes, max_inflated_bytes=args.max_inflated_bytes,
+            max_json_depth=args.max_json_depth, max_tensors=args.max_tensors,
+            max_elements=args.max_elements,
+            grpc_max_message_bytes=args.grpc_max_message_bytes,
+            shutdown_timeout_s=args.shutdown_timeout, log_format=args.log_format,
+            log_level=args.log_level, **{name: getattr(args, name) for name in _OPENAI_LIMITS})
+    except ValidationError as exc:  # a flag out of its range: name the flag, not the field
+        err = exc.errors()[0]
+        flag = "--" + str(err["loc"][0]).removesuffix("_s").replace("_", "-")
+        raise InvalidArgument(f"{flag} {err['input']}: {err['msg']}", param=flag) from None
     return run_server(config)
+
+
+_OPENAI_LIMITS = ("max_n", "max_stop_strings", "max_stop_chars", "max_messages")
+"""OpenAI-only limits; body, inflation, depth and header limits are shared with KServe."""
+
+
+def _add_openai_limits(p: argparse.ArgumentParser) -> None:
+    """One flag per request limit; defaults and help come from ServerConfig itself."""
+    from podium.server.config import ServerConfig
+
+    for name in _OPENAI_LIMITS:
+        field = ServerConfig.model_fields[name]
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=field.default,
+                       help=f"{field.description} (default {field.default})")
 
 
 def _add_package_commands(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,7 @@ from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-DEFAULT_MAX_INFLATED_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_INFLATED_BYTES = 32 * 1024 * 1024  # shared with OpenAI bodies (json_body)
 DEFAULT_MAX_JSON_DEPTH = 64
 DEFAULT_MAX_TENSORS = 64
 DEFAULT_MAX_ELEMENTS = 16 * 1024 * 1024

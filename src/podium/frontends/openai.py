@@ -1,9 +1,11 @@
 """The OpenAI-compatible API: /v1/models, /v1/chat/completions, /v1/completions,
 /v1/embeddings, routed to each model's vLLM serving objects.
 
-The request path, top to bottom: read a JSON object → find the model (404) → reject fields
-Podium does not honour (400; the list is `openai_fields.HONOURED`) → admit a `constraint` →
-validate with vLLM's own request model → vLLM's serving class → JSON or SSE.
+The request path, top to bottom: read a JSON object within the body limits (`json_body`) →
+find the model (404) → reject fields Podium does not honour (400; the list is
+`openai_fields.HONOURED`) → check each field's JSON type strictly (`openai_types`) and its
+limits (`openai_limits`) → admit a `constraint` → validate with vLLM's own request model →
+vLLM's serving class → JSON or SSE.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from podium.errors import InvalidArgument, NotFound, PodiumError
-from podium.frontends.http_body import read_json_object
+from podium.frontends.json_body import read_json_object
 from podium.frontends.openai_fields import check_fields
+from podium.frontends.openai_limits import OpenAILimits, check_limits
+from podium.frontends.openai_types import check_types
 from podium.metrics import request_log
 from podium.metrics.server import track_in_flight
+from podium.package.manifest import VllmManifest
 from podium.repository import ModelEntry, ModelRepository
 from podium.validation import describe, first_field
 
@@ -44,7 +49,7 @@ COMPLETIONS = Endpoint("/v1/completions", "generate", "openai_serving_completion
 EMBEDDINGS = Endpoint("/v1/embeddings", "embed", "serving_embedding", None)
 
 
-def create_router(repository: ModelRepository, *, max_body_bytes: int) -> APIRouter:
+def create_router(repository: ModelRepository, *, limits: OpenAILimits) -> APIRouter:
     """The /v1 routes over every LLM and embedding model in `repository`."""
     router = APIRouter()
 
@@ -63,15 +68,15 @@ def create_router(repository: ModelRepository, *, max_body_bytes: int) -> APIRou
         return _model_card(entry)
 
     for endpoint in (CHAT, COMPLETIONS, EMBEDDINGS):
-        router.add_api_route(endpoint.path, _handler(repository, endpoint, max_body_bytes),
+        router.add_api_route(endpoint.path, _handler(repository, endpoint, limits),
                              methods=["POST"], name=endpoint.serving_attr)
     return router
 
 
-def _handler(repository: ModelRepository, endpoint: Endpoint, max_body_bytes: int):
+def _handler(repository: ModelRepository, endpoint: Endpoint, limits: OpenAILimits):
     async def handle(request: Request) -> Response:
         request_log.annotate(protocol="openai", endpoint=endpoint.path)
-        body = await read_json_object(request, max_body_bytes)
+        body = await read_json_object(request, limits.body)
         model_id = body.get("model")
         if not isinstance(model_id, str) or not model_id:
             raise InvalidArgument("field 'model' is required and must be a string naming a "
@@ -84,8 +89,9 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, max_body_bytes: in
             serving = _serving(backend, endpoint, model_id)
             body["model"] = name
             backend.check_seed(body.get("seed"))
+            _parse(endpoint, body, limits, backend)
             hidden_usage = _ask_for_usage(endpoint, body)
-            request_model = _parse(endpoint, body)
+            request_model = _validate(endpoint, body)
             stack.enter_context(track_in_flight("openai", endpoint.path, name, entry.version))
             result = await _call(serving, endpoint, request_model, request)
         except BaseException:
@@ -119,22 +125,36 @@ def _serving(backend: Any, endpoint: Endpoint, model_id: str) -> Any:
                           f"{hint}", param="model")
 
 
-def _parse(endpoint: Endpoint, body: dict[str, Any]) -> Any:
-    """Refuse fields Podium does not honour, admit the constraint, then validate with vLLM's
-    model."""
+def _parse(endpoint: Endpoint, body: dict[str, Any], limits: OpenAILimits,
+           backend: Any) -> None:
+    """Refuse fields Podium does not honour, wrong types and values past a limit, then admit
+    the constraint."""
     check_fields(endpoint.path, body)
+    check_types(_request_model(endpoint, body), body)
+    manifest = backend.package.manifest
+    check_limits(endpoint.path, body, limits,
+                 max_n=manifest.max_n if isinstance(manifest, VllmManifest) else None,
+                 max_model_len=backend.max_model_len)
     if "constraint" in body:
         from podium.constraints import admit_constraint
 
         body["vllm_xargs"] = admit_constraint(body.pop("constraint"),
                                               min_tokens=body.get("min_tokens"))
     _check_response_format(body.get("response_format"))
-    _check_top_logprobs(body.get("top_logprobs"))
+
+
+def _validate(endpoint: Endpoint, body: dict[str, Any]) -> Any:
+    """The body as vLLM's own request model (its validators run here)."""
+    from vllm.exceptions import VLLMClientError
+
     model_cls = _request_model(endpoint, body)
     try:
         return model_cls.model_validate(body)
     except ValidationError as exc:
         raise InvalidArgument(describe(exc), param=first_field(exc)) from None
+    except VLLMClientError as exc:  # a model validator's verdict: pydantic does not wrap it
+        message = str(exc.args[0]) if exc.args else type(exc).__name__
+        raise InvalidArgument(message, param=getattr(exc, "parameter", None)) from None
 
 
 def _check_response_format(response_format: Any) -> None:
@@ -153,13 +173,6 @@ def _check_response_format(response_format: Any) -> None:
         raise InvalidArgument(f"response_format.json_schema.schema is not a valid JSON Schema: "
                               f"{exc.message}", param="response_format.json_schema.schema"
                               ) from None
-
-
-def _check_top_logprobs(value: Any) -> None:
-    # vLLM reads -1 as "the whole vocabulary"; the OpenAI API allows 0..20, and so do we
-    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= 20:
-        raise InvalidArgument(f"top_logprobs={value} is out of range; use an integer from 0 "
-                              "to 20", param="top_logprobs")
 
 
 async def _call(serving: Any, endpoint: Endpoint, request_model: Any, request: Request) -> Any:

@@ -17,13 +17,15 @@ _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
 """zlib window bits per coding; `deflate` is the zlib format (RFC 9110 §8.4.1.2)."""
 
 
-def decoded(body: bytes, content_encoding: str, max_bytes: int) -> bytes:
-    """`body` with `content_encoding` undone; 413 once it inflates past `max_bytes`."""
+def decoded(body: bytes, content_encoding: str, max_bytes: int, *, server: str = "the gateway",
+            flag: str = "--max-body-bytes") -> bytes:
+    """`body` with `content_encoding` undone; 413 once it inflates past `max_bytes` (the limit
+    `flag` of `server` sets)."""
     coding = content_encoding.strip().lower()
     if coding in ("", "identity"):
         return body
     if coding not in _WBITS:
-        raise InvalidArgument(f"Content-Encoding: {content_encoding} is not one the gateway "
+        raise InvalidArgument(f"Content-Encoding: {content_encoding} is not one {server} "
                               "reads; send the body uncompressed, gzip or deflate",
                               param="Content-Encoding")
     inflater = zlib.decompressobj(_WBITS[coding])
@@ -31,10 +33,10 @@ def decoded(body: bytes, content_encoding: str, max_bytes: int) -> bytes:
         plain = inflater.decompress(body, max_bytes + 1)
     except zlib.error as exc:
         if coding == "deflate":  # some clients send raw deflate without the zlib wrapper
-            return _raw_deflate(body, max_bytes, exc)
+            return _raw_deflate(body, max_bytes, exc, server, flag)
         raise _not_valid(coding, exc) from None
     if len(plain) > max_bytes:
-        raise _too_large(len(body), coding, max_bytes)
+        raise _too_large(len(body), coding, max_bytes, server, flag)
     if not inflater.eof:
         raise InvalidArgument(f"the {coding} request body is cut short: it ends before its "
                               "compressed stream does", param="Content-Encoding")
@@ -45,14 +47,15 @@ def decoded(body: bytes, content_encoding: str, max_bytes: int) -> bytes:
     return plain
 
 
-def _raw_deflate(body: bytes, max_bytes: int, first: zlib.error) -> bytes:
+def _raw_deflate(body: bytes, max_bytes: int, first: zlib.error, server: str,
+                 flag: str) -> bytes:
     inflater = zlib.decompressobj(-zlib.MAX_WBITS)
     try:
         plain = inflater.decompress(body, max_bytes + 1)
     except zlib.error:
         raise _not_valid("deflate", first) from None
     if len(plain) > max_bytes:
-        raise _too_large(len(body), "deflate", max_bytes)
+        raise _too_large(len(body), "deflate", max_bytes, server, flag)
     if not inflater.eof or inflater.unused_data:
         raise _not_valid("deflate", first)
     return plain
@@ -63,7 +66,8 @@ def _not_valid(coding: str, exc: zlib.error) -> InvalidArgument:
                            f"Content-Encoding says so", param="Content-Encoding")
 
 
-def _too_large(compressed: int, coding: str, max_bytes: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"the {compressed}-byte {coding} request body inflates past the "
-                           f"gateway's limit of {max_bytes} bytes (--max-body-bytes)",
+def _too_large(compressed: int, coding: str, max_bytes: int, server: str,
+               flag: str) -> PayloadTooLarge:
+    return PayloadTooLarge(f"the {compressed}-byte {coding} request body inflates past "
+                           f"{server}'s limit of {max_bytes} bytes ({flag})",
                            param="Content-Encoding")

@@ -106,6 +106,10 @@ class VllmManifest(_ManifestBase):
         default_factory=dict,
         description="vLLM engine arguments, e.g. {\"max_model_len\": 2048, \"enforce_eager\": "
         "true}; names as in vLLM's EngineArgs.")
+    max_n: int | None = Field(
+        default=None, ge=1, le=16384,
+        description="Most completions one OpenAI request may ask for (n); None: the "
+        "instance's --max-n (16). Each is a sequence in the engine's batch.")
 
     @field_validator("engine_args")
     @classmethod

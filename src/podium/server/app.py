@@ -29,7 +29,7 @@ def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
     from podium.frontends.openai import create_router as openai_router
 
     app.include_router(openai_router(instance.repository,
-                                     max_body_bytes=instance.config.max_body_bytes))
+                                     limits=instance.config.openai_limits()))
     _include_optional_routers(app, instance)
     if instance.config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=instance.config.api_key,

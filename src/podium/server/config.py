@@ -8,8 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from podium.frontends import kserve_limits as kserve
-from podium.frontends.header_limit import DEFAULT_MAX_HEADER_BYTES
 from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
+from podium.frontends.json_body import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_JSON_DEPTH
+from podium.frontends.openai_limits import OpenAILimits
+from podium.gateway.limits import DEFAULT_MAX_HEADER_BYTES
 
 
 class ServerConfig(BaseModel):
@@ -33,13 +35,14 @@ class ServerConfig(BaseModel):
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024,
                                 description="Largest request body accepted (413 past it).")
     max_header_bytes: int = Field(default=DEFAULT_MAX_HEADER_BYTES, ge=1024,
-                                  description="Largest total of request header names and "
-                                  "values (431 past it).")
-    max_inflated_bytes: int = Field(default=kserve.DEFAULT_MAX_INFLATED_BYTES, ge=1024,
-                                    description="Largest KServe body once gzip/deflate is "
-                                    "inflated (413 past it).")
-    max_json_depth: int = Field(default=kserve.DEFAULT_MAX_JSON_DEPTH, ge=2, le=500,
-                                description="Deepest JSON nesting in a KServe body (400).")
+                                  description="Largest HTTP request head, request line and "
+                                  "headers (431 past it).")
+    max_inflated_bytes: int = Field(default=DEFAULT_MAX_INFLATED_BYTES, ge=1024,
+                                    description="Largest size a gzip/deflate OpenAI or KServe "
+                                    "body may inflate to (413 past it).")
+    max_json_depth: int = Field(default=DEFAULT_MAX_JSON_DEPTH, ge=2, le=500,
+                                description="Deepest nesting of arrays and objects in an "
+                                "OpenAI or KServe body (400 past it).")
     max_tensors: int = Field(default=kserve.DEFAULT_MAX_TENSORS, ge=1,
                              description="Most inputs, and most outputs, per KServe request.")
     max_elements: int = Field(default=kserve.DEFAULT_MAX_ELEMENTS, ge=1,
@@ -47,6 +50,15 @@ class ServerConfig(BaseModel):
     grpc_max_message_bytes: int = Field(default=kserve.DEFAULT_GRPC_MAX_MESSAGE_BYTES,
                                         ge=1024, description="Largest gRPC message received "
                                         "(RESOURCE_EXHAUSTED past it).")
+    max_n: int = Field(default=OpenAILimits.max_n, ge=1, le=16384,
+                       description="Completions per OpenAI request (n) unless a package sets "
+                       "its own max_n.")
+    max_stop_strings: int = Field(default=OpenAILimits.max_stop_strings, ge=1, le=4096,
+                                  description="Entries of stop, stop_token_ids, bad_words.")
+    max_stop_chars: int = Field(default=OpenAILimits.max_stop_chars, ge=1, le=1 << 20,
+                                description="Characters of one stop string or bad word.")
+    max_messages: int = Field(default=OpenAILimits.max_messages, ge=1, le=1 << 20,
+                              description="Entries of an OpenAI request's messages.")
     shutdown_timeout_s: float = Field(default=30.0, ge=0,
                                       description="How long SIGTERM may take in all (requests, "
                                       "then unloading); then the process tree is killed.")
@@ -61,3 +73,14 @@ class ServerConfig(BaseModel):
             max_body_bytes=self.max_body_bytes, max_inflated_bytes=self.max_inflated_bytes,
             max_json_depth=self.max_json_depth, max_tensors=self.max_tensors,
             max_elements=self.max_elements, grpc_max_message_bytes=self.grpc_max_message_bytes)
+
+    def openai_limits(self) -> OpenAILimits:
+        """The bounds the OpenAI routes enforce."""
+        from podium.frontends.json_body import BodyLimits
+
+        return OpenAILimits(
+            body=BodyLimits(max_body_bytes=self.max_body_bytes,
+                            max_inflated_bytes=self.max_inflated_bytes,
+                            max_json_depth=self.max_json_depth),
+            max_n=self.max_n, max_stop_strings=self.max_stop_strings,
+            max_stop_chars=self.max_stop_chars, max_messages=self.max_messages)

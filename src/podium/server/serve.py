@@ -74,15 +74,28 @@ async def _serve(instance: Instance, watchdog: ShutdownWatchdog) -> int:
 
     config = instance.config
     app = build_app(instance, lifespan=lifespan)
-    server = _draining_server(instance, watchdog, uvicorn.Config(
-        app, host=config.host, port=config.http_port, log_config=None,
-        timeout_graceful_shutdown=watchdog.remaining(_unload_reserve(config)),
-        access_log=False, timeout_keep_alive=KEEP_ALIVE_S))
+    server = _draining_server(instance, watchdog, uvicorn_config(
+        app, config, timeout_graceful_shutdown=watchdog.remaining(_unload_reserve(config))))
     server.should_exit = watchdog.armed  # told to stop while starting: stop at once
     log.info("HTTP on %s:%d, gRPC on %s", config.host, config.http_port,
              config.grpc_port if config.grpc_port >= 0 else "off")
     await server.serve()
     return 1 if instance.boot_error else 0  # boot failed, or an engine died
+
+
+def uvicorn_config(app: Any, config: ServerConfig, *,
+                   timeout_graceful_shutdown: float | None = None) -> Any:
+    """How uvicorn serves the instance's HTTP port; request heads are bounded (431)."""
+    import uvicorn
+
+    from podium.gateway.http_server import bounded_head_protocol
+
+    return uvicorn.Config(
+        app, host=config.host, port=config.http_port, log_config=None,
+        timeout_graceful_shutdown=timeout_graceful_shutdown, access_log=False,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        http=bounded_head_protocol(config.max_header_bytes, server="the instance",
+                                   flag="--max-header-bytes"))
 
 
 def _unload_reserve(config: ServerConfig) -> float:

@@ -1,0 +1,176 @@
+"""Limits on what one OpenAI request may ask of an engine, checked before vLLM sees it.
+
+vLLM accepts `n` up to 16,384, any number of stop strings of any length, logprobs over the
+whole vocabulary, `max_tokens` of 2**63-1: each lets one request starve every other one. Each
+limit here is a 400 naming the field, the value, the limit and the flag (or package field)
+that sets it. Types are checked first (`openai_types`), so values here are of the right type
+or absent. Defaults and flags are in docs/operations.md ("OpenAI").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from podium.errors import InvalidArgument
+from podium.frontends.json_body import BodyLimits
+
+MAX_LOGPROBS = 20
+"""OpenAI's bound on logprobs / top_logprobs; vLLM's -1 ("the whole vocabulary") is refused."""
+MAX_TOKEN_ID = 2**31 - 1
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+@dataclass(frozen=True)
+class OpenAILimits:
+    """The instance's bounds on OpenAI requests (`podium serve` flags)."""
+
+    body: BodyLimits = field(default_factory=BodyLimits)
+    max_n: int = 16
+    """Completions per request, unless the package's `max_n` says otherwise."""
+    max_stop_strings: int = 16
+    """Entries of `stop`, `stop_token_ids` and `bad_words`, each."""
+    max_stop_chars: int = 1024
+    """Characters of one stop string or bad word."""
+    max_messages: int = 1024
+    """Entries of `messages`."""
+
+
+def check_limits(path: str, body: dict[str, Any], limits: OpenAILimits, *,
+                 max_n: int | None, max_model_len: int | None) -> None:
+    """400 for the first field of `body` past a limit; `max_n` is the package's own cap."""
+    _check_n(body.get("n"), limits.max_n if max_n is None else max_n,
+             from_package=max_n is not None)
+    for name in ("max_tokens", "max_completion_tokens"):
+        _check_max_tokens(name, body.get(name), max_model_len)
+    for name in ("stop", "bad_words"):
+        _check_strings(name, body.get(name), limits)
+    _check_count("stop_token_ids", body.get("stop_token_ids"), limits.max_stop_strings,
+                 "--max-stop-strings")
+    for name in ("stop_token_ids", "allowed_token_ids", "prompt", "input"):
+        _check_token_ids(name, body.get(name))
+    for name in ("top_logprobs", "prompt_logprobs") + (("logprobs",) if path ==
+                                                       "/v1/completions" else ()):
+        _check_logprobs(name, body.get(name))
+    _check_logit_bias(body.get("logit_bias"))
+    if "messages" in body:
+        _check_messages(body["messages"], limits.max_messages)
+    if "stream_options" in body and body["stream_options"] is not None \
+            and body.get("stream") is not True:
+        raise InvalidArgument("stream_options applies to streamed answers only; send "
+                              "\"stream\": true with it, or remove it", param="stream_options")
+    _check_response_format(body.get("response_format"))
+
+
+def _check_n(n: Any, cap: int, *, from_package: bool) -> None:
+    if n is None:
+        return
+    if n < 1:
+        raise InvalidArgument(f"n={n} is out of range; ask for at least 1 completion",
+                              param="n")
+    if n > cap:
+        how = ("raise it with `podium serve --max-n`, or with max_n in the package's manifest"
+               if not from_package else "raise it with max_n in the package's manifest")
+        raise InvalidArgument(f"n={n} exceeds this model's cap of {cap} completions per "
+                              f"request; lower n, or {how}", param="n")
+
+
+def _check_max_tokens(name: str, value: Any, max_model_len: int | None) -> None:
+    if value is None:
+        return
+    if value < 1:
+        raise InvalidArgument(f"{name}={value} is out of range; ask for at least 1 token",
+                              param=name)
+    if max_model_len and value > max_model_len:
+        raise InvalidArgument(f"{name}={value} exceeds the model's context of "
+                              f"{max_model_len} tokens (prompt included); lower it",
+                              param=name)
+
+
+def _check_strings(name: str, value: Any, limits: OpenAILimits) -> None:
+    if value is None:
+        return
+    strings = [value] if isinstance(value, str) else value
+    _check_count(name, strings, limits.max_stop_strings, "--max-stop-strings")
+    for i, text in enumerate(strings):
+        if len(text) > limits.max_stop_chars:
+            raise InvalidArgument(f"{name}[{i}] is {len(text)} characters long, over the "
+                                  f"limit of {limits.max_stop_chars} (--max-stop-chars)",
+                                  param=name)
+
+
+def _check_count(name: str, values: Any, limit: int, flag: str) -> None:
+    if isinstance(values, list) and len(values) > limit:
+        raise InvalidArgument(f"{name} has {len(values)} entries, over the limit of {limit} "
+                              f"({flag})", param=name)
+
+
+def _check_token_ids(name: str, value: Any) -> None:
+    """Token ids are non-negative and fit the engine's int32 (vLLM checks the vocabulary)."""
+    if not isinstance(value, list):
+        return
+    rows = value if value and isinstance(value[0], list) else [value]
+    for row in rows:
+        for token in row if isinstance(row, list) else ():
+            if isinstance(token, int) and not 0 <= token <= MAX_TOKEN_ID:
+                raise InvalidArgument(f"{name} holds the token id {token}, which no "
+                                      "vocabulary has; token ids are 0 or more", param=name)
+
+
+def _check_logprobs(name: str, value: Any) -> None:
+    # vLLM reads -1 as "the whole vocabulary"; the OpenAI API allows 0..20, and so do we
+    if isinstance(value, int) and not isinstance(value, bool) \
+            and not 0 <= value <= MAX_LOGPROBS:
+        raise InvalidArgument(f"{name}={value} is out of range; use an integer from 0 to "
+                              f"{MAX_LOGPROBS}", param=name)
+
+
+def _check_logit_bias(bias: Any) -> None:
+    if not isinstance(bias, dict):
+        return
+    for key, value in bias.items():
+        if not key.isdecimal() or int(key) > MAX_TOKEN_ID:
+            raise InvalidArgument(f"logit_bias key {key!r} is not a token id; keys are token "
+                                  "ids as strings, e.g. {\"1234\": -100}", param="logit_bias")
+        if not -100 <= value <= 100:
+            raise InvalidArgument(f"logit_bias[{key!r}]={value} is out of range; biases are "
+                                  "from -100 to 100", param="logit_bias")
+
+
+def _check_messages(messages: Any, limit: int) -> None:
+    if not isinstance(messages, list):
+        raise InvalidArgument("messages must be a list of {\"role\", \"content\"} objects",
+                              param="messages")
+    if not messages:
+        raise InvalidArgument("messages is empty; send at least one message",
+                              param="messages")
+    if len(messages) > limit:
+        raise InvalidArgument(f"messages has {len(messages)} entries, over the limit of "
+                              f"{limit} (--max-messages)", param="messages")
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise InvalidArgument(f"{where} must be an object with a role and content",
+                                  param=where)
+        role = message.get("role")
+        if role not in ROLES:
+            got = "has no role" if role is None else f"has the role {role!r}"
+            raise InvalidArgument(f"{where} {got}; use one of {', '.join(sorted(ROLES))}",
+                                  param=f"{where}.role")
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise InvalidArgument(f"{where}.content must be a string or a list of content "
+                                  f"parts, got {type(content).__name__}",
+                                  param=f"{where}.content")
+
+
+def _check_response_format(response_format: Any) -> None:
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        got = "is missing" if schema is None else f"is {type(schema).__name__}, not an object"
+        raise InvalidArgument(f"response_format.json_schema.schema {got}; a json_schema "
+                              "response format needs {\"json_schema\": {\"name\": ..., "
+                              "\"schema\": {...}}}", param="response_format.json_schema.schema")
