@@ -10,7 +10,7 @@ import httpx
 from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
-from tests.server.fakes import FakeLlmBackend, add_ready
+from tests.support.fake_backends import FakeLlmBackend, add_ready
 
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
 CONTEXT = 2048
