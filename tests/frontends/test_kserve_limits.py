@@ -102,7 +102,7 @@ def test_serve_flags_reach_both_frontends(monkeypatch: pytest.MonkeyPatch, tmp_p
         defaults.max_tensors, defaults.max_inflated_bytes, defaults.max_body_bytes)
     assert (defaults.max_body_bytes, defaults.max_inflated_bytes, defaults.max_json_depth,
             defaults.max_tensors, defaults.max_elements, defaults.grpc_max_message_bytes) == (
-        16 << 20, 64 << 20, 64, 64, 16 << 20, 64 << 20)  # as docs/operations.md says
+        16 << 20, 32 << 20, 64, 64, 16 << 20, 64 << 20)  # as docs/operations.md says
 
 
 @pytest.mark.parametrize(("path", "body"), [

@@ -40,7 +40,7 @@ BAD = [
     pytest.param(b"[]", 400, "got an array", id="list-body"),
     pytest.param(b"null", 400, "got null", id="null-body"),
     pytest.param(b"", 400, "empty", id="empty-body"),
-    pytest.param(b"[" * 3000, 400, "nests JSON too deeply", id="3000-deep"),
+    pytest.param(b"[" * 3000, 400, "deeper than 64 levels", id="3000-deep"),
     pytest.param(json.dumps({"messages": []}).encode(), 400, "'model' is required",
                  id="missing-model"),
     pytest.param(json.dumps({**GOOD, "model": 7}).encode(), 400, "'model' is required",
