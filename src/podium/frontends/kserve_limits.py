@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from podium.errors import InvalidArgument, PayloadTooLarge
+from podium.frontends import http_body
 from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
 
 if TYPE_CHECKING:
@@ -58,25 +59,10 @@ async def read_body(request: Request, limits: KServeLimits) -> bytes:
     if encoding not in ("", "identity", *_WBITS):
         raise InvalidArgument(f"Content-Encoding {encoding!r} is not supported; use gzip, "
                               "deflate or none", param="Content-Encoding")
-    raw = await _read_raw(request, limits.max_body_bytes)
+    raw = await http_body.read_body(request, limits.max_body_bytes)
     if encoding in _WBITS:
         return inflate(raw, encoding, limits.max_inflated_bytes)
     return raw
-
-
-async def _read_raw(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {max_bytes}-byte "
-                              "limit (--max-body-bytes)")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise PayloadTooLarge(f"request body exceeds the {max_bytes}-byte limit "
-                                  "(--max-body-bytes)")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def inflate(raw: bytes, encoding: str, max_bytes: int) -> bytes:
