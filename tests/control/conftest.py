@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 
 from podium.control.store import Store
 from tests.support.control_api import Env
+from tests.support.up_process import Up
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,3 +78,13 @@ def env(tmp_path: Path) -> Iterator[Env]:
     e = Env(tmp_path)
     yield e
     e.store.close()
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Up]:
+    """A real `podium up` process on free loopback ports; terminated after the test."""
+    u = Up(tmp_path)
+    yield u
+    if u.process is not None and u.process.poll() is None:
+        u.process.terminate()
+        u.process.wait(timeout=60)

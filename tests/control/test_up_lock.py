@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -14,15 +13,6 @@ from tests.support.echo_platform import write_echo
 from tests.support.up_process import Up, alive, wait
 
 BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}
-
-
-@pytest.fixture
-def up(tmp_path: Path) -> Iterator[Up]:
-    u = Up(tmp_path)
-    yield u
-    if u.process is not None and u.process.poll() is None:
-        u.process.terminate()
-        u.process.wait(timeout=60)
 
 
 def test_a_second_up_on_the_same_home_and_ports_is_refused_and_changes_nothing(

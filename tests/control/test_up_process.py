@@ -4,7 +4,6 @@ ends in a consistent state (rollout resumed, instances adopted, none orphaned)."
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,15 +16,6 @@ from tests.support.echo_platform import write_echo
 from tests.support.up_process import Up, alive, wait
 
 BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}
-
-
-@pytest.fixture
-def up(tmp_path: Path) -> Iterator[Up]:
-    u = Up(tmp_path)
-    yield u
-    if u.process is not None and u.process.poll() is None:
-        u.process.terminate()
-        u.process.wait(timeout=60)
 
 
 def test_kill_9_mid_rollout_then_restart_resumes_and_orphans_nothing(
