@@ -36,6 +36,8 @@ TABLE = [
                  id="request-timeout"),
     pytest.param(errors.RequestError, 400, "INVALID_ARGUMENT", "invalid_request_error",
                  id="request-error"),
+    pytest.param(errors.Overloaded, 429, "RESOURCE_EXHAUSTED", "rate_limit_error",
+                 id="overloaded"),
     pytest.param(errors.Unavailable, 503, "UNAVAILABLE", "service_unavailable",
                  id="unavailable"),
     pytest.param(errors.UpstreamFailed, 502, "UNAVAILABLE", "service_unavailable",
@@ -108,3 +110,15 @@ def test_without_an_id_a_fresh_one_is_made_and_logged(caplog: pytest.LogCaptureF
         message = problem_of(ValueError("boom")).message
     request_id = message.split("request id ")[1].split(")")[0]
     assert len(request_id) == 32 and request_id in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize(("seconds", "header"), [(0.2, "1"), (1.0, "1"), (2.5, "3")])
+def test_an_overload_answer_says_when_to_come_back(seconds: float, header: str) -> None:
+    from podium.errors.http import error_response
+    from podium.errors.render import retry_after
+
+    response = error_response("kserve", errors.Overloaded("queue full", retry_after_s=seconds))
+    assert response.status_code == 429
+    assert response.headers["Retry-After"] == header
+    assert retry_after(errors.InvalidArgument("x")) is None
+    assert "Retry-After" not in error_response("kserve", errors.InvalidArgument("x")).headers

@@ -10,6 +10,7 @@
     │   ├── PayloadTooLarge     413 RESOURCE_EXHAUSTED
     │   (+ RequestTimeout 408)
     │   └── HeaderFieldsTooLarge 431 RESOURCE_EXHAUSTED
+    ├── Overloaded              429 RESOURCE_EXHAUSTED + Retry-After: a queue is full
     ├── Unavailable             503 UNAVAILABLE: not ready yet, draining, or shutting down
     │   └── UpstreamFailed      502 UNAVAILABLE: an instance failed mid-request (gateway)
     ├── PackageError            400: a package or manifest is invalid (exit 2 at the CLI)
@@ -74,6 +75,16 @@ class PayloadTooLarge(RequestError):
 
 class HeaderFieldsTooLarge(RequestError):
     """The request's headers, all together, are past the server's limit."""
+
+
+class Overloaded(PodiumError):
+    """A bounded queue is full (or its wait ran out): the request was not started. Overload is
+    never a 5xx: the client is told when to come back (`Retry-After`, seconds)."""
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0,
+                 param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.retry_after_s = retry_after_s
 
 
 class Unavailable(PodiumError):

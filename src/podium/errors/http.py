@@ -18,7 +18,7 @@ from podium.errors import (
     PodiumError,
     Unauthorized,
 )
-from podium.errors.render import Shape, json_error
+from podium.errors.render import Shape, json_error, retry_after
 
 ShapeOf = Callable[[str], Shape]
 _BY_STATUS: dict[int, type[PodiumError]] = {401: Unauthorized, 404: NotFound,
@@ -28,7 +28,10 @@ _BY_STATUS: dict[int, type[PodiumError]] = {401: Unauthorized, 404: NotFound,
 def error_response(shape: Shape, exc: BaseException, request_id: str | None = None) -> Response:
     """`exc` as a JSON response in `shape`."""
     status, body = json_error(shape, exc, request_id)
-    return Response(body, status_code=status, media_type="application/json")
+    response = Response(body, status_code=status, media_type="application/json")
+    if (seconds := retry_after(exc)) is not None:
+        response.headers["Retry-After"] = seconds
+    return response
 
 
 def install_error_handlers(app: FastAPI, shape_of: ShapeOf) -> None:

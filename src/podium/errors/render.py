@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import uuid
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from podium.errors import (
     HeaderFieldsTooLarge,
     MethodNotAllowed,
     NotFound,
+    Overloaded,
     PackageError,
     PayloadTooLarge,
     PodiumError,
@@ -78,6 +80,7 @@ KINDS: dict[type[BaseException], Kind] = {
     RequestTimeout: Kind(408, "DEADLINE_EXCEEDED", "invalid_request_error"),
     PayloadTooLarge: Kind(413, "RESOURCE_EXHAUSTED", "invalid_request_error"),
     HeaderFieldsTooLarge: Kind(431, "RESOURCE_EXHAUSTED", "invalid_request_error"),
+    Overloaded: Kind(429, "RESOURCE_EXHAUSTED", "rate_limit_error"),
     Unavailable: Kind(503, "UNAVAILABLE", "service_unavailable"),
     UpstreamFailed: Kind(502, "UNAVAILABLE", "service_unavailable"),
     PackageError: Kind(400, "INVALID_ARGUMENT", "invalid_request_error"),
@@ -119,6 +122,13 @@ def problem_of(exc: BaseException, request_id: str | None = None) -> Problem:
               exc_info=(type(exc), exc, exc.__traceback__))
     return Problem(kind, f"internal error (request id {request_id}); the server log has the "
                          "details under this id")
+
+
+def retry_after(exc: BaseException) -> str | None:
+    """The `Retry-After` header (whole seconds, at least 1) an overload answer carries."""
+    if isinstance(exc, Overloaded):
+        return str(max(1, math.ceil(exc.retry_after_s)))
+    return None
 
 
 def openai_body(problem: Problem) -> dict[str, Any]:
