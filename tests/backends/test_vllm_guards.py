@@ -28,7 +28,11 @@ def _backend(device: str, chunked: bool, errored: bool = False) -> VllmBackend:
     return backend
 
 
-def test_seed_refused_where_it_would_crash_the_engine() -> None:
+def test_seed_refused_where_the_engine_fix_does_not_apply(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    from podium.engine_patches import cpu_seed
+
+    monkeypatch.setattr(cpu_seed, "applies", lambda: False)  # another engine version
     backend = _backend("cpu", chunked=True)
     with pytest.raises(InvalidArgument, match="enable_chunked_prefill=false") as err:
         backend.check_seed(3)
@@ -36,9 +40,9 @@ def test_seed_refused_where_it_would_crash_the_engine() -> None:
     backend.check_seed(None)  # no seed, no problem
 
 
-@pytest.mark.parametrize(("device", "chunked"), [("cpu", False), ("cuda", True)])
+@pytest.mark.parametrize(("device", "chunked"), [("cpu", False), ("cuda", True), ("cpu", True)])
 def test_seed_allowed_where_safe(device: str, chunked: bool) -> None:
-    _backend(device, chunked).check_seed(3)
+    _backend(device, chunked).check_seed(3)  # ("cpu", True): the pinned engine, patched
 
 
 def test_dead_engine_is_reported() -> None:

@@ -78,19 +78,26 @@ class VllmBackend(Backend):
     @property
     def seed_crashes_engine(self) -> bool:
         """vLLM 0.32's CPU runner kills the engine when a seeded request is prefilled in
-        chunks (`CPU Generator does not use offset`); such requests are refused instead."""
+        chunks (`CPU Generator does not use offset`). Podium's engine plugin
+        (`engine_patches.cpu_seed`) fixes that for the pinned engine; only an engine it does
+        not patch still refuses such requests."""
         if self.engine is None:
             return False
         config = self.engine.vllm_config
-        return (config.device_config.device_type == "cpu"
-                and bool(config.scheduler_config.enable_chunked_prefill))
+        if (config.device_config.device_type != "cpu"
+                or not config.scheduler_config.enable_chunked_prefill):
+            return False
+        from podium.engine_patches import cpu_seed
+
+        return not cpu_seed.applies()
 
     def check_seed(self, seed: object) -> None:
         if seed is not None and self.seed_crashes_engine:
             raise InvalidArgument(
                 f"seed is not supported by {self.package.key}: on CPU, vLLM {_engine_version()} "
-                "crashes when a seeded request is prefilled in chunks; remove seed, or serve "
-                "the package with engine_args enable_chunked_prefill=false", param="seed")
+                "crashes when a seeded request is prefilled in chunks and Podium's fix does "
+                "not apply to this engine version; remove seed, or serve the package with "
+                "engine_args enable_chunked_prefill=false", param="seed")
 
     def is_alive(self) -> bool:
         """False once the engine has died (the instance must restart)."""

