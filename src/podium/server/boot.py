@@ -2,11 +2,13 @@
 
     open packages (safe unpack) → check engine (only when a vLLM package is served)
     → resolve weights from cache → load plugins → load each model (engine start and
-    warm-up happen inside its backend's `load`) → ready
+    warm-up happen inside its backend's `load`) → open the gRPC port → ready
 
-Liveness answers from the first moment (the HTTP port opens before boot starts); readiness
-only after the last step. The Prometheus multiprocess directory is wiped before any of this,
-first of all in `podium.cli` (prometheus_client fixes its storage mode when first imported).
+Liveness answers from the first moment (the HTTP port opens before boot starts; inference on
+it answers 503 until ready); the gRPC port stays closed until every model is loaded, so a
+gRPC client never reaches an instance that cannot serve; readiness only after the last step.
+The Prometheus multiprocess directory is wiped before any of this, first of all in
+`podium.cli` (prometheus_client fixes its storage mode when first imported).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ async def boot(instance: Instance) -> None:
         await _step(instance, "load plugins", _load_plugins)
         for package in packages:
             await _step(instance, f"load {package.key}", instance.repository.load, package)
+        if instance.open_ports is not None:
+            await _step(instance, "open gRPC port", instance.open_ports)
         instance.booted = True
         from podium.metrics.server import set_ready
 

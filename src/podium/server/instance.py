@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from podium.repository import ModelEntry, ModelRepository
@@ -33,6 +33,8 @@ class Instance:
     boot_task: asyncio.Task | None = None
     stop: Callable[[], None] | None = None
     """Ends the serving process (set by `podium.server.serve`); a dead engine calls it."""
+    open_ports: Callable[[], Awaitable[None]] | None = None
+    """Opens the ports that serve only a ready instance (gRPC): boot's last step."""
 
     def __post_init__(self) -> None:
         # a load over the API rescans --repository, finding packages added after boot

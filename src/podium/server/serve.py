@@ -1,5 +1,6 @@
-"""Run one instance: HTTP (uvicorn) and gRPC ports open at once, boot in the background,
-graceful shutdown on SIGTERM / SIGINT.
+"""Run one instance: the HTTP port (uvicorn) opens at once, for liveness, and boot runs in the
+background; the gRPC port opens as boot's last step, once every model is loaded; graceful
+shutdown on SIGTERM / SIGINT.
 
 Shutdown order: readiness turns false (gateways stop routing) → the ports stop accepting →
 in-flight requests finish → models unload (the engine's processes are reaped) → exit. The whole
@@ -61,24 +62,30 @@ async def _serve(instance: Instance, watchdog: ShutdownWatchdog) -> int:
         watchdog.arm()
         server.should_exit = True  # type: ignore[union-attr]
 
+    grpc_servers: list[Any] = []
+
+    async def open_grpc_port() -> None:
+        grpc_servers.append(await _start_grpc(instance))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         instance.stop = stop
-        grpc_server = await _start_grpc(instance)
+        instance.open_ports = open_grpc_port if instance.config.grpc_port >= 0 else None
         instance.boot_task = asyncio.create_task(_boot_or_exit(instance, server))
         try:
             yield
         finally:
             watchdog.arm()  # a stop for any reason (signal, dead engine, failed boot)
-            await _shutdown(instance, grpc_server, watchdog)
+            await _shutdown(instance, grpc_servers[0] if grpc_servers else None, watchdog)
 
     config = instance.config
     app = build_app(instance, lifespan=lifespan)
     server = _draining_server(instance, watchdog, uvicorn_config(
         app, config, timeout_graceful_shutdown=watchdog.remaining(_unload_reserve(config))))
     server.should_exit = watchdog.armed  # told to stop while starting: stop at once
-    log.info("HTTP on %s:%d, gRPC on %s", config.host, config.http_port,
-             config.grpc_port if config.grpc_port >= 0 else "off")
+    log.info("HTTP on %s:%d (liveness now, inference once ready); gRPC %s", config.host,
+             config.http_port, f"on {config.grpc_port} once ready" if config.grpc_port >= 0
+             else "off")
     await server.serve()
     return 1 if instance.boot_error else 0  # boot failed, or an engine died
 
@@ -149,16 +156,19 @@ async def _watch_engines(instance: Instance, server: Any, interval_s: float = 1.
 
 
 async def _start_grpc(instance: Instance) -> Any:
-    port = instance.config.grpc_port
-    if port < 0:
-        return None
+    from podium.errors import BootError
     from podium.frontends.kserve_grpc import create_server
 
-    grpc_server = create_server(instance.repository, port=port,
-                                server_ready=instance.is_ready, host=instance.config.host,
-                                api_key=instance.config.api_key,
-                                limits=instance.config.kserve_limits)
+    config = instance.config
+    try:
+        grpc_server = create_server(instance.repository, port=config.grpc_port,
+                                    server_ready=instance.is_ready, host=config.host,
+                                    api_key=config.api_key, limits=config.kserve_limits)
+    except RuntimeError as exc:  # grpc: "Failed to bind to address ..."
+        raise BootError(f"cannot open the gRPC port {config.host}:{config.grpc_port} "
+                        f"({exc}); free it or choose another with --grpc-port") from None
     await grpc_server.start()
+    log.info("gRPC on %s:%d", config.host, config.grpc_port)
     return grpc_server
 
 
