@@ -40,9 +40,9 @@ def run_server(config: ServerConfig) -> int:
     configure_logging(config.log_format, config.log_level)
     instance = Instance(config)
     watchdog = ShutdownWatchdog("podium serve", config.shutdown_timeout_s)
-    if not config.api_key:
-        log.warning("no API key configured: every route is open (use --api-key or "
-                    "PODIUM_API_KEY)")
+    if not config.access().guarded:
+        log.warning("no API key configured: every route is open (use --api-key, "
+                    "--api-key-file or PODIUM_API_KEY; --admin-key for the admin routes)")
     # a signal before uvicorn listens (or uvicorn's re-raise after its graceful exit) lands
     # here: it starts the countdown instead of killing the process, so a clean drain exits 0
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -156,7 +156,7 @@ async def _start_grpc(instance: Instance) -> Any:
 
     grpc_server = create_server(instance.repository, port=port,
                                 server_ready=instance.is_ready, host=instance.config.host,
-                                api_key=instance.config.api_key,
+                                access=instance.config.access(),
                                 limits=instance.config.kserve_limits)
     await grpc_server.start()
     return grpc_server
