@@ -59,7 +59,7 @@ class KeyFile:
         st = os.stat(self.path)
         return st.st_mtime_ns, st.st_size, st.st_ino
 
-    def keys(self) -> list[str]:
+    def current(self) -> list[str]:
         """The file's keys now: re-read when its stamp changed since the last read."""
         try:
             stamp = self._stat()
@@ -99,7 +99,7 @@ class ApiKeys:
         """Every `Bearer <key>` value accepted right now."""
         if not self.files:
             return self._literal
-        current = tuple(key for f in self.files for key in f.keys())
+        current = tuple(key for f in self.files for key in f.current())
         if current != self._from_files[0]:
             self._from_files = (current, [_bearer(key) for key in current])
         return self._literal + self._from_files[1]

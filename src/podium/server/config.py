@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, FilePath, PrivateAttr, SecretStr
 
 from podium.auth_keys import Access, KeyConfig
-
 from podium.frontends import kserve_limits as kserve
 from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
 from podium.frontends.json_body import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_JSON_DEPTH
