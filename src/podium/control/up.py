@@ -117,7 +117,6 @@ class UpConfig:
                 raise InvalidArgument(f"package root {str(root)!r} is not a directory",
                                       param="package_roots")
 
-
     def access(self) -> Access:
         """Per role, the keys the gateway and the control API accept."""
         keys = self.keys
