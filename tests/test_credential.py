@@ -43,3 +43,13 @@ def test_instances_get_the_credential_and_none_of_the_operators_keys() -> None:
     assert env == {"PATH": "/bin", "PODIUM_INTERNAL_KEY": "c"}
     assert credential.bearer("c") == {"Authorization": "Bearer c"}
     assert credential.bearer(None) == {}
+
+
+def test_podium_serve_takes_the_credential_out_of_its_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from podium import env
+
+    monkeypatch.setenv(credential.ENV, "secret")
+    assert env.take_internal_key() == "secret"
+    assert credential.ENV not in os.environ  # no engine or backend child inherits it
+    assert env.take_internal_key() is None

@@ -111,3 +111,19 @@ def test_instances_take_only_the_planes_credential_and_the_gateway_its_own_keys(
     # the data plane never noticed
     r = httpx.post(up.gateway + INFER_PATH, json=BODY, headers=_bearer(INFER_KEY), timeout=10)
     assert r.status_code == 200
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"api_key_files": ("missing.keys",)}, "--api-key-file 'missing.keys' is not a file"),
+    ({"admin_key_files": ("missing.keys",)}, "--admin-key-file 'missing.keys' is not a file"),
+    ({"api_keys": ("",)}, "an empty --api-key"),
+], ids=["api-key-file", "admin-key-file", "empty-key"])
+def test_up_refuses_bad_key_settings_naming_the_flag(tmp_path: Path, keys: dict,
+                                                     message: str) -> None:
+    from podium.auth_keys import KeyConfig
+    from podium.control.up import UpConfig
+    from podium.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=message):
+        UpConfig(home=tmp_path, keys=KeyConfig(**keys))
+    assert UpConfig(home=tmp_path, keys=KeyConfig(api_keys=("good",))).access().guarded

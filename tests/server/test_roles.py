@@ -132,3 +132,36 @@ async def test_grpc_methods_take_their_roles_keys() -> None:
     finally:
         await client.close()
         await server.stop(grace=1)
+
+
+async def test_a_running_instance_takes_keys_rotated_in_its_key_file(tmp_path) -> None:
+    keys = tmp_path / "inference.keys"
+    keys.write_text("old-key\n")
+    transport = httpx.ASGITransport(app=build_app(_instance(api_key_files=[keys])))
+    route = ("POST", "/v1/chat/completions")
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert await _status(client, route, "old-key") == 200
+        assert await _status(client, route, "new-key") == 401
+        new = tmp_path / "inference.keys.new"
+        new.write_text("new-key\n")
+        new.replace(keys)  # no restart
+        assert await _status(client, route, "old-key") == 401
+        assert await _status(client, route, "new-key") == 200
+
+
+@pytest.mark.parametrize(("argv", "environ", "api_keys", "admin_keys"), [
+    (["--api-key", "a", "--api-key", "b", "--admin-key", "c"], {}, ["a", "b"], ["c"]),
+    ([], {"PODIUM_API_KEY": "env-a", "PODIUM_ADMIN_KEY": "env-c"}, ["env-a"], ["env-c"]),
+    (["--api-key", "flag"], {"PODIUM_API_KEY": "env-a"}, ["flag"], []),
+], ids=["repeated-flags", "environment", "a-flag-overrides-the-environment"])
+def test_podium_serve_key_flags(monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                environ: dict[str, str], api_keys: list[str],
+                                admin_keys: list[str]) -> None:
+    from podium.cli import build_parser, key_settings
+
+    for name in ("PODIUM_API_KEY", "PODIUM_ADMIN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    settings = key_settings(build_parser().parse_args(["serve", *argv]))
+    assert (settings["api_keys"], settings["admin_keys"]) == (api_keys, admin_keys)
