@@ -1,67 +1,86 @@
 """API keys for the instance, the gateway and the control plane, over HTTP and gRPC.
 
-A caller sends `Authorization: Bearer <key>` (HTTP header or gRPC metadata); any one of the
-configured keys is accepted, each compared in constant time. Liveness stays open: probes carry
-no credentials. A refusal is 401 / UNAUTHENTICATED, rendered like every other error.
+A caller sends `Authorization: Bearer <key>` (HTTP header or gRPC metadata). Each route has a
+role (`auth_keys`): liveness is open (probes carry no credentials), the model repository and
+/metrics are `admin`, everything else is `inference`; the control-plane API is all `admin`.
+Any key of the route's role is accepted, each compared in constant time. A refusal is 401 /
+UNAUTHENTICATED, rendered like every other error.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
 
+from podium.auth_keys import ADMIN, INFERENCE, Access, ApiKeys, KeyConfig
 from podium.errors import Unauthorized
 from podium.errors.interceptor import guarded
 from podium.errors.render import Shape, instance_shape, json_error
 
 LIVENESS_PATHS = frozenset({"/health", "/health/live", "/v2/health/live"})
 OPEN_METHODS = frozenset({"/inference.GRPCInferenceService/ServerLive"})
+ADMIN_METHODS = frozenset(f"/inference.GRPCInferenceService/{name}" for name in (
+    "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"))
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
+RoleOf = Callable[[str], str | None]
 
 
-class ApiKeys:
-    """The keys a server accepts; `check` raises Unauthorized for anything else."""
+def instance_role(path: str) -> str | None:
+    """The role an instance (or gateway) route needs; None for liveness."""
+    if path in LIVENESS_PATHS:
+        return None
+    if path == "/metrics" or path == "/v2/repository" or path.startswith("/v2/repository/"):
+        return ADMIN
+    return INFERENCE
 
-    def __init__(self, keys: str | Sequence[str]) -> None:
-        keys = [keys] if isinstance(keys, str) else list(keys)
-        if not keys or not all(keys):
-            raise ValueError("an API key must be a non-empty string")
-        self._expected = [f"Bearer {key}".encode() for key in keys]
 
-    def check(self, given: str | bytes | None, *, how: str) -> None:
-        """Accept `given` (the Authorization value) or raise Unauthorized saying `how` to send
-        a key."""
-        value = given.encode() if isinstance(given, str) else given or b""
-        # every key is compared, so the time taken does not tell which one nearly matched
-        matched = [hmac.compare_digest(value, expected) for expected in self._expected]
-        if not any(matched):
-            reason = "missing" if not value else "wrong"
-            raise Unauthorized(f"API key {reason}: send {how} with the key the server was "
-                               "started with (--api-key)")
+def admin_role(path: str) -> str | None:
+    """The control-plane API: every route but /health is administration."""
+    return None if path == "/health" else ADMIN
+
+
+def grpc_role(method: str) -> str | None:
+    """The role a KServe gRPC method needs; None for ServerLive."""
+    if method in OPEN_METHODS:
+        return None
+    return ADMIN if method in ADMIN_METHODS else INFERENCE
+
+
+def _access(api_key: str | Sequence[str] | None, access: Access | None) -> Access:
+    if access is not None:
+        return access
+    if not api_key:
+        raise ValueError("give api_key or access")
+    return Access.single(api_key)
 
 
 class ApiKeyMiddleware:
-    """ASGI middleware: every HTTP route but liveness (and /metrics if open) needs a key."""
+    """ASGI middleware: every HTTP route needs a key of its role (`role_of`); liveness, and
+    /metrics when `metrics_open`, need none."""
 
-    def __init__(self, app: ASGIApp, *, api_key: str | Sequence[str], metrics_open: bool = False,
+    def __init__(self, app: ASGIApp, *, api_key: str | Sequence[str] | None = None,
+                 access: Access | None = None, role_of: RoleOf = instance_role,
+                 metrics_open: bool = False,
                  shape_of: Callable[[str], Shape] = instance_shape) -> None:
         self.app = app
-        self.keys = ApiKeys(api_key)
-        self.open_paths = LIVENESS_PATHS | ({"/metrics"} if metrics_open else set())
+        self.access = _access(api_key, access)
+        self.role_of = role_of
+        self.metrics_open = metrics_open
         self.shape_of = shape_of
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in self.open_paths:
+        path = scope.get("path", "")
+        role = self.role_of(path) if scope["type"] == "http" else None
+        if role is None or (self.metrics_open and path == "/metrics"):
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"authorization")
         try:
-            self.keys.check(given, how="the header 'Authorization: Bearer <key>'")
+            self.access.check(role, given, how="the header 'Authorization: Bearer <key>'")
         except Unauthorized as exc:
-            status, body = json_error(self.shape_of(scope["path"]), exc)
+            status, body = json_error(self.shape_of(path), exc)
             await send({"type": "http.response.start", "status": status, "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()), (b"www-authenticate", b"Bearer")]})
@@ -71,24 +90,32 @@ class ApiKeyMiddleware:
 
 
 class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
-    """Every gRPC method but ServerLive needs `authorization: Bearer <key>` metadata."""
+    """Every gRPC method but ServerLive needs `authorization: Bearer <key>` metadata of its
+    role (repository methods: admin; the rest: inference)."""
 
-    def __init__(self, api_key: str | Sequence[str]) -> None:
-        self.keys = ApiKeys(api_key)
+    def __init__(self, api_key: str | Sequence[str] | None = None, *,
+                 access: Access | None = None) -> None:
+        self.access = _access(api_key, access)
 
     async def intercept_service(
         self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         details: grpc.HandlerCallDetails,
     ) -> Any:
         handler = await continuation(details)
-        if handler is None or details.method in OPEN_METHODS:
+        role = grpc_role(details.method)
+        if handler is None or role is None:
             return handler
         given = dict(details.invocation_metadata or ()).get("authorization")
         try:
-            self.keys.check(given, how="metadata 'authorization: Bearer <key>'")
+            self.access.check(role, given, how="metadata 'authorization: Bearer <key>'")
         except Unauthorized as exc:
             return guarded(_refusing(handler, exc))
         return handler
+
+
+def grpc_interceptors(access: Access | None) -> list[grpc.aio.ServerInterceptor]:
+    """The key check for a gRPC server, or nothing when `access` guards no role."""
+    return [ApiKeyInterceptor(access=access)] if access is not None and access.guarded else []
 
 
 def _refusing(handler: grpc.RpcMethodHandler, exc: Unauthorized) -> grpc.RpcMethodHandler:
@@ -109,3 +136,7 @@ def _refusing(handler: grpc.RpcMethodHandler, exc: Unauthorized) -> grpc.RpcMeth
     if handler.request_streaming:
         return grpc.stream_unary_rpc_method_handler(refuse, **codec)
     return grpc.unary_unary_rpc_method_handler(refuse, **codec)
+
+
+__all__ = ["ADMIN", "INFERENCE", "Access", "ApiKeyInterceptor", "ApiKeyMiddleware", "ApiKeys",
+           "KeyConfig", "admin_role", "grpc_interceptors", "grpc_role", "instance_role"]

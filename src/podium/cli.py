@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -52,8 +51,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--grpc-port", type=int, default=8001, help="-1 disables gRPC")
-    p.add_argument("--api-key", default=os.environ.get("PODIUM_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' (env PODIUM_API_KEY)")
+    add_key_flags(p)
     p.add_argument("--metrics-open", action="store_true",
                    help="serve /metrics without the API key")
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
@@ -65,6 +63,33 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-format", choices=["text", "json"], default="text")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     p.set_defaults(func=_serve)
+
+
+def add_key_flags(p: argparse.ArgumentParser) -> None:
+    """--api-key / --api-key-file (inference) and --admin-key / --admin-key-file (admin)."""
+    from podium import env
+
+    p.add_argument("--api-key", action="append", metavar="KEY",
+                   help="an inference key: require 'Authorization: Bearer KEY' (repeatable; "
+                        "env PODIUM_API_KEY); also opens the admin routes unless an admin key "
+                        "is given")
+    p.add_argument("--api-key-file", action="append", type=Path, default=[], metavar="FILE",
+                   help="inference keys, one per line, re-read when the file changes "
+                        "(rotation without a restart; repeatable)")
+    p.add_argument("--admin-key", action="append", metavar="KEY",
+                   help="an admin key (repository load/unload, /metrics, control API); "
+                        "repeatable; env PODIUM_ADMIN_KEY")
+    p.add_argument("--admin-key-file", action="append", type=Path, default=[],
+                   metavar="FILE", help="admin keys, one per line, re-read when it changes")
+    p.set_defaults(env_api_key=env.api_key(), env_admin_key=env.admin_key())
+
+
+def key_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The key flags as settings; the environment's keys count only when no flag gives one."""
+    api_keys = args.api_key or ([args.env_api_key] if args.env_api_key else [])
+    admin_keys = args.admin_key or ([args.env_admin_key] if args.env_admin_key else [])
+    return {"api_keys": api_keys, "api_key_files": args.api_key_file,
+            "admin_keys": admin_keys, "admin_key_files": args.admin_key_file}
 
 
 def _add_kserve_limits(p: argparse.ArgumentParser) -> None:
@@ -97,10 +122,12 @@ def _serve(args: argparse.Namespace) -> int:
         from podium.package.defaults import write_default_package
 
         packages = [write_default_package().root]
+    from podium import env
+
     try:
-        config = ServerConfig(
+        config = ServerConfig(internal_key=env.take_internal_key(),
             packages=packages, repository=args.repository, host=args.host,
-            http_port=args.http_port, grpc_port=args.grpc_port, api_key=args.api_key,
+            http_port=args.http_port, grpc_port=args.grpc_port, **key_settings(args),
             metrics_open=args.metrics_open, max_body_bytes=args.max_body_bytes,
             max_header_bytes=args.max_header_bytes, max_inflated_bytes=args.max_inflated_bytes,
             max_json_depth=args.max_json_depth, max_tensors=args.max_tensors,
@@ -110,7 +137,10 @@ def _serve(args: argparse.Namespace) -> int:
             log_level=args.log_level, **{name: getattr(args, name) for name in _OPENAI_LIMITS})
     except ValidationError as exc:  # a flag out of its range: name the flag, not the field
         err = exc.errors()[0]
-        flag = "--" + str(err["loc"][0]).removesuffix("_s").replace("_", "-")
+        name = str(err["loc"][0])
+        name = name.removesuffix("s") if name.endswith("_keys") or name.endswith("_files") \
+            else name.removesuffix("_s")
+        flag = "--" + name.replace("_", "-")
         raise InvalidArgument(f"{flag} {err['input']}: {err['msg']}", param=flag) from None
     return run_server(config)
 

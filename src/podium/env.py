@@ -22,6 +22,17 @@ def api_key() -> str | None:
     return os.environ.get("PODIUM_API_KEY") or None
 
 
+def admin_key() -> str | None:
+    """PODIUM_ADMIN_KEY: a key for the admin routes (repository, /metrics, control API)."""
+    return os.environ.get("PODIUM_ADMIN_KEY") or None
+
+
+def take_internal_key() -> str | None:
+    """PODIUM_INTERNAL_KEY: the control plane's credential handed to an instance it started;
+    removed from the environment once read, so no child process inherits it."""
+    return os.environ.pop("PODIUM_INTERNAL_KEY", None) or None
+
+
 def kv_cache_gib() -> str:
     """VLLM_CPU_KVCACHE_SPACE: KV cache size on CPU in GiB (vLLM's own variable; default 4)."""
     return os.environ.get("VLLM_CPU_KVCACHE_SPACE", "4")

@@ -20,7 +20,7 @@ import pytest
 
 from podium.control.models import PackageRow
 from podium.control.rollout_config import RolloutConfig
-from podium.control.runtime.base import READY
+from podium.control.runtime.base import READY, InstanceView
 from podium.control.runtime.local import _pid_alive, free_port
 from podium.control.runtime.ray import RayRuntime, Resources, resources_for
 from podium.control.store import Store
@@ -31,6 +31,7 @@ from tests.support.servers import Served
 
 # instances ask for half a CPU so v1 and v2 fit side by side on the 2-CPU head
 INSTANCE_CPUS = 0.5
+CREDENTIAL = "ray-internal-credential-0123456789"
 BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [2.0]}]}
 
 
@@ -109,10 +110,10 @@ def test_instances_run_in_ray_actors_restart_after_a_crash_and_drain_to_zero(
     store.announce_package("echo", "1", "python", str(folder),
                            json.loads((folder / "podium.json").read_text()))
     store.ensure_deployment("echo", "1", "red-black")
-    gateway = Gateway()
+    gateway = Gateway(upstream_credential=CREDENTIAL)
     served = Served(gateway.app())
     runtime = RayRuntime(store, gateway.table, tmp_path / "instances",
-                         num_cpus=INSTANCE_CPUS, drain_timeout_s=5)
+                         num_cpus=INSTANCE_CPUS, drain_timeout_s=5, credential=CREDENTIAL)
     try:
         runtime.scale("echo", "1", 2)
         _wait_for(lambda: [i.state for i in runtime.instances()] == [READY, READY], runtime)
@@ -126,6 +127,7 @@ def test_instances_run_in_ray_actors_restart_after_a_crash_and_drain_to_zero(
                        for _ in range(20)]
         assert {r.status_code for r in answers} == {200}
         assert {tuple(r.json()["outputs"][0]["data"]) for r in answers} == {(6.0,)}
+        _assert_sealed(instances[0])
 
         crashed = instances[0]
         os.kill(crashed.pid or 0, signal.SIGKILL)
@@ -161,6 +163,20 @@ def test_instances_run_in_ray_actors_restart_after_a_crash_and_drain_to_zero(
         runtime.close()
         served.stop()
         store.close()
+
+
+def _assert_sealed(instance: InstanceView) -> None:
+    """Called directly, bypassing the gateway, the instance takes only the credential."""
+    path = "/v2/models/echo/versions/1/infer"
+    for headers in ({}, {"Authorization": "Bearer guessed"}):
+        r = httpx.post(instance.url + path, json=BODY, headers=headers, timeout=10)
+        assert r.status_code == 401 and "API key" in r.json()["error"]
+    assert httpx.get(instance.url + "/v2/health/live", timeout=10).status_code == 200
+    r = httpx.post(instance.url + path, json=BODY, timeout=10,
+                   headers={"Authorization": f"Bearer {CREDENTIAL}"})
+    assert r.status_code == 200
+    assert CREDENTIAL.encode() not in Path(f"/proc/{instance.pid}/cmdline").read_bytes()
+    assert CREDENTIAL not in Path(instance.log_path or "").read_text()
 
 
 def test_an_instance_the_cluster_cannot_place_waits_and_is_cancelled_by_a_drain(

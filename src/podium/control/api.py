@@ -19,7 +19,8 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
-from podium.auth import ApiKeyMiddleware
+from podium.auth import ApiKeyMiddleware, admin_role
+from podium.auth_keys import ADMIN, Access
 from podium.control.api_limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
@@ -89,11 +90,13 @@ class ScalingRequest(_Strict):
 
 
 def create_app(plane: ControlPlane, *, api_key: str | None = None,
+               access: Access | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
                package_roots: tuple[FilePath, ...] = ()) -> FastAPI:
-    """The API app over one control plane; with `api_key`, every route but /health needs
-    `Authorization: Bearer <key>`; with `package_roots`, only packages under them announce."""
+    """The API app over one control plane; with `api_key` or `access` (its admin keys), every
+    route but /health needs `Authorization: Bearer <key>`; with `package_roots`, only packages
+    under them announce."""
     app = FastAPI(title="Podium control plane", version="1",
                   description="Announce packages, deploy with Red-Black or Versioned rollouts, "
                               "roll back, and read status and events.",
@@ -101,8 +104,10 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None,
     _install_errors(app)
     app.add_middleware(RequestLimits, max_body_bytes=max_body_bytes,
                        max_header_bytes=max_header_bytes, render=control_error)
-    if api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=api_key, shape_of=lambda _path: "control")
+    access = Access.single(api_key) if api_key else access
+    if access is not None and access.roles.get(ADMIN) is not None:
+        app.add_middleware(ApiKeyMiddleware, access=access, role_of=admin_role,
+                           shape_of=lambda _path: "control")
 
     @app.get("/health")
     def health() -> dict[str, str]:

@@ -42,9 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-cpus", type=float, metavar="N",
                    help="CPUs each instance reserves on Ray (default 1; also its "
                         "OMP_NUM_THREADS, so give a CPU LLM several)")
-    p.add_argument("--api-key", default=os.environ.get("PODIUM_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on the gateway and the API "
-                        "(env PODIUM_API_KEY)")
+    from podium.cli import add_key_flags
+
+    add_key_flags(p)  # inference keys guard the gateway, admin keys the API (and /metrics)
     p.add_argument("--api-max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                    help="largest request body the control-plane API reads (default 1 MiB); "
                         "larger gets 413")
@@ -114,12 +114,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _api_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api", default=os.environ.get("PODIUM_CONTROL_URL", DEFAULT_API),
                    help="control-plane API URL (env PODIUM_CONTROL_URL)")
-    p.add_argument("--api-key", default=os.environ.get("PODIUM_API_KEY"),
-                   help="key of a control plane started with --api-key (env PODIUM_API_KEY)")
+    p.add_argument("--api-key", default=os.environ.get("PODIUM_ADMIN_KEY")
+                   or os.environ.get("PODIUM_API_KEY"),
+                   help="admin key of a control plane started with --admin-key (or its "
+                        "--api-key when it has none); env PODIUM_ADMIN_KEY, else PODIUM_API_KEY")
     p.add_argument("--json", action="store_true", help="print the raw JSON answer")
 
 
 def _up(args: argparse.Namespace) -> int:
+    from podium.auth_keys import KeyConfig
+    from podium.cli import key_settings
     from podium.control.loop import LoopConfig
     from podium.control.up import UpConfig, run_up
 
@@ -127,7 +131,8 @@ def _up(args: argparse.Namespace) -> int:
                            api_port=args.api_port,
                            database_url=args.database, runtime=args.runtime,
                            ray_address=args.ray_address, ray_num_cpus=args.ray_cpus,
-                           api_key=args.api_key, api_max_body_bytes=args.api_max_body_bytes,
+                           keys=KeyConfig(**{k: tuple(v) for k, v in key_settings(args).items()}),
+                           api_max_body_bytes=args.api_max_body_bytes,
                            api_max_header_bytes=args.api_max_header_bytes,
                            package_roots=tuple(args.package_roots), limits=limits.from_flags(args),
                            shutdown_timeout_s=args.shutdown_timeout,

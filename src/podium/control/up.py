@@ -15,14 +15,16 @@ import logging
 import signal
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
+from podium import credential as internal_credential
 from podium import env
 from podium.auth import ApiKeyMiddleware
+from podium.auth_keys import Access, KeyConfig
 from podium.control.api import create_app
 from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
 from podium.control.loop import ControlLoop, LoopConfig
@@ -71,7 +73,11 @@ class UpConfig:
     OMP_NUM_THREADS to it, so a CPU LLM wants several."""
     api_key: str | None = None
     """When set, the gateway (HTTP and gRPC) and the control-plane API require
-    `Authorization: Bearer <key>`; liveness stays open."""
+    `Authorization: Bearer <key>`; liveness stays open. Added to `keys.api_keys`."""
+    keys: KeyConfig = field(default_factory=KeyConfig)
+    """Inference keys (the gateway) and admin keys (the control API, the gateway's /metrics),
+    literal or in files re-read when changed; with no admin key, inference keys are both.
+    Instances accept none of them: only the plane's internal credential."""
     limits: GatewayLimits = field(default_factory=GatewayLimits)
     """What the gateway accepts from one request: body, headers, gRPC message, body time."""
     api_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -97,10 +103,26 @@ class UpConfig:
                 1 <= self.shutdown_timeout_s <= 3600):
             raise InvalidArgument(f"shutdown_timeout_s={self.shutdown_timeout_s!r} is out of "
                                   "range; use 1..3600 seconds", param="shutdown_timeout_s")
+        for flag, paths in (("--api-key-file", self.keys.api_key_files),
+                            ("--admin-key-file", self.keys.admin_key_files)):
+            for path in paths:
+                if not Path(path).is_file():
+                    raise InvalidArgument(f"{flag} {str(path)!r} is not a file; give a file "
+                                          "with one key per line", param=flag)
+        if not all((*self.keys.api_keys, *self.keys.admin_keys)):
+            raise InvalidArgument("an empty --api-key or --admin-key; give a non-empty key",
+                                  param="api_key")
         for root in self.package_roots:
             if not root.is_dir():
                 raise InvalidArgument(f"package root {str(root)!r} is not a directory",
                                       param="package_roots")
+
+    def access(self) -> Access:
+        """Per role, the keys the gateway and the control API accept."""
+        keys = self.keys
+        if self.api_key:
+            keys = replace(keys, api_keys=(self.api_key, *keys.api_keys))
+        return keys.access()
 
 
 def run_up(config: UpConfig) -> int:
@@ -118,10 +140,12 @@ def run_up(config: UpConfig) -> int:
         _on_stop_signal(watchdog)  # until the servers run: stop as soon as they start
         store = Store.open(url)
         cleanup.callback(store.close)
-        gateway = Gateway(limits=config.limits)
+        # the one key the instances accept: kept under the home, so adopted ones still do
+        credential = internal_credential.load_or_create(home)
+        gateway = Gateway(limits=config.limits, upstream_credential=credential)
         runtime = create_runtime(config.runtime, store, gateway.table, home / "instances",
                                  ray_address=config.ray_address,
-                                 ray_num_cpus=config.ray_num_cpus)
+                                 ray_num_cpus=config.ray_num_cpus, credential=credential)
         world = RuntimeWorld(runtime, gateway.table, gateway.stats)
         plane = ControlPlane(store, world)
         cleanup.callback(_stop_instances, plane, runtime, watchdog)
@@ -130,7 +154,7 @@ def run_up(config: UpConfig) -> int:
         thread.start()
         cleanup.callback(_stop_loop, loop, thread, watchdog)
         try:
-            asyncio.run(_serve(config, plane, gateway, watchdog))
+            asyncio.run(_serve(config, plane, gateway, watchdog, credential))
         finally:
             _on_stop_signal(watchdog)  # asyncio's handlers left with its loop
             watchdog.arm()  # whatever ended serving, the rest of the stop is bounded
@@ -175,16 +199,17 @@ KEEP_ALIVE_S = 75
 
 
 async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway,
-                 watchdog: ShutdownWatchdog) -> None:
+                 watchdog: ShutdownWatchdog, credential: str) -> None:
+    access = config.access()
     gateway_app: Any = gateway.app()
-    if config.api_key:
-        gateway_app = ApiKeyMiddleware(gateway_app, api_key=config.api_key)
+    if access.guarded:
+        gateway_app = ApiKeyMiddleware(gateway_app, access=access)
     servers = [
         _Server(uvicorn.Config(gateway_app, host=config.host, port=config.http_port,
                                log_level="warning", access_log=False,
                                timeout_keep_alive=KEEP_ALIVE_S,
                                http=bounded_head_protocol(config.limits.max_header_bytes))),
-        _Server(uvicorn.Config(create_app(plane, api_key=config.api_key,
+        _Server(uvicorn.Config(create_app(plane, access=access,
                                           max_body_bytes=config.api_max_body_bytes,
                                           max_header_bytes=config.api_max_header_bytes,
                                           package_roots=config.package_roots),
@@ -211,13 +236,14 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway,
     if watchdog.armed:  # told to stop before the servers ran
         stop_all()
     # the gateway's own active probes cover the gap between two control-loop passes
-    health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0))
+    health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0,
+                                                   credential=credential))
     grpc_gateway = GrpcGateway(gateway.table, gateway.stats,
-                               max_message_bytes=config.limits.max_grpc_message_bytes)
+                               max_message_bytes=config.limits.max_grpc_message_bytes,
+                               upstream_credential=credential)
     grpc_server = None
     if config.grpc_port >= 0:
-        grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port,
-                                                  api_key=config.api_key)
+        grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port, access=access)
     log.info("gateway on :%d (gRPC :%d), control-plane API on :%d", config.http_port,
              config.grpc_port, config.api_port)
     try:

@@ -19,6 +19,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
+from podium.auth_keys import Access
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
 from podium.errors import InvalidArgument, NotFound, Unavailable
 from podium.errors.interceptor import ErrorInterceptor
@@ -43,16 +44,19 @@ _CONTENTS_FIELD = {
 
 def create_server(repository: ModelRepository, *, port: int, server_ready: Callable[[], bool],
                   host: str = "0.0.0.0", api_key: str | None = None,
+                  access: Access | None = None,
                   limits: KServeLimits | None = None) -> grpc.aio.Server:
     """A gRPC server (not started) serving `repository`; `await server.start()` opens `port`.
-    With `api_key`, every method but ServerLive requires `authorization: Bearer <key>`."""
-    from podium.auth import ApiKeyInterceptor
+    With `api_key` (every role) or `access` (keys per role), every method but ServerLive
+    requires `authorization: Bearer <key>`."""
+    from podium.auth import grpc_interceptors
 
     limits = limits or KServeLimits()
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", limits.grpc_max_message_bytes),
                  ("grpc.max_send_message_length", 256 << 20)],
-        interceptors=[ErrorInterceptor(), *([ApiKeyInterceptor(api_key)] if api_key else [])])
+        interceptors=[ErrorInterceptor(), *grpc_interceptors(
+            Access.single(api_key) if api_key else access)])
     add_service(InferenceService(repository, server_ready, limits), server)
     server.add_insecure_port(f"{host}:{port}")
     return server

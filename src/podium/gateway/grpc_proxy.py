@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2
 
+from podium.auth_keys import Access
 from podium.errors import InvalidArgument, Unavailable
 from podium.errors.interceptor import ErrorInterceptor
 from podium.gateway.limits import DEFAULT_MAX_GRPC_MESSAGE_BYTES
@@ -47,8 +48,11 @@ class GrpcGateway:
 
     def __init__(self, table: RouteTable, stats: VersionStats, *, max_attempts: int = 3,
                  clock_ms: Callable[[], int] | None = None,
-                 max_message_bytes: int = DEFAULT_MAX_GRPC_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_GRPC_MESSAGE_BYTES,
+                 upstream_credential: str | None = None) -> None:
         self.table = table
+        # sent to instances in place of the client's own authorization (a gateway key)
+        self._authorization = f"Bearer {upstream_credential}" if upstream_credential else None
         self.max_message_bytes = max_message_bytes
         self.stats = stats
         self.max_attempts = max_attempts
@@ -56,14 +60,16 @@ class GrpcGateway:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[str, str], grpc.aio.UnaryUnaryMultiCallable] = {}
 
-    async def serve(self, host: str, port: int, *,
-                    api_key: str | None = None) -> tuple[grpc.aio.Server, int]:
+    async def serve(self, host: str, port: int, *, api_key: str | None = None,
+                    access: Access | None = None) -> tuple[grpc.aio.Server, int]:
         """Start a gRPC server on host:port (0: any free port); returns it and the bound port.
-        With `api_key`, every call but ServerLive needs `authorization: Bearer <key>`."""
-        from podium.auth import ApiKeyInterceptor
+        With `api_key` (every role) or `access` (keys per role), every call but ServerLive
+        needs `authorization: Bearer <key>`."""
+        from podium.auth import grpc_interceptors
 
         server = grpc.aio.server(
-            interceptors=[ErrorInterceptor(), *([ApiKeyInterceptor(api_key)] if api_key else [])],
+            interceptors=[ErrorInterceptor(), *grpc_interceptors(
+                Access.single(api_key) if api_key else access)],
             # past it grpc answers RESOURCE_EXHAUSTED naming both sizes, before any handler
             options=[("grpc.max_receive_message_length", self.max_message_bytes),
                      ("grpc.max_send_message_length", -1)])
@@ -118,7 +124,7 @@ class GrpcGateway:
                 endpoint.num_in_flight += 1
                 try:
                     answer = await self._stub(endpoint, method)(
-                        payload, metadata=_metadata(context), timeout=context.time_remaining())
+                        payload, metadata=self._metadata(context), timeout=context.time_remaining())
                 except grpc.aio.AioRpcError as exc:
                     if _never_sent(exc):
                         endpoint.healthy = False
@@ -161,7 +167,7 @@ class GrpcGateway:
         code = grpc.StatusCode.OK
         try:
             stub = self._channel(endpoint).stream_stream(f"/{SERVICE}/ModelStreamInfer")
-            async for answer in stub(upstream_requests(), metadata=_metadata(context)):
+            async for answer in stub(upstream_requests(), metadata=self._metadata(context)):
                 yield answer
             if malformed:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message)
@@ -171,6 +177,9 @@ class GrpcGateway:
         finally:
             endpoint.num_in_flight -= 1
             self._record("ModelStreamInfer", model, resolved, started, code)
+
+    def _metadata(self, context: grpc.aio.ServicerContext) -> tuple[tuple[str, str | bytes], ...]:
+        return _metadata(context, self._authorization)
 
     def _resolve(self, model: str, version: str | None, tried: set[str]) -> tuple[str, Endpoint]:
         if not model:
@@ -211,7 +220,11 @@ def _with_version(cls: Any, payload: bytes, asked: str | None, resolved: str) ->
     return message.SerializeToString()
 
 
-def _metadata(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str | bytes], ...]:
-    # forward auth and custom headers; drop gRPC's own pseudo and transport headers
-    return tuple((k, v) for k, v in (context.invocation_metadata() or ())
-                 if not k.startswith(":") and k not in ("user-agent", "content-type", "te"))
+def _metadata(context: grpc.aio.ServicerContext,
+              authorization: str | None = None) -> tuple[tuple[str, str | bytes], ...]:
+    # forward custom headers (and the client's auth when there is no credential of our own);
+    # drop gRPC's own pseudo and transport headers
+    dropped = ("user-agent", "content-type", "te", *(("authorization",) if authorization else ()))
+    forwarded = tuple((k, v) for k, v in (context.invocation_metadata() or ())
+                      if not k.startswith(":") and k not in dropped)
+    return (*forwarded, ("authorization", authorization)) if authorization else forwarded

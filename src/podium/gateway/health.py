@@ -26,9 +26,10 @@ async def check_once(table: RouteTable, client: httpx.AsyncClient, *,
 
 
 async def run_health_checks(table: RouteTable, *, interval_s: float = 1.0,
-                            timeout_s: float = 2.0) -> None:
-    """Probe forever (run as a task; cancel to stop)."""
-    async with httpx.AsyncClient(timeout=timeout_s) as client:
+                            timeout_s: float = 2.0, credential: str | None = None) -> None:
+    """Probe forever (run as a task; cancel to stop), sending the instances' `credential`."""
+    headers = {"Authorization": f"Bearer {credential}"} if credential else {}
+    async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as client:
         while True:
             await check_once(table, client)
             await asyncio.sleep(interval_s)

@@ -65,13 +65,15 @@ class Gateway:
     def __init__(self, table: RouteTable | None = None, stats: VersionStats | None = None, *,
                  max_attempts: int = 3, connect_timeout_s: float = 2.0,
                  clock_ms: Callable[[], int] = wall_ms,
-                 limits: GatewayLimits | None = None) -> None:
+                 limits: GatewayLimits | None = None,
+                 upstream_credential: str | None = None) -> None:
         self.table = table or RouteTable()
         self.limits = limits or GatewayLimits()
         self.stats = stats or VersionStats()
         self.max_attempts = max_attempts
         self.clock_ms = clock_ms
-        self.upstream = Upstream(connect_timeout_s=connect_timeout_s)
+        self.upstream = Upstream(connect_timeout_s=connect_timeout_s,
+                                 credential=upstream_credential)
 
     def app(self) -> Gateway:
         """The ASGI app serving every path."""

@@ -6,6 +6,9 @@ transparent proxy client: no cookies, redirects, decompression or headers of its
 
 aiohttp resends an idempotent request (GET, PUT, DELETE, ...) once when a *reused* keep-alive
 connection turns out closed (RFC 9112 §9.3.1); a POST, and so every inference, is never resent.
+
+Instances started by `podium up` accept only the control plane's internal credential
+(`podium.credential`): the pool sends it on every request in place of the client's key.
 """
 
 from __future__ import annotations
@@ -31,14 +34,20 @@ _NO_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 class Upstream:
     """A connection pool to the instances, opened lazily on the serving event loop."""
 
-    def __init__(self, *, connect_timeout_s: float, max_connections: int = 1024) -> None:
+    def __init__(self, *, connect_timeout_s: float, max_connections: int = 1024,
+                 credential: str | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.max_connections = max_connections
+        self._authorization = f"Bearer {credential}" if credential else None
         self._session: aiohttp.ClientSession | None = None
 
     async def send(self, method: str, url: str, headers: list[tuple[str, str]],
                    body: bytes) -> aiohttp.ClientResponse:
-        """Send a request; the response's body is left to read (or stream)."""
+        """Send a request; the response's body is left to read (or stream). With a
+        credential, the client's Authorization (a key for the gateway) is replaced by it."""
+        if self._authorization is not None:
+            headers = [(k, v) for k, v in headers if k.lower() != "authorization"]
+            headers.append(("Authorization", self._authorization))
         return await self._open().request(
             method, URL(url, encoded=True), headers=headers, data=body or None,
             allow_redirects=False)

@@ -31,8 +31,8 @@ def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
     app.include_router(openai_router(instance.repository,
                                      limits=instance.config.openai_limits()))
     _include_optional_routers(app, instance)
-    if instance.config.api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=instance.config.api_key,
+    if instance.config.access().guarded:
+        app.add_middleware(ApiKeyMiddleware, access=instance.config.access(),
                            metrics_open=instance.config.metrics_open)
     app.add_middleware(HeaderLimitMiddleware, max_bytes=instance.config.max_header_bytes)
     # outermost, so requests refused by the key check are logged with their ids too

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, FilePath, PrivateAttr, SecretStr
 
+from podium.auth_keys import Access, KeyConfig
 from podium.frontends import kserve_limits as kserve
 from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
 from podium.frontends.json_body import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_JSON_DEPTH
 from podium.frontends.openai_limits import OpenAILimits
 from podium.gateway.limits import DEFAULT_MAX_HEADER_BYTES
+
+Key = Annotated[str, Field(min_length=1)]
 
 
 class ServerConfig(BaseModel):
@@ -29,7 +32,19 @@ class ServerConfig(BaseModel):
     grpc_port: int = Field(default=8001, ge=-1, le=65535,
                            description="KServe v2 gRPC; -1 disables it.")
     api_key: str | None = Field(default=None, description="Bearer key required on every route "
-                                "but liveness; None leaves the instance open.")
+                                "but liveness (one of api_keys); None leaves the instance open.")
+    api_keys: list[Key] = Field(default_factory=list, description="More inference keys; "
+                                "also the admin keys while no admin key is configured.")
+    api_key_files: list[FilePath] = Field(default_factory=list, description="Files of "
+                                          "inference keys, one per line, re-read when changed.")
+    admin_keys: list[Key] = Field(default_factory=list, description="Keys of the admin "
+                                  "routes (/v2/repository, /metrics); then inference keys "
+                                  "no longer open them.")
+    admin_key_files: list[FilePath] = Field(default_factory=list, description="Files of admin "
+                                            "keys, one per line, re-read when changed.")
+    internal_key: SecretStr | None = Field(default=None, description="The control plane's "
+                                           "credential (from PODIUM_INTERNAL_KEY): accepted "
+                                           "for every role; never shown.")
     metrics_open: bool = Field(default=False,
                                description="Serve /metrics without the API key (scrapers).")
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024,
@@ -65,6 +80,22 @@ class ServerConfig(BaseModel):
     log_format: Literal["text", "json"] = Field(default="text",
                                                 description="json: one JSON line per request.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    _access: Access | None = PrivateAttr(default=None)
+
+    def keys(self) -> KeyConfig:
+        """The keys this instance was started with."""
+        return KeyConfig(
+            api_keys=tuple([self.api_key] if self.api_key else []) + tuple(self.api_keys),
+            api_key_files=tuple(self.api_key_files), admin_keys=tuple(self.admin_keys),
+            admin_key_files=tuple(self.admin_key_files),
+            internal_key=self.internal_key.get_secret_value() if self.internal_key else None)
+
+    def access(self) -> Access:
+        """Per role, the keys accepted (built once: key files keep their last read)."""
+        if self._access is None:
+            self._access = self.keys().access()
+        return self._access
 
     @property
     def kserve_limits(self) -> kserve.KServeLimits:

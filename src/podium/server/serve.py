@@ -41,9 +41,9 @@ def run_server(config: ServerConfig) -> int:
     configure_logging(config.log_format, config.log_level)
     instance = Instance(config)
     watchdog = ShutdownWatchdog("podium serve", config.shutdown_timeout_s)
-    if not config.api_key:
-        log.warning("no API key configured: every route is open (use --api-key or "
-                    "PODIUM_API_KEY)")
+    if not config.access().guarded:
+        log.warning("no API key configured: every route is open (use --api-key, "
+                    "--api-key-file or PODIUM_API_KEY; --admin-key for the admin routes)")
     # a signal before uvicorn listens (or uvicorn's re-raise after its graceful exit) lands
     # here: it starts the countdown instead of killing the process, so a clean drain exits 0
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -163,7 +163,7 @@ async def _start_grpc(instance: Instance) -> Any:
     try:
         grpc_server = create_server(instance.repository, port=config.grpc_port,
                                     server_ready=instance.is_ready, host=config.host,
-                                    api_key=config.api_key, limits=config.kserve_limits)
+                                    access=config.access(), limits=config.kserve_limits)
     except RuntimeError as exc:  # grpc: "Failed to bind to address ..."
         raise BootError(f"cannot open the gRPC port {config.host}:{config.grpc_port} "
                         f"({exc}); free it or choose another with --grpc-port") from None

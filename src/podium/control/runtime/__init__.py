@@ -16,8 +16,10 @@ RUNTIMES = ("local", "ray")
 
 def create_runtime(name: str, store: Store, table: RouteTable, workdir: Path, *,
                    ray_address: str | None = None,
-                   ray_num_cpus: float | None = None) -> Supervisor:
-    """The runtime called `name`; Ray is imported only when it is the one chosen."""
+                   ray_num_cpus: float | None = None,
+                   credential: str | None = None) -> Supervisor:
+    """The runtime called `name`; Ray is imported only when it is the one chosen. Its
+    instances accept only `credential` (the control plane's) when one is given."""
     if ray_num_cpus is not None and not 0 < ray_num_cpus <= 1024:
         raise InvalidArgument(f"--ray-cpus {ray_num_cpus} is out of range; use a number of "
                               "CPUs per instance in (0, 1024], e.g. 4 for a CPU LLM",
@@ -31,12 +33,13 @@ def create_runtime(name: str, store: Store, table: RouteTable, workdir: Path, *,
                                   param="ray_num_cpus")
         from podium.control.runtime.local import LocalRuntime
 
-        return LocalRuntime(store, table, workdir)
+        return LocalRuntime(store, table, workdir, credential=credential)
     if name == "ray":
         from podium.control.runtime.ray import RayRuntime
 
         return RayRuntime(store, table, workdir, address=ray_address,
-                          num_cpus=1.0 if ray_num_cpus is None else ray_num_cpus)
+                          num_cpus=1.0 if ray_num_cpus is None else ray_num_cpus,
+                          credential=credential)
     raise InvalidArgument(f"runtime {name!r} is not one of {', '.join(RUNTIMES)}",
                           param="runtime")
 

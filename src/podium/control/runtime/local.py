@@ -28,6 +28,7 @@ from podium.control.models import PackageRow
 from podium.control.runtime.base import DRAINING, STARTING, STOPPED
 from podium.control.runtime.supervisor import Instance, Supervisor
 from podium.control.store import Store
+from podium.credential import instance_env
 from podium.gateway.routing import RouteTable
 
 CommandFor = Callable[[str, int, int], list[str]]
@@ -69,10 +70,11 @@ class LocalRuntime(Supervisor[_Process]):
     def __init__(self, store: Store, table: RouteTable, workdir: Path, *,
                  command: CommandFor = serve_command, max_restarts: int = 5,
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
-                 probe_timeout_s: float = 1.0, boot_nice: int = 10) -> None:
+                 probe_timeout_s: float = 1.0, boot_nice: int = 10,
+                 credential: str | None = None) -> None:
         super().__init__(store, table, max_restarts=max_restarts,
                          drain_timeout_s=drain_timeout_s, stop_timeout_s=stop_timeout_s,
-                         probe_timeout_s=probe_timeout_s)
+                         probe_timeout_s=probe_timeout_s, credential=credential)
         self.workdir = workdir
         self.command = command
         self.boot_nice = boot_nice
@@ -98,6 +100,7 @@ class LocalRuntime(Supervisor[_Process]):
             process = subprocess.Popen(
                 [sys.executable, "-I", "-c", GATE, *command], stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
+                env=instance_env(self.credential),  # by environment: never on a command line
                 start_new_session=True)  # survives a control-plane crash; adopted on restart
         instance.process, instance.pid = process, process.pid
         assert process.stdin is not None

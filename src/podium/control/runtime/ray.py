@@ -106,10 +106,11 @@ class RayRuntime(Supervisor[_Actor]):
     def __init__(self, store: Store, table: RouteTable, workdir: Path, *,
                  address: str | None = None, num_cpus: float = 1.0, max_restarts: int = 5,
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
-                 probe_timeout_s: float = 1.0, boot_nice: int = 10) -> None:
+                 probe_timeout_s: float = 1.0, boot_nice: int = 10,
+                 credential: str | None = None) -> None:
         super().__init__(store, table, max_restarts=max_restarts,
                          drain_timeout_s=drain_timeout_s, stop_timeout_s=stop_timeout_s,
-                         probe_timeout_s=probe_timeout_s)
+                         probe_timeout_s=probe_timeout_s, credential=credential)
         self.workdir = workdir
         self.num_cpus = num_cpus
         self.boot_nice = boot_nice
@@ -138,8 +139,10 @@ class RayRuntime(Supervisor[_Actor]):
                                self.num_cpus)
         instance.actor = self._host.options(num_cpus=wanted.num_cpus,
                                             num_gpus=wanted.num_gpus).remote()
+        # the credential travels as a call argument (Ray's own channel), never in the actor's
+        # runtime_env, which the cluster's dashboard and state API show
         instance.starting = instance.actor.start.remote(package.location, instance.log_path,
-                                                        self.boot_nice)
+                                                        self.boot_nice, self.credential)
         instance.exit_code = None
         # no pid: it is another node's, and a local runtime must never adopt it
         return {"pid": None, "http_port": None, "grpc_port": None,

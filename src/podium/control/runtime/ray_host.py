@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from podium.control.runtime.local import free_port, renice, serve_command
+from podium.credential import instance_env
 
 # set PR_SET_PDEATHSIG (1) then exec the command; exit at once if the parent is already gone
 _DIE_WITH_PARENT = (
@@ -31,8 +32,10 @@ class InstanceHost:
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, package: str, log_path: str, boot_nice: int) -> dict[str, Any]:
-        """Launch the server on free ports; returns where it listens and logs, and its pid."""
+    def start(self, package: str, log_path: str, boot_nice: int,
+              credential: str | None = None) -> dict[str, Any]:
+        """Launch the server on free ports, accepting only `credential` when given; returns
+        where it listens and logs, and its pid."""
         import ray
 
         host = ray.util.get_node_ip_address()
@@ -43,7 +46,8 @@ class InstanceHost:
                    *serve_command(package, http_port, grpc_port, host=host)]
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            env=instance_env(credential))
         return {"url": f"http://{host}:{http_port}", "grpc_target": f"{host}:{grpc_port}",
                 "http_port": http_port, "grpc_port": grpc_port, "pid": self.process.pid,
                 "node": host}

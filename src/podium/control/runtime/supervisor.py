@@ -26,6 +26,7 @@ from podium.control.runtime.base import (
     InstanceView,
 )
 from podium.control.store import Store
+from podium.credential import bearer
 from podium.gateway.routing import Endpoint, RouteTable
 
 
@@ -56,14 +57,16 @@ class Supervisor(Generic[I]):
 
     def __init__(self, store: Store, table: RouteTable, *, max_restarts: int = 5,
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
-                 probe_timeout_s: float = 1.0) -> None:
+                 probe_timeout_s: float = 1.0, credential: str | None = None) -> None:
         self.store = store
+        self.credential = credential
+        """The control plane's internal credential, handed to every instance it starts."""
         self.table = table
         self.max_restarts = max_restarts
         self.drain_timeout_s = drain_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.probe_timeout_s = probe_timeout_s
-        self._probe = httpx.Client(timeout=probe_timeout_s)
+        self._probe = httpx.Client(timeout=probe_timeout_s, headers=bearer(credential))
         self._instances: dict[str, I] = {}
         self._desired: dict[tuple[str, str], int] = {}
         self._crashes: dict[tuple[str, str], int] = {}
