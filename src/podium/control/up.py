@@ -213,7 +213,8 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway,
     # the gateway's own active probes cover the gap between two control-loop passes
     health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0))
     grpc_gateway = GrpcGateway(gateway.table, gateway.stats,
-                               max_message_bytes=config.limits.max_grpc_message_bytes)
+                               max_message_bytes=config.limits.max_grpc_message_bytes,
+                               max_in_flight=config.limits.max_in_flight_per_instance)
     grpc_server = None
     if config.grpc_port >= 0:
         grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port,

@@ -26,6 +26,7 @@ from podium.control.runtime.base import (
     InstanceView,
 )
 from podium.control.store import Store
+from podium.errors import NotFound
 from podium.gateway.routing import Endpoint, RouteTable
 
 
@@ -126,7 +127,8 @@ class Supervisor(Generic[I]):
                 self._serving(instance)
                 self._set_state(instance, READY)
                 self.table.add_endpoint(instance.model, instance.version, Endpoint(
-                    instance.id, instance.url, grpc_target=instance.grpc_target))
+                    instance.id, instance.url, grpc_target=instance.grpc_target,
+                    idempotent=self._idempotent(instance)))
             elif instance.state == READY:
                 with contextlib.suppress(KeyError):
                     self.table.endpoint(instance.id).healthy = self._ready(instance)
@@ -214,6 +216,14 @@ class Supervisor(Generic[I]):
         self.table.remove_endpoint(instance.id)
         self._release(instance)
         self._set_state(instance, STOPPED)
+
+    def _idempotent(self, instance: I) -> bool:
+        """The package's `idempotent` (whether the gateway may resend a failed request)."""
+        try:
+            manifest = self.store.get_package(instance.model, instance.version).manifest
+        except NotFound:  # forgotten since it started: resend nothing
+            return False
+        return bool(manifest.get("idempotent", True))
 
     def _ready(self, instance: I) -> bool:
         if not instance.url:

@@ -1,0 +1,41 @@
+"""The gateway's admission: a bound on requests in flight per instance, shed at once past it.
+
+The gateway keeps no queue of its own. Instances are picked by least requests in flight, so
+when the one picked is at the bound (`--max-in-flight-per-instance`, HTTP and gRPC together)
+every instance of the routed version is: the request is answered `Overloaded` (429 with
+`Retry-After`, gRPC RESOURCE_EXHAUSTED) without waiting, and counted as shed for that version.
+Shed requests never reached an instance, so they are no evidence about the version: the rollout
+analysis does not count them (neither as requests nor as errors).
+"""
+
+from __future__ import annotations
+
+from podium.errors import Overloaded
+from podium.gateway.routing import Endpoint
+from podium.gateway.stats import VersionStats
+
+RETRY_AFTER_S = 1.0
+"""What a shed request is told to wait: about one batch or queue wait of a busy instance."""
+BY_GATEWAY, BY_INSTANCE = "gateway", "instance"
+"""Who shed a request: the gateway's bound, or the instance's own queue (its 429 relayed)."""
+
+
+class Admission:
+    """The per-instance in-flight bound of one gateway, and the shed count it keeps."""
+
+    def __init__(self, stats: VersionStats, max_in_flight: int) -> None:
+        self.stats = stats
+        self.max_in_flight = max_in_flight
+
+    def has_room(self, endpoint: Endpoint) -> bool:
+        """Whether one more request may go to this instance now."""
+        return endpoint.num_in_flight < self.max_in_flight
+
+    def admit(self, model: str, version: str, endpoint: Endpoint) -> Endpoint:
+        """`endpoint` when it has room; else the request is shed (counted, `Overloaded`)."""
+        if self.has_room(endpoint):
+            return endpoint
+        self.stats.record_shed(model, version, BY_GATEWAY)
+        raise Overloaded(f"every instance of {model}@{version} has {self.max_in_flight} "
+                         "requests in flight from this gateway (--max-in-flight-per-instance); "
+                         f"retry in {RETRY_AFTER_S:g} s", retry_after_s=RETRY_AFTER_S)
