@@ -77,7 +77,9 @@ class Gateway:
         self.admission = Admission(self.stats, self.limits.max_in_flight_per_instance)
         self.max_attempts = max_attempts
         self.clock_ms = clock_ms
-        self.upstream = Upstream(connect_timeout_s=connect_timeout_s)
+        # no pool-wide cap: the in-flight bound caps connections per instance, and a request
+        # waiting for a pooled connection would be a queue whose timeout reads as a dead instance
+        self.upstream = Upstream(connect_timeout_s=connect_timeout_s, max_connections=0)
 
     def app(self) -> Gateway:
         """The ASGI app serving every path."""
