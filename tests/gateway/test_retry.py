@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from podium.errors import Overloaded, Unavailable
-from podium.gateway.admission import Admission
+from podium.gateway.admission import Admission, declared_bound
 from podium.gateway.retry import Attempts, Target
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import VersionStats
@@ -118,3 +118,25 @@ def test_a_refused_connection_moves_on_until_max_attempts(routes: Routes) -> Non
     assert nxt == Target("1", routes.v1b) and routes.v1a.healthy is False
     with pytest.raises(Unavailable, match="no instance of iris accepted a connection after 2"):
         attempts.after_not_sent(nxt, "refused")
+
+
+def test_a_package_that_declares_its_queue_sets_its_instances_bound(routes: Routes) -> None:
+    routes.v2.max_in_flight = routes.v2.num_in_flight = 5  # above the flag's 2: the package's
+    with pytest.raises(Overloaded, match=r"has 5 requests in flight .*package's queue limits"):
+        routes.attempts("2").first()
+    routes.v2.num_in_flight = 4
+    assert routes.attempts("2").first().endpoint is routes.v2
+
+
+@pytest.mark.parametrize(("manifest", "bound"), [
+    ({"backend": "vllm", "max_num_queued_reqs": 32}, 32),
+    ({"backend": "vllm", "max_num_queued_reqs": None}, None),
+    ({"backend": "xgboost", "max_batch_size": 8, "dynamic_batching": {"max_queue": 100}}, 108),
+    ({"backend": "python", "max_batch_size": 0, "dynamic_batching": {"max_queue": 10}}, 11),
+    ({"backend": "onnx", "max_batch_size": 8, "dynamic_batching": None}, None),
+    ({"backend": "torch", "dynamic_batching": {"max_queue": True}}, None),
+    ({}, None),
+], ids=["vllm", "vllm-undeclared", "classic", "classic-unbatched", "no-batcher", "bool",
+        "stored-before-the-field"])
+def test_the_bound_a_manifest_declares(manifest: dict, bound: int | None) -> None:
+    assert declared_bound(manifest) == bound

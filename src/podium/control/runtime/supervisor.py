@@ -27,6 +27,7 @@ from podium.control.runtime.base import (
 )
 from podium.control.store import Store
 from podium.errors import NotFound
+from podium.gateway.admission import declared_bound
 from podium.gateway.routing import Endpoint, RouteTable
 
 
@@ -128,7 +129,7 @@ class Supervisor(Generic[I]):
                 self._set_state(instance, READY)
                 self.table.add_endpoint(instance.model, instance.version, Endpoint(
                     instance.id, instance.url, grpc_target=instance.grpc_target,
-                    idempotent=self._idempotent(instance)))
+                    **self._traffic_policy(instance)))
             elif instance.state == READY:
                 with contextlib.suppress(KeyError):
                     self.table.endpoint(instance.id).healthy = self._ready(instance)
@@ -217,13 +218,14 @@ class Supervisor(Generic[I]):
         self._release(instance)
         self._set_state(instance, STOPPED)
 
-    def _idempotent(self, instance: I) -> bool:
-        """The package's `idempotent` (whether the gateway may resend a failed request)."""
+    def _traffic_policy(self, instance: I) -> dict[str, Any]:
+        """What the gateway reads from the package: its in-flight bound, whether to resend."""
         try:
             manifest = self.store.get_package(instance.model, instance.version).manifest
-        except NotFound:  # forgotten since it started: resend nothing
-            return False
-        return bool(manifest.get("idempotent", True))
+        except NotFound:  # forgotten since it started: the gateway's bound, resend nothing
+            return {"idempotent": False}
+        return {"max_in_flight": declared_bound(manifest),
+                "idempotent": bool(manifest.get("idempotent", True))}
 
     def _ready(self, instance: I) -> bool:
         if not instance.url:
