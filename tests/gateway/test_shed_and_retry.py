@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -188,3 +189,33 @@ def test_an_instance_429_goes_to_a_sibling_with_room_else_to_the_client(
         assert front.gateway.stats.health("iris", "1", since_ms=0).num_errors == 0
     finally:
         full.stop()
+
+
+def test_a_cancelled_request_gives_its_place_under_the_bound_back(v1: Served) -> None:
+    async def cancel_one() -> int:
+        gateway = Gateway(limits=GatewayLimits(max_in_flight_per_instance=1))
+        endpoint = Endpoint("iris-1-a", v1.url)
+        gateway.table.add_endpoint("iris", "1", endpoint)
+        scope = {"type": "http", "method": "POST", "path": "/v2/models/iris/versions/1/slow",
+                 "query_string": b"s=2", "headers": []}
+        never = asyncio.Event()
+
+        async def receive() -> dict:
+            if scope.setdefault("read", False):
+                await never.wait()
+            scope["read"] = True
+            return {"type": "http.request", "body": b"{}"}
+
+        async def send(_message: dict) -> None:
+            pass
+
+        task = asyncio.create_task(gateway.handle(scope, receive, send))
+        while endpoint.num_in_flight == 0:
+            await asyncio.sleep(0.01)
+        task.cancel()  # as a server shutting down, or a client's cancellation, does
+        await asyncio.gather(task, return_exceptions=True)
+        await gateway.aclose()
+        return endpoint.num_in_flight
+
+    # a leaked count would hold the only place for good: every later request shed
+    assert asyncio.run(cancel_one()) == 0

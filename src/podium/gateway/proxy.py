@@ -59,6 +59,8 @@ class _Attempt:
     version: str
     endpoint: Endpoint
     started: float
+    open: bool = True
+    """Still counted in flight on its instance."""
 
 
 class Gateway:
@@ -137,7 +139,18 @@ class Gateway:
                             scope.get("query_string", b""))
         attempt = self._start(route.model, target.version, target.endpoint)
         try:
-            response = await self.upstream.send(scope["method"], url, headers, route.body)
+            return await self._send(scope["method"], url, headers, route.body, attempt,
+                                    attempts, target, receive, send)
+        finally:  # cancelled, or failed past every count: never leave it holding the bound
+            if attempt.open:
+                self._release(attempt)
+
+    async def _send(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes,
+                    attempt: _Attempt, attempts: Attempts, target: Target, receive: Receive,
+                    send: Send) -> Target | None:
+        """One attempt's exchange with the instance, counted as it ends."""
+        try:
+            response = await self.upstream.send(method, url, headers, body)
         except NOT_SENT as exc:  # never reached the instance: safe to try another
             self._release(attempt)
             return attempts.after_not_sent(target, str(exc))
@@ -158,7 +171,7 @@ class Gateway:
             await self._relay(response, None, receive, send)  # counted already
             return None
         try:
-            body = await response.read()
+            whole = await response.read()
         except SENT_FAILED as exc:
             return self._after_broken(attempt, attempts, target, exc)
         finally:
@@ -166,7 +179,7 @@ class Gateway:
         # the instance is done with it: count it before the client hears back
         retry = self._after_status(response.status, attempt, attempts, target)
         if retry is None:
-            await Answer(response.status, body, _response_headers(response)).send(send)
+            await Answer(response.status, whole, _response_headers(response)).send(send)
         return retry
 
     def _after_status(self, status: int, attempt: _Attempt, attempts: Attempts,
@@ -213,9 +226,10 @@ class Gateway:
     def _release(self, attempt: _Attempt) -> None:
         """The attempt ends without an outcome for the analysis (never sent, or shed)."""
         attempt.endpoint.num_in_flight -= 1
+        attempt.open = False
 
     def _finish(self, attempt: _Attempt, *, ok: bool) -> None:
-        attempt.endpoint.num_in_flight -= 1
+        self._release(attempt)
         latency_ms = (time.perf_counter() - attempt.started) * 1000
         self.stats.record(attempt.model, attempt.version,
                           Outcome(self.clock_ms(), latency_ms, ok))
