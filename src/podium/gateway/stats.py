@@ -24,9 +24,11 @@ class VersionHealth:
     num_crashes: int = 0
     """Crashes of this version's instances since the control plane started counting."""
     num_requests: int = 0
-    """Requests answered since the current analysis window began."""
+    """Requests answered since the current analysis window began (shed ones are not: overload
+    is no evidence about the version)."""
     num_errors: int = 0
-    """Of those, how many failed (5xx or connection error)."""
+    """Of those, how many failed (5xx or connection error), including those the gateway then
+    sent to the stable version."""
     p99_ms: float | None = None
     """p99 latency of those requests; None without requests."""
 
