@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,14 +76,16 @@ def test_erroring_v2_rolls_back_without_a_failed_request_for_clients(
 
     record = platform.store.get_rollout(rollout_id)
     assert status == "rolled_back"
-    # the analysis saw every failure of v2: each request it failed counts against it
-    assert "analysis failed at 25%: error rate 100.0%" in record.reason, record.reason
+    # the analysis saw every failure of v2: each request it failed counts against it (at the
+    # first stage, unless a loaded machine gave v2 fewer than min_requests in that window)
+    assert re.fullmatch(r"analysis failed at (25|50)%: error rate 100\.0% vs 0\.0% .*",
+                        record.reason), record.reason
     num_requests, num_errors, _ = platform.gateway.stats.totals[("echo", "2")]
     assert num_errors == num_requests >= STAGED.min_requests
     # and each was answered by v1 instead: no client saw one
     assert [r for r in results if r.status != 200] == []
     assert {r.version for r in results} == {"1"}
-    assert platform.gateway.stats.retried == {("echo", "2", "canary"): num_errors}
+    assert platform.gateway.stats.retried[("echo", "2", "canary")] == num_errors
     platform.wait_for(lambda: [i.version for i in platform.runtime.instances()] == ["1", "1"])
 
 
