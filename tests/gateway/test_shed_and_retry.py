@@ -93,7 +93,7 @@ def front(v1: Served) -> Iterator[Front]:
 
 
 def test_past_the_in_flight_bound_a_request_is_shed_at_once_and_counted(front: Front) -> None:
-    slow = [threading.Thread(target=front.infer, args=("/v2/models/iris/versions/1/slow",))
+    slow = [threading.Thread(target=front.infer, args=("/v2/models/iris/versions/1/slow?s=1.5",))
             for _ in range(2)]
     for thread in slow:
         thread.start()
@@ -197,7 +197,7 @@ def test_a_cancelled_request_gives_its_place_under_the_bound_back(v1: Served) ->
         endpoint = Endpoint("iris-1-a", v1.url)
         gateway.table.add_endpoint("iris", "1", endpoint)
         scope = {"type": "http", "method": "POST", "path": "/v2/models/iris/versions/1/slow",
-                 "query_string": b"s=2", "headers": []}
+                 "query_string": b"s=0.5", "headers": []}
         never = asyncio.Event()
 
         async def receive() -> dict:
