@@ -18,7 +18,7 @@ from starlette.routing import Route
 from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
 from podium.gateway.routing import Endpoint
-from tests.gateway.test_proxy import eventually, sample
+from tests.support.polling import eventually, metric_sample
 from tests.support.servers import Dropper, RawServer, Served, upstream
 
 
@@ -72,6 +72,9 @@ class Front:
     def infer(self, path: str = "/v2/models/iris/infer") -> httpx.Response:
         return self.client.post(path, json={"inputs": []})
 
+    def metric(self, name: str, **labels: str) -> float | None:
+        return metric_sample(self.client, name, **labels)
+
     def close(self) -> None:
         self.client.close()
         self.served.stop()
@@ -108,8 +111,8 @@ def test_past_the_in_flight_bound_a_request_is_shed_at_once_and_counted(front: F
     for thread in slow:
         thread.join()
     assert front.infer().status_code == 200  # room again: served
-    assert sample(front, "podium:gateway_shed_total", model="iris", version="1",
-                  by="gateway") == 2
+    assert front.metric("podium:gateway_shed_total", model="iris", version="1",
+                        by="gateway") == 2
     # the analysis saw the 3 served requests, not the shed ones
     health = front.gateway.stats.health("iris", "1", since_ms=0)
     assert (health.num_requests, health.num_errors) == (3, 0)
@@ -127,8 +130,8 @@ def test_a_canary_5xx_is_answered_by_the_stable_version_and_still_counted(
         assert eventually(lambda: front.gateway.stats.health("iris", "2", 0).num_requests == 3)
         canary = front.gateway.stats.health("iris", "2", since_ms=0)
         assert (canary.num_requests, canary.num_errors) == (3, 3)  # the analysis sees them
-        assert sample(front, "podium:gateway_retries_total", model="iris", version="2",
-                      reason="canary") == 3
+        assert front.metric("podium:gateway_retries_total", model="iris", version="2",
+                            reason="canary") == 3
         # a client that named the canary gets its answer: there is nothing else it asked for
         assert front.infer("/v2/models/iris/versions/2/infer").status_code == 500
     finally:
@@ -182,10 +185,10 @@ def test_an_instance_429_goes_to_a_sibling_with_room_else_to_the_client(
         front.stable.draining = True  # the only sibling takes nothing more
         relayed = front.infer("/v2/models/iris/versions/1/infer")
         assert relayed.status_code == 429 and relayed.headers["retry-after"] == "3"
-        assert sample(front, "podium:gateway_shed_total", model="iris", version="1",
-                      by="instance") == 1
-        assert sample(front, "podium:gateway_retries_total", model="iris", version="1",
-                      reason="overloaded") == handed_on
+        assert front.metric("podium:gateway_shed_total", model="iris", version="1",
+                            by="instance") == 1
+        assert front.metric("podium:gateway_retries_total", model="iris", version="1",
+                            reason="overloaded") == handed_on
         assert front.gateway.stats.health("iris", "1", since_ms=0).num_errors == 0
     finally:
         full.stop()
