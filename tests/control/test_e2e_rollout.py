@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import time
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,32 +63,29 @@ def test_red_black_rollout_under_load_drops_no_request(platform: Platform,
     assert phases.count("analyze") == 3 and phases[-1] == "done"
 
 
-def test_erroring_v2_rolls_back_and_fails_requests_only_in_the_analysis_window(
+def test_erroring_v2_rolls_back_without_a_failed_request_for_clients(
         platform: Platform, tmp_path: Path) -> None:
     _serving_v1(platform, tmp_path, fail=True)
     load = Load(platform.url)
     load.start()
     load.wait_requests(200)
     rollout_id = platform.deploy("2", STAGED)
-    platform.wait_for(lambda: "2" in platform.gateway.table.split("echo"))
-    # the moment the gateway routes nothing more to v2 (the rollback's one split change)
-    platform.wait_for(lambda: "2" not in platform.gateway.table.split("echo"))
-    rolled_back_at = time.monotonic()
     status = platform.wait_done(rollout_id)
     load.wait_requests(len(load.results) + 300)
     results = load.stop()
 
     record = platform.store.get_rollout(rollout_id)
     assert status == "rolled_back"
-    assert "analysis failed at 25%: error rate" in record.reason
-    failures = [r for r in results if r.status != 200]
-    assert failures, "the broken version must have been given some traffic"
-    # the model's own errors, nothing dropped
-    assert {r.status for r in failures} == {500}, Counter((r.status, r.error) for r in failures)
-    # no request sent after the split flipped back failed (those in flight on v2 may)
-    assert [r for r in failures if r.started > rolled_back_at] == []
-    assert {r.version for r in results[-200:]} == {"1"}
-    assert all(r.status == 200 for r in results[-200:])
+    # the analysis saw every failure of v2: each request it failed counts against it (at the
+    # first stage, unless a loaded machine gave v2 fewer than min_requests in that window)
+    assert re.fullmatch(r"analysis failed at (25|50)%: error rate 100\.0% vs 0\.0% .*",
+                        record.reason), record.reason
+    num_requests, num_errors, _ = platform.gateway.stats.totals[("echo", "2")]
+    assert num_errors == num_requests >= STAGED.min_requests
+    # and each was answered by v1 instead: no client saw one
+    assert [r for r in results if r.status != 200] == []
+    assert {r.version for r in results} == {"1"}
+    assert platform.gateway.stats.retried[("echo", "2", "canary")] == num_errors
     platform.wait_for(lambda: [i.version for i in platform.runtime.instances()] == ["1", "1"])
 
 

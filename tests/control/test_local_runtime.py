@@ -41,11 +41,11 @@ class Env:
         self.table = RouteTable()
         self.runtimes: list[LocalRuntime] = []
 
-    def package(self, version: str, **behaviour: object) -> None:
+    def package(self, version: str, manifest: dict | None = None, **behaviour: object) -> None:
         folder = self.tmp / f"iris-{version}"
         folder.mkdir()
         (folder / "behaviour.json").write_text(json.dumps(behaviour))
-        self.store.announce_package("iris", version, "python", str(folder), {})
+        self.store.announce_package("iris", version, "python", str(folder), manifest or {})
         self.store.ensure_deployment("iris", version, "red-black")
 
     def runtime(self, **kwargs: object) -> LocalRuntime:
@@ -79,6 +79,19 @@ def test_instances_start_become_ready_and_get_routed(env: Env) -> None:
     assert [r.state for _, _, r in rows] == ["ready", "ready"]
     log = Path(runtime.instances()[0].log_path or "")
     assert "fake instance listening" in log.read_text()
+
+
+def test_the_gateway_learns_the_packages_bound_and_idempotency_when_it_routes(
+        env: Env) -> None:
+    env.package("1", manifest={"backend": "python", "idempotent": False, "max_batch_size": 4,
+                               "dynamic_batching": {"max_queue": 10}})
+    env.package("2")  # declares neither: the gateway's flag, and resending allowed
+    runtime = env.runtime()
+    runtime.scale("iris", "1", 1)
+    runtime.scale("iris", "2", 1)
+    wait_for(lambda: len(env.table.endpoints()) == 2, runtime)
+    policies = {v: (e.max_in_flight, e.idempotent) for _, v, e in env.table.routed()}
+    assert policies == {"1": (14, False), "2": (None, True)}  # its queue plus one batch
 
 
 def test_a_crashed_instance_is_counted_and_restarted(env: Env) -> None:

@@ -240,7 +240,8 @@ async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway,
                                                    credential=credential))
     grpc_gateway = GrpcGateway(gateway.table, gateway.stats,
                                max_message_bytes=config.limits.max_grpc_message_bytes,
-                               upstream_credential=credential)
+                               upstream_credential=credential,
+                               max_in_flight=config.limits.max_in_flight_per_instance)
     grpc_server = None
     if config.grpc_port >= 0:
         grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port, access=access)

@@ -23,8 +23,8 @@
 `BackendDead` differs from its parent on purpose: the request was fine and the model did not
 fail on it, the process serving it can no longer serve anything. 503 / UNAVAILABLE tells a
 client to try again elsewhere or later, as for a draining instance; 500 would blame this
-request. (The gateway re-sends only requests that never reached an instance; a 503 answer goes
-back to the client and counts as an error in rollout analysis.) Any other exception is a bug:
+request. (A 503 counts as an error in rollout analysis; the gateway re-sends it only where
+`podium.gateway.retry` says: a canary's, once, to the stable version.) Any other exception is a bug:
 it renders as 500 / INTERNAL with a message naming the request id, and the log line with that
 id carries the traceback.
 """

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from podium.errors.render import instance_shape, json_error
+from podium.errors.render import instance_shape, json_error, retry_after
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -49,7 +49,10 @@ class Answer:
 def error_answer(path: str, exc: BaseException) -> Answer:
     """`exc` in the shape an instance answers on `path`, byte for byte."""
     status, body = json_error(instance_shape(path), exc)
-    return Answer.typed(body, "application/json", status)
+    answer = Answer.typed(body, "application/json", status)
+    if (seconds := retry_after(exc)) is not None:  # an overload says when to come back
+        answer.headers.append((b"retry-after", seconds.encode()))
+    return answer
 
 
 async def until_disconnect(receive: Receive) -> None:

@@ -3,7 +3,11 @@
 Model and version are read from fields 1 and 2 of the request (every model-scoped message of the
 service keeps them there) without decoding the tensors; the message is re-encoded only when the
 version is an alias to replace. `ModelStreamInfer` is routed by its first message and piped both
-ways. Server-level calls (live, ready, metadata) are answered by the gateway itself. The
+ways. Where each attempt goes is `gateway.retry`'s decision, as for HTTP: an instance at the
+gateway's in-flight bound takes nothing more (RESOURCE_EXHAUSTED at once), and a unary call a
+canary failed goes once to the stable version; a stream is never sent again (its messages went
+to the first instance as they came). Server-level calls (live, ready, metadata) are answered by
+the gateway itself. The
 gateway's own errors (no such model, no instance) are `podium.errors` rendered by the same
 interceptor as an instance's; an instance's status is relayed as it came.
 """
@@ -18,9 +22,11 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from podium.auth_keys import Access
-from podium.errors import InvalidArgument, Unavailable
+from podium.errors import InvalidArgument
 from podium.errors.interceptor import ErrorInterceptor
-from podium.gateway.limits import DEFAULT_MAX_GRPC_MESSAGE_BYTES
+from podium.gateway.admission import Admission
+from podium.gateway.limits import DEFAULT_MAX_GRPC_MESSAGE_BYTES, DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE
+from podium.gateway.retry import Attempts, Target
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import Outcome, VersionStats
 from podium.gateway.wire import read_name_version
@@ -34,6 +40,14 @@ ROUTED = {"ModelInfer": service_pb2.ModelInferRequest,
 # codes a model or its instance failed with (counted as errors by the rollout analysis)
 _FAILED = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
            grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.DATA_LOSS}
+# of those, the ones another version may still answer in time (a passed deadline has passed)
+_RESENDABLE = _FAILED - {grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+def _shed(exc: grpc.aio.AioRpcError) -> bool:
+    """True when the instance refused the call for overload (not for a too-large message)."""
+    return (exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            and "larger than max" not in (exc.details() or ""))
 
 
 def _never_sent(exc: grpc.aio.AioRpcError) -> bool:
@@ -49,12 +63,15 @@ class GrpcGateway:
     def __init__(self, table: RouteTable, stats: VersionStats, *, max_attempts: int = 3,
                  clock_ms: Callable[[], int] | None = None,
                  max_message_bytes: int = DEFAULT_MAX_GRPC_MESSAGE_BYTES,
-                 upstream_credential: str | None = None) -> None:
+                 upstream_credential: str | None = None,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE) -> None:
         self.table = table
         # sent to instances in place of the client's own authorization (a gateway key)
         self._authorization = f"Bearer {upstream_credential}" if upstream_credential else None
         self.max_message_bytes = max_message_bytes
         self.stats = stats
+        # the bound counts HTTP and gRPC together: both proxies share the endpoints' counts
+        self.admission = Admission(stats, max_in_flight)
         self.max_attempts = max_attempts
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -115,29 +132,26 @@ class GrpcGateway:
                                               Any]:
         async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             model, version = read_name_version(ROUTED[method], request)
-            tried: set[str] = set()
-            last = ""
-            for _ in range(self.max_attempts):
-                resolved, endpoint = self._resolve(model, version, tried)
-                payload = _with_version(ROUTED[method], request, version, resolved)
+            attempts = self._attempts(model, version)
+            target = attempts.first()
+            while True:
+                payload = _with_version(ROUTED[method], request, version, target.version)
                 started = time.perf_counter()
+                endpoint = target.endpoint
                 endpoint.num_in_flight += 1
                 try:
                     answer = await self._stub(endpoint, method)(
                         payload, metadata=self._metadata(context), timeout=context.time_remaining())
                 except grpc.aio.AioRpcError as exc:
-                    if _never_sent(exc):
-                        endpoint.healthy = False
-                        tried.add(endpoint.id)
-                        last = exc.details() or ""
-                        continue
-                    self._record(method, model, resolved, started, exc.code())
-                    await context.abort(exc.code(), exc.details() or "")
+                    retry = self._after_error(method, model, target, attempts, started, exc)
+                    if retry is None:
+                        await context.abort(exc.code(), exc.details() or "")
+                    target = retry
+                    continue
                 finally:
                     endpoint.num_in_flight -= 1
-                self._record(method, model, resolved, started, grpc.StatusCode.OK)
+                self._record(method, model, target.version, started, grpc.StatusCode.OK)
                 return answer
-            raise Unavailable(f"no instance of {model} accepted a connection: {last}")
 
         return call
 
@@ -147,7 +161,8 @@ class GrpcGateway:
         if first is None:
             return
         model, version = read_name_version(service_pb2.ModelInferRequest, first)
-        resolved, endpoint = self._resolve(model, version, set())
+        target = self._attempts(model, version).first()
+        resolved, endpoint = target.version, target.endpoint
         cls = service_pb2.ModelInferRequest
 
         malformed: list[InvalidArgument] = []
@@ -181,11 +196,22 @@ class GrpcGateway:
     def _metadata(self, context: grpc.aio.ServicerContext) -> tuple[tuple[str, str | bytes], ...]:
         return _metadata(context, self._authorization)
 
-    def _resolve(self, model: str, version: str | None, tried: set[str]) -> tuple[str, Endpoint]:
+    def _attempts(self, model: str, version: str | None) -> Attempts:
         if not model:
             raise InvalidArgument("the request names no model (field 1)", param="model_name")
-        exclude = frozenset(tried | {e.id for e in self.table.endpoints() if not e.grpc_target})
-        return self.table.resolve(model, version, exclude=exclude)
+        http_only = frozenset(e.id for e in self.table.endpoints() if not e.grpc_target)
+        return Attempts(self.table, self.admission, self.stats, model, version,
+                        max_attempts=self.max_attempts, exclude=http_only)
+
+    def _after_error(self, method: str, model: str, target: Target, attempts: Attempts,
+                     started: float, exc: grpc.aio.AioRpcError) -> Target | None:
+        """Count a failed call; where to resend it (None: relay its status)."""
+        if _never_sent(exc):
+            return attempts.after_not_sent(target, exc.details() or "")
+        if _shed(exc):  # shed by the instance: no evidence about the version
+            return attempts.after_overloaded(target)
+        self._record(method, model, target.version, started, exc.code())
+        return attempts.after_failure(target) if exc.code() in _RESENDABLE else None
 
     def _stub(self, endpoint: Endpoint, method: str) -> grpc.aio.UnaryUnaryMultiCallable:
         key = (endpoint.grpc_target or "", method)

@@ -1,4 +1,5 @@
-"""The gateway's input limits, and the HTTP body reader that keeps to them.
+"""The gateway's input limits (and its per-instance in-flight bound), and the HTTP body reader
+that keeps to them.
 
 Every limit is a field of `GatewayLimits` (one flag of `podium up` each, documented in
 `docs/operations.md`). A request past one fails alone with a 4xx naming the limit, its value and
@@ -21,10 +22,14 @@ DEFAULT_MAX_HEADER_BYTES = 64 << 10
 DEFAULT_MAX_GRPC_MESSAGE_BYTES = 256 << 20
 """The same as an instance's gRPC server accepts."""
 DEFAULT_BODY_TIMEOUT_S = 60.0
+DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE = 256
+"""Above an instance's own default queue plus batch, so its own 429 usually answers first; the
+bound keeps the gateway from piling up requests an overloaded instance cannot take."""
 
 
 class GatewayLimits(BaseModel):
-    """How much the gateway accepts from one client request."""
+    """How much the gateway accepts from one client request, and keeps in flight on one
+    instance."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -39,18 +44,25 @@ class GatewayLimits(BaseModel):
     body_timeout_s: float = Field(default=DEFAULT_BODY_TIMEOUT_S, gt=0,
                                   description="Longest wait for the next piece of a request "
                                   "body (408 past it).")
+    max_in_flight_per_instance: int = Field(
+        default=DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE, ge=1, le=1_000_000,
+        description="Most requests this gateway keeps in flight on one instance (HTTP and "
+        "gRPC together); when every instance of the routed version is at it, a request is "
+        "answered 429 / RESOURCE_EXHAUSTED at once.")
 
 
 _FLAGS = {"max_body_bytes": "--max-body-bytes", "max_header_bytes": "--max-header-bytes",
           "max_grpc_message_bytes": "--max-grpc-message-bytes",
-          "body_timeout_s": "--body-timeout"}
+          "body_timeout_s": "--body-timeout",
+          "max_in_flight_per_instance": "--max-in-flight-per-instance"}
+_UNITS = {"_s": "seconds", "_bytes": "bytes", "_instance": "requests"}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per limit, on the command that starts the gateway (`podium up`)."""
     for name, flag in _FLAGS.items():
         info = GatewayLimits.model_fields[name]
-        unit = "seconds" if name.endswith("_s") else "bytes"
+        unit = next(u for suffix, u in _UNITS.items() if name.endswith(suffix))
         parser.add_argument(flag, dest=f"gateway_{name}", metavar=unit.upper(),
                             type=float if unit == "seconds" else int, default=info.default,
                             help=f"gateway: {info.description} Default {info.default} {unit}.")

@@ -43,6 +43,17 @@ class GatewayCollector(Collector):
             requests.add_metric([model, version, "ok"], int(num - errors))
             requests.add_metric([model, version, "error"], int(errors))
             seconds.add_metric([model, version], count_value=int(num), sum_value=total_s)
+        shed = CounterMetricFamily(
+            "podium:gateway_shed", "Requests answered 429 without being served, by model, "
+            "version and who shed them (the gateway's in-flight bound, or the instance).",
+            labels=[*_VERSION, "by"])
+        for (model, version, by), num in sorted(self.stats.shed.items()):
+            shed.add_metric([model, version, by], num)
+        retries = CounterMetricFamily(
+            "podium:gateway_retries", "Requests sent again after failing on this version, by "
+            "reason (not_sent, overloaded, canary).", labels=[*_VERSION, "reason"])
+        for (model, version, reason), num in sorted(self.stats.retried.items()):
+            retries.add_metric([model, version, reason], num)
         in_flight = GaugeMetricFamily("podium:gateway_in_flight",
                                       "Requests in flight per instance.",
                                       labels=[*_VERSION, "instance"])
@@ -57,7 +68,7 @@ class GatewayCollector(Collector):
         for model in sorted(self.table.models()):
             for version, weight in sorted(self.table.split(model).items()):
                 weights.add_metric([model, version], weight)
-        yield from (requests, seconds, in_flight, up, weights)
+        yield from (requests, seconds, shed, retries, in_flight, up, weights)
 
 
 def render(table: RouteTable, stats: VersionStats) -> str:

@@ -1,8 +1,11 @@
-"""The gateway's HTTP reverse proxy: route, forward (streaming), count, retry only when safe.
+"""The gateway's HTTP reverse proxy: route, admit, forward (streaming), count, retry when safe.
 
-A request is retried on another instance only when the connection failed before the request
-was sent (connect error or timeout, no free pooled connection): then the upstream cannot have
-seen it. Anything later is answered as it came, or as a 502, never replayed.
+Where each attempt goes, and whether a failed one is sent again, is `gateway.retry`'s decision:
+another instance when the connection failed before the request left, or when an instance shed
+it (429) and a sibling has room; the stable version once when a canary failed it (5xx or a
+connection broken after sending) and inference is idempotent. Anything else is answered as it
+came, or as a 502. An instance at the gateway's in-flight bound takes nothing more
+(`gateway.admission`): past it the request is answered 429 at once, never queued.
 
 A small answer with a known length is read whole and written in one go; anything else (an SSE
 stream, a chunked or large body) is relayed chunk by chunk as it arrives, never buffered.
@@ -19,13 +22,15 @@ from urllib.parse import quote
 
 import aiohttp
 
-from podium.errors import MethodNotAllowed, Unavailable, UpstreamFailed
+from podium.errors import MethodNotAllowed, UpstreamFailed
 from podium.gateway import asgi
+from podium.gateway.admission import Admission
 from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
 from podium.gateway.limits import GatewayLimits, read_body
 from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
 from podium.gateway.metrics import render as render_metrics
 from podium.gateway.request_route import RequestRoute, route_of
+from podium.gateway.retry import Attempts, Target
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import Outcome, VersionStats
 from podium.gateway.upstream import NOT_SENT, SENT_FAILED, Upstream
@@ -54,6 +59,8 @@ class _Attempt:
     version: str
     endpoint: Endpoint
     started: float
+    open: bool = True
+    """Still counted in flight on its instance."""
 
 
 class Gateway:
@@ -70,9 +77,12 @@ class Gateway:
         self.table = table or RouteTable()
         self.limits = limits or GatewayLimits()
         self.stats = stats or VersionStats()
+        self.admission = Admission(self.stats, self.limits.max_in_flight_per_instance)
         self.max_attempts = max_attempts
         self.clock_ms = clock_ms
-        self.upstream = Upstream(connect_timeout_s=connect_timeout_s,
+        # no pool-wide cap: the in-flight bound caps connections per instance, and a request
+        # waiting for a pooled connection would be a queue whose timeout reads as a dead instance
+        self.upstream = Upstream(connect_timeout_s=connect_timeout_s, max_connections=0,
                                  credential=upstream_credential)
 
     def app(self) -> Gateway:
@@ -116,48 +126,87 @@ class Gateway:
     async def _forward(self, scope: Scope, route: RequestRoute, receive: Receive,
                        send: Send) -> None:
         headers = _request_headers(scope["headers"], inflated=route.inflated)
-        tried: set[str] = set()
-        last: Exception | None = None
-        for _ in range(self.max_attempts):
-            version, endpoint = self.table.resolve(route.model, route.version,
-                                                   exclude=frozenset(tried))
-            url = _upstream_url(endpoint.url, route.upstream_path(scope["path"], version),
-                                scope.get("query_string", b""))
-            attempt = self._start(route.model, version, endpoint)
-            try:
-                response = await self.upstream.send(scope["method"], url, headers, route.body)
-            except NOT_SENT as exc:  # never reached the instance: safe to try another
-                endpoint.num_in_flight -= 1
-                endpoint.healthy = False
-                tried.add(endpoint.id)
-                last = exc
-                continue
-            except SENT_FAILED as exc:  # sent, then failed: the instance may have acted
-                self._finish(attempt, ok=False)
-                raise _failed_mid_request(attempt, exc) from exc
-            if _is_small_whole(response):
-                await self._answer_whole(response, attempt, send)
-            else:
-                await self._relay(response, attempt, receive, send)
-            return
-        raise Unavailable(f"no instance of {route.model} accepted a connection after "
-                          f"{len(tried)} attempt(s): {last}")
+        attempts = Attempts(self.table, self.admission, self.stats, route.model, route.version,
+                            max_attempts=self.max_attempts)
+        target: Target | None = attempts.first()
+        while target is not None:
+            target = await self._attempt(scope, route, headers, target, attempts, receive, send)
 
-    async def _answer_whole(self, response: aiohttp.ClientResponse, attempt: _Attempt,
-                            send: Send) -> None:
+    async def _attempt(self, scope: Scope, route: RequestRoute, headers: list[tuple[str, str]],
+                       target: Target, attempts: Attempts, receive: Receive,
+                       send: Send) -> Target | None:
+        """Send the request to `target`; where to send it next, or None once answered."""
+        url = _upstream_url(target.endpoint.url,
+                            route.upstream_path(scope["path"], target.version),
+                            scope.get("query_string", b""))
+        attempt = self._start(route.model, target.version, target.endpoint)
         try:
-            body = await response.read()
+            return await self._send(scope["method"], url, headers, route.body, attempt,
+                                    attempts, target, receive, send)
+        finally:  # cancelled, or failed past every count: never leave it holding the bound
+            if attempt.open:
+                self._release(attempt)
+
+    async def _send(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes,
+                    attempt: _Attempt, attempts: Attempts, target: Target, receive: Receive,
+                    send: Send) -> Target | None:
+        """One attempt's exchange with the instance, counted as it ends."""
+        try:
+            response = await self.upstream.send(method, url, headers, body)
+        except NOT_SENT as exc:  # never reached the instance: safe to try another
+            self._release(attempt)
+            return attempts.after_not_sent(target, str(exc))
+        except SENT_FAILED as exc:  # sent, then failed: the instance may have acted
+            return self._after_broken(attempt, attempts, target, exc)
+        if not _is_small_whole(response):
+            if not _is_refusal(response.status):
+                await self._relay(response, attempt, receive, send)
+                return None
+            try:  # decided before the first byte is relayed: after it nothing can be resent
+                retry = self._after_status(response.status, attempt, attempts, target)
+            except BaseException:
+                response.close()
+                raise
+            if retry is not None:
+                response.close()
+                return retry
+            await self._relay(response, None, receive, send)  # counted already
+            return None
+        try:
+            whole = await response.read()
         except SENT_FAILED as exc:
-            self._finish(attempt, ok=False)
-            raise _failed_mid_request(attempt, exc) from exc
+            return self._after_broken(attempt, attempts, target, exc)
         finally:
             response.release()
         # the instance is done with it: count it before the client hears back
-        self._finish(attempt, ok=response.status < 500)
-        await Answer(response.status, body, _response_headers(response)).send(send)
+        retry = self._after_status(response.status, attempt, attempts, target)
+        if retry is None:
+            await Answer(response.status, whole, _response_headers(response)).send(send)
+        return retry
 
-    async def _relay(self, response: aiohttp.ClientResponse, attempt: _Attempt,
+    def _after_status(self, status: int, attempt: _Attempt, attempts: Attempts,
+                      target: Target) -> Target | None:
+        """Count an answered attempt; where to resend it (a shed or a canary failure)."""
+        if status == 429:  # shed by the instance: no evidence about the version
+            self._release(attempt)
+            return attempts.after_overloaded(target)
+        if status >= 500:
+            self._finish(attempt, ok=False)
+            return attempts.after_failure(target)
+        self._finish(attempt, ok=True)
+        return None
+
+    def _after_broken(self, attempt: _Attempt, attempts: Attempts, target: Target,
+                      exc: Exception) -> Target:
+        self._finish(attempt, ok=False)
+        retry = attempts.after_failure(target)
+        if retry is None:
+            raise _failed_mid_request(attempt, exc) from exc
+        return retry
+
+    async def _relay(self, response: aiohttp.ClientResponse, attempt: _Attempt | None,
                      receive: Receive, send: Send) -> None:
+        """Relay a streamed answer; `attempt` is counted at its end (None: counted already)."""
         ok = response.status < 500
         try:
             await send({"type": "http.response.start", "status": response.status,
@@ -169,14 +218,20 @@ class Gateway:
             raise
         finally:
             response.release()  # back to the pool when read to the end, else closed
-            self._finish(attempt, ok=ok)
+            if attempt is not None:
+                self._finish(attempt, ok=ok)
 
     def _start(self, model: str, version: str, endpoint: Endpoint) -> _Attempt:
         endpoint.num_in_flight += 1
         return _Attempt(model, version, endpoint, time.perf_counter())
 
-    def _finish(self, attempt: _Attempt, *, ok: bool) -> None:
+    def _release(self, attempt: _Attempt) -> None:
+        """The attempt ends without an outcome for the analysis (never sent, or shed)."""
         attempt.endpoint.num_in_flight -= 1
+        attempt.open = False
+
+    def _finish(self, attempt: _Attempt, *, ok: bool) -> None:
+        self._release(attempt)
         latency_ms = (time.perf_counter() - attempt.started) * 1000
         self.stats.record(attempt.model, attempt.version,
                           Outcome(self.clock_ms(), latency_ms, ok))
@@ -202,6 +257,11 @@ class Gateway:
                     for i, v in enumerate(["", *versions]) if versions]
             return Answer.json({"object": "list", "data": data})
         return None
+
+
+def _is_refusal(status: int) -> bool:
+    """A shed (429) or a failure (5xx): an answer that may send the request elsewhere."""
+    return status == 429 or status >= 500
 
 
 def _is_small_whole(response: aiohttp.ClientResponse) -> bool:

@@ -28,6 +28,12 @@ class Endpoint:
     num_in_flight: int = 0
     grpc_target: str | None = None
     """`host:port` of the instance's KServe gRPC server (None: HTTP only)."""
+    max_in_flight: int | None = None
+    """The bound the package's own queue limits imply (`admission.declared_bound`); None: the
+    gateway's `--max-in-flight-per-instance`."""
+    idempotent: bool = True
+    """The package's `idempotent`: a request it failed may be sent again (to the stable
+    version during a rollout); False for a model with side effects."""
 
     @property
     def can_take(self) -> bool:
@@ -109,6 +115,12 @@ class RouteTable:
         with self._lock:
             entry = self._models.get(model)
             return dict(entry.splits) if entry else {}
+
+    def alias(self, model: str, alias: str) -> str | None:
+        """The version an alias of the model points at (None: unset)."""
+        with self._lock:
+            entry = self._models.get(model)
+            return entry.aliases.get(alias) if entry else None
 
     def models(self) -> dict[str, list[str]]:
         """Model name → versions that have endpoints."""

@@ -24,9 +24,11 @@ class VersionHealth:
     num_crashes: int = 0
     """Crashes of this version's instances since the control plane started counting."""
     num_requests: int = 0
-    """Requests answered since the current analysis window began."""
+    """Requests answered since the current analysis window began (shed ones are not: overload
+    is no evidence about the version)."""
     num_errors: int = 0
-    """Of those, how many failed (5xx or connection error)."""
+    """Of those, how many failed (5xx or connection error), including those the gateway then
+    sent to the stable version."""
     p99_ms: float | None = None
     """p99 latency of those requests; None without requests."""
 
@@ -48,6 +50,10 @@ class VersionStats:
         self._max = max_samples
         # lifetime totals for /metrics: (requests, errors, seconds) per (model, version)
         self.totals: dict[tuple[str, str], list[float]] = {}
+        self.shed: dict[tuple[str, str, str], int] = {}
+        """Requests answered 429 without being served, per (model, version, by whom)."""
+        self.retried: dict[tuple[str, str, str], int] = {}
+        """Requests sent again after failing on (model, version), per reason."""
         self._lock = threading.Lock()
 
     def record(self, model: str, version: str, outcome: Outcome) -> None:
@@ -61,6 +67,19 @@ class VersionStats:
             total[0] += 1
             total[1] += 0 if outcome.ok else 1
             total[2] += outcome.latency_ms / 1000
+
+    def record_shed(self, model: str, version: str, by: str) -> None:
+        """Count one request shed for model@version (`gateway` or `instance`); the analysis
+        never sees it: overload says nothing about whether the version works."""
+        with self._lock:
+            key = (model, version, by)
+            self.shed[key] = self.shed.get(key, 0) + 1
+
+    def record_retry(self, model: str, version: str, reason: str) -> None:
+        """Count one request sent again after failing on model@version."""
+        with self._lock:
+            key = (model, version, reason)
+            self.retried[key] = self.retried.get(key, 0) + 1
 
     def last_request_ms(self, model: str, version: str) -> int:
         """When model@version last finished a request (0: never)."""

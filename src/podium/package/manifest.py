@@ -86,6 +86,11 @@ class _ManifestBase(_Strict):
     engine_version: str | None = Field(
         default=None,
         description="Optional; if given it must equal the platform's pinned vLLM version.")
+    idempotent: bool = Field(
+        default=True,
+        description="Whether a request may be sent twice: during a rollout the gateway resends "
+        "a request the new version failed to the stable one. False for a model with side "
+        "effects (it writes, charges or sends something per request).")
 
     @field_validator("version", mode="before")
     @classmethod

@@ -27,6 +27,8 @@ from podium.control.runtime.base import (
 )
 from podium.control.store import Store
 from podium.credential import bearer
+from podium.errors import NotFound
+from podium.gateway.admission import declared_bound
 from podium.gateway.routing import Endpoint, RouteTable
 
 
@@ -129,7 +131,8 @@ class Supervisor(Generic[I]):
                 self._serving(instance)
                 self._set_state(instance, READY)
                 self.table.add_endpoint(instance.model, instance.version, Endpoint(
-                    instance.id, instance.url, grpc_target=instance.grpc_target))
+                    instance.id, instance.url, grpc_target=instance.grpc_target,
+                    **self._traffic_policy(instance)))
             elif instance.state == READY:
                 with contextlib.suppress(KeyError):
                     self.table.endpoint(instance.id).healthy = self._ready(instance)
@@ -217,6 +220,15 @@ class Supervisor(Generic[I]):
         self.table.remove_endpoint(instance.id)
         self._release(instance)
         self._set_state(instance, STOPPED)
+
+    def _traffic_policy(self, instance: I) -> dict[str, Any]:
+        """What the gateway reads from the package: its in-flight bound, whether to resend."""
+        try:
+            manifest = self.store.get_package(instance.model, instance.version).manifest
+        except NotFound:  # forgotten since it started: the gateway's bound, resend nothing
+            return {"idempotent": False}
+        return {"max_in_flight": declared_bound(manifest),
+                "idempotent": bool(manifest.get("idempotent", True))}
 
     def _ready(self, instance: I) -> bool:
         if not instance.url:

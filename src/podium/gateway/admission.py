@@ -1,0 +1,71 @@
+"""The gateway's admission: a bound on requests in flight per instance, shed at once past it.
+
+The gateway keeps no queue of its own. Instances are picked by least requests in flight, so
+when the one picked is at its bound (HTTP and gRPC together) every instance of the routed
+version is (they share a package, so a bound): the request is answered `Overloaded` (429 with
+`Retry-After`, gRPC RESOURCE_EXHAUSTED) without waiting, and counted as shed for that version.
+The bound is what the package's own queue limits imply, when it declares them, else the
+gateway's `--max-in-flight-per-instance`.
+Shed requests never reached an instance, so they are no evidence about the version: the rollout
+analysis does not count them (neither as requests nor as errors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from podium.errors import Overloaded
+from podium.gateway.routing import Endpoint
+from podium.gateway.stats import VersionStats
+
+RETRY_AFTER_S = 1.0
+"""What a shed request is told to wait: about one batch or queue wait of a busy instance."""
+BY_GATEWAY, BY_INSTANCE = "gateway", "instance"
+"""Who shed a request: the gateway's bound, or the instance's own queue (its 429 relayed)."""
+
+
+class Admission:
+    """The per-instance in-flight bound of one gateway, and the shed count it keeps."""
+
+    def __init__(self, stats: VersionStats, max_in_flight: int) -> None:
+        self.stats = stats
+        self.max_in_flight = max_in_flight
+
+    def bound(self, endpoint: Endpoint) -> int:
+        """Most requests this gateway keeps in flight on the instance."""
+        return endpoint.max_in_flight or self.max_in_flight
+
+    def has_room(self, endpoint: Endpoint) -> bool:
+        """Whether one more request may go to this instance now."""
+        return endpoint.num_in_flight < self.bound(endpoint)
+
+    def admit(self, model: str, version: str, endpoint: Endpoint) -> Endpoint:
+        """`endpoint` when it has room; else the request is shed (counted, `Overloaded`)."""
+        if self.has_room(endpoint):
+            return endpoint
+        self.stats.record_shed(model, version, BY_GATEWAY)
+        where = ("the package's queue limits" if endpoint.max_in_flight
+                 else "--max-in-flight-per-instance")
+        raise Overloaded(f"every instance of {model}@{version} has {self.bound(endpoint)} "
+                         f"requests in flight from this gateway ({where}); retry in "
+                         f"{RETRY_AFTER_S:g} s", retry_after_s=RETRY_AFTER_S)
+
+
+def declared_bound(manifest: Mapping[str, Any]) -> int | None:
+    """The in-flight bound a package's own queue limits imply; None when it declares none.
+
+    An LLM: vLLM's `max_num_queued_reqs` (it counts waiting and running requests). A classic
+    model: its batcher's `max_queue` plus one batch being run (`max_batch_size`).
+    """
+    if manifest.get("backend") == "vllm":
+        return _positive(manifest.get("max_num_queued_reqs"))
+    queue = _positive((manifest.get("dynamic_batching") or {}).get("max_queue"))
+    if queue is None:
+        return None
+    return queue + max(1, _positive(manifest.get("max_batch_size")) or 1)
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
