@@ -1,5 +1,5 @@
-"""`podium up | announce | deploy | scale | status | rollouts | rollback | events`: the control
-plane's CLI.
+"""`podium up | gateway | announce | deploy | scale | status | rollouts | rollback | events`: the
+control plane's CLI.
 
 Every command but `up` is a client of the REST API (PODIUM_CONTROL_URL, default
 http://127.0.0.1:8080). A rejected request prints the API's message and exits 2; an API that
@@ -31,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--http-port", type=int, default=8000, help="gateway HTTP port")
     p.add_argument("--grpc-port", type=int, default=8001, help="gateway gRPC port; -1 disables")
     p.add_argument("--api-port", type=int, default=8080, help="control-plane API port")
+    p.add_argument("--gateways", type=int, default=1, metavar="N",
+                   help="gateway processes sharing the gateway ports (default 1; 0: none)")
     p.add_argument("--database", default=os.environ.get("PODIUM_DATABASE_URL"),
                    help="SQLAlchemy URL (default: SQLite file under PODIUM_HOME)")
     p.add_argument("--version-ttl", type=float, default=3600.0,
@@ -59,6 +61,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="SIGTERM ends podium up within this long (default 60): requests "
                         "finish, instances drain and stop, then what is left is killed")
     p.set_defaults(func=_up)
+
+    p = subparsers.add_parser("gateway", help="run one gateway process following a "
+                              "control plane (podium up starts its own)")
+    p.add_argument("--control", default=os.environ.get("PODIUM_CONTROL_URL", DEFAULT_API),
+                   help="control-plane API the route table comes from (env PODIUM_CONTROL_URL)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--http-port", type=int, default=8000, help="HTTP port")
+    p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port; -1 disables")
+    p.add_argument("--api-key", default=os.environ.get("PODIUM_API_KEY"),
+                   help="require 'Authorization: Bearer KEY'; also shown to the control API "
+                        "(env PODIUM_API_KEY)")
+    p.add_argument("--id", dest="gateway_id", default="",
+                   help="name in GET /v1/gateways (default HOST-PID)")
+    p.add_argument("--reuse-port", action="store_true",
+                   help="share the ports with other gateways (SO_REUSEPORT)")
+    limits.add_flags(p)
+    p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="SIGTERM ends the gateway within this long (default 30): in-flight "
+                        "requests finish first")
+    p.set_defaults(func=_gateway)
 
     p = subparsers.add_parser("announce", help="register + materialize a package")
     p.add_argument("package", type=Path)
@@ -124,7 +146,7 @@ def _up(args: argparse.Namespace) -> int:
     from podium.control.up import UpConfig, run_up
 
     return run_up(UpConfig(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
-                           api_port=args.api_port,
+                           api_port=args.api_port, num_gateways=args.gateways,
                            database_url=args.database, runtime=args.runtime,
                            ray_address=args.ray_address, ray_num_cpus=args.ray_cpus,
                            api_key=args.api_key, api_max_body_bytes=args.api_max_body_bytes,
@@ -132,6 +154,16 @@ def _up(args: argparse.Namespace) -> int:
                            package_roots=tuple(args.package_roots), limits=limits.from_flags(args),
                            shutdown_timeout_s=args.shutdown_timeout,
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    from podium.gateway.process import GatewayConfig, run_gateway
+
+    return run_gateway(GatewayConfig(
+        control_url=args.control, host=args.host, http_port=args.http_port,
+        grpc_port=args.grpc_port, api_key=args.api_key, limits=limits.from_flags(args),
+        gateway_id=args.gateway_id, reuse_port=args.reuse_port,
+        shutdown_timeout_s=args.shutdown_timeout))
 
 
 def _announce(args: argparse.Namespace) -> int:

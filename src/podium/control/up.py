@@ -1,10 +1,15 @@
-"""`podium up`: control plane (API on :8080) + gateway (:8000) + instances (local processes or
-Ray actors), one process; one per home and per database (`plane_lock`).
+"""`podium up`: control plane (API on :8080) + gateway processes (:8000 HTTP, :8001 gRPC) +
+instances (local processes or Ray actors); one per home and per database (`plane_lock`).
 
-The gateway and the API share one event loop; the control loop (store, process probes) runs in
-its own thread. Stopping `podium up` drains and stops every instance it started, all within
-`--shutdown-timeout`: a `ShutdownWatchdog` armed by the first stop signal kills what is left of
-the process tree at the deadline, whatever a request or a loop pass is doing.
+The data plane never runs in this process: `--gateways N` gateway processes (`podium
+gateway`, `control.gateways`) share the gateway ports and route by the table this process
+publishes (`control.gateway_feed`); they and the instances live in their own sessions, so a
+`kill -9` of `podium up` leaves traffic flowing on the last table, and the next `podium up`
+adopts them. The API runs on the event loop; the control loop (store, process probes) in its
+own thread. Stopping `podium up` drains the gateways (in-flight requests finish), then drains
+and stops every instance it started, all within `--shutdown-timeout`: a `ShutdownWatchdog`
+armed by the first stop signal kills what is left of the process tree at the deadline,
+whatever a request or a loop pass is doing.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,9 +28,11 @@ from typing import Any
 import uvicorn
 
 from podium import env
-from podium.auth import ApiKeyMiddleware
 from podium.control.api import create_app
 from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
+from podium.control.gateway_api import QuietSync, add_gateway_routes
+from podium.control.gateway_feed import PublishedTable, RouteFeed
+from podium.control.gateways import GatewayProcesses
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
 from podium.control.plane_lock import PlaneLock, holder_info
@@ -32,11 +40,9 @@ from podium.control.runtime import Runtime, create_runtime
 from podium.control.store import Store, default_url
 from podium.control.world import RuntimeWorld
 from podium.errors import InvalidArgument
-from podium.gateway.grpc_proxy import GrpcGateway
-from podium.gateway.health import run_health_checks
 from podium.gateway.http_server import bounded_head_protocol
-from podium.gateway.limits import GatewayLimits
-from podium.gateway.proxy import Gateway
+from podium.gateway.limits import GatewayLimits, to_flags
+from podium.gateway.stats import VersionStats
 from podium.shutdown import ShutdownWatchdog
 
 log = logging.getLogger("podium.control")
@@ -49,7 +55,10 @@ class UpConfig:
     """Where `podium up` listens and keeps its state."""
 
     host: str = "0.0.0.0"
-    """Interface the gateway and the API bind to."""
+    """Interface the gateways and the API bind to."""
+    num_gateways: int = 1
+    """Gateway processes sharing the gateway ports (0..16; 0: none, run `podium gateway`
+    yourself)."""
     http_port: int = 8000
     """Gateway HTTP port (OpenAI + KServe v2)."""
     grpc_port: int = 8001
@@ -93,6 +102,9 @@ class UpConfig:
                 1024 <= self.api_max_header_bytes <= 1024**2):
             raise InvalidArgument(f"api_max_header_bytes={self.api_max_header_bytes!r} is out "
                                   "of range; use 1024..1048576", param="api_max_header_bytes")
+        if isinstance(self.num_gateways, bool) or not 0 <= self.num_gateways <= 16:
+            raise InvalidArgument(f"--gateways {self.num_gateways!r} is out of range; use "
+                                  "0..16 gateway processes", param="num_gateways")
         if isinstance(self.shutdown_timeout_s, bool) or not (
                 1 <= self.shutdown_timeout_s <= 3600):
             raise InvalidArgument(f"shutdown_timeout_s={self.shutdown_timeout_s!r} is out of "
@@ -118,29 +130,79 @@ def run_up(config: UpConfig) -> int:
         _on_stop_signal(watchdog)  # until the servers run: stop as soon as they start
         store = Store.open(url)
         cleanup.callback(store.close)
-        gateway = Gateway(limits=config.limits)
-        runtime = create_runtime(config.runtime, store, gateway.table, home / "instances",
+        table, stats = PublishedTable(), VersionStats()
+        feed = table.feed = RouteFeed(table, stats)
+        gateways = GatewayProcesses(
+            home, [gateway_command(config, f"gateway-{i}") for i in range(config.num_gateways)],
+            api_key=config.api_key,
+            note=lambda message: store.record_event("gateway", message))
+        # before any instance is adopted: a refusal must leave them running
+        gateways.adopt(host=config.host, port=config.http_port)
+        runtime = create_runtime(config.runtime, store, table, home / "instances",
                                  ray_address=config.ray_address,
                                  ray_num_cpus=config.ray_num_cpus)
-        world = RuntimeWorld(runtime, gateway.table, gateway.stats)
+        world = RuntimeWorld(runtime, table, stats)
         plane = ControlPlane(store, world)
         cleanup.callback(_stop_instances, plane, runtime, watchdog)
-        loop = ControlLoop(plane, runtime, gateway.table, gateway.stats, config.loop)
+        loop = _FeedingLoop(plane, runtime, table, stats, config.loop, feed=feed,
+                            gateways=gateways)
         thread = threading.Thread(target=loop.run_forever, name="podium-control", daemon=True)
+        # adopted gateways keep their table until the loop's first pass has rebuilt this one
+        gateways.start()
+        cleanup.callback(_stop_gateways, gateways, watchdog)  # first to stop: they drain
         thread.start()
         cleanup.callback(_stop_loop, loop, thread, watchdog)
         try:
-            asyncio.run(_serve(config, plane, gateway, watchdog))
+            asyncio.run(_serve(config, plane, feed, watchdog))
         finally:
             _on_stop_signal(watchdog)  # asyncio's handlers left with its loop
             watchdog.arm()  # whatever ended serving, the rest of the stop is bounded
     return 0
 
 
+def gateway_command(config: UpConfig, name: str) -> list[str]:
+    """The `podium gateway` command line of one of this plane's gateways."""
+    api_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
+    if ":" in api_host:
+        api_host = f"[{api_host}]"
+    return [sys.executable, "-m", "podium.cli", "gateway",
+            "--control", f"http://{api_host}:{config.api_port}", "--id", name,
+            "--host", config.host, "--http-port", str(config.http_port),
+            "--grpc-port", str(config.grpc_port), "--reuse-port",
+            "--shutdown-timeout", f"{gateway_shutdown_s(config):g}", *to_flags(config.limits)]
+
+
+def gateway_shutdown_s(config: UpConfig) -> float:
+    """A gateway's share of the shutdown: in-flight requests get a quarter of the budget."""
+    return max(1.0, config.shutdown_timeout_s / 4)
+
+
+class _FeedingLoop(ControlLoop):
+    """The control loop, plus what `podium up` adds to each pass: publish, watch gateways."""
+
+    def __init__(self, *args: Any, feed: RouteFeed, gateways: GatewayProcesses,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.feed = feed
+        self.gateways = gateways
+
+    def step(self) -> None:
+        """One pass; after the first, the route table is whole and gateways may take it."""
+        self.feed.changed()  # re-count drains against the gateways' latest reports
+        super().step()
+        self.feed.open()
+        self.gateways.poll()
+
+
 def _on_stop_signal(watchdog: ShutdownWatchdog) -> None:
     """SIGTERM / SIGINT start the countdown (and `_serve` stops if it has not begun)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: watchdog.arm())
+
+
+def _stop_gateways(gateways: GatewayProcesses, watchdog: ShutdownWatchdog) -> None:
+    # the instances are still up: in-flight requests finish before they are stopped
+    gateways.stop(timeout_s=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
 
 
 def _stop_loop(loop: ControlLoop, thread: threading.Thread, watchdog: ShutdownWatchdog) -> None:
@@ -169,63 +231,35 @@ class _Server(uvicorn.Server):
         yield
 
 
-# Longer than any client's idle expiry (httpx: 5 s, uvicorn's own default): the client always
-# closes an idle connection first, so a request is never sent on one the server is closing
-KEEP_ALIVE_S = 75
-
-
-async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway,
+async def _serve(config: UpConfig, plane: ControlPlane, feed: RouteFeed,
                  watchdog: ShutdownWatchdog) -> None:
-    gateway_app: Any = gateway.app()
-    if config.api_key:
-        gateway_app = ApiKeyMiddleware(gateway_app, api_key=config.api_key)
-    servers = [
-        _Server(uvicorn.Config(gateway_app, host=config.host, port=config.http_port,
-                               log_level="warning", access_log=False,
-                               timeout_keep_alive=KEEP_ALIVE_S,
-                               http=bounded_head_protocol(config.limits.max_header_bytes))),
-        _Server(uvicorn.Config(create_app(plane, api_key=config.api_key,
-                                          max_body_bytes=config.api_max_body_bytes,
-                                          max_header_bytes=config.api_max_header_bytes,
-                                          package_roots=config.package_roots),
-                               host=config.host,
-                               http=bounded_head_protocol(config.api_max_header_bytes,
-                                                          server="the control API",
-                                                          flag="--api-max-header-bytes"),
-                               port=config.api_port,
-                               log_level="info")),
-    ]
+    app = create_app(plane, api_key=config.api_key, max_body_bytes=config.api_max_body_bytes,
+                     max_header_bytes=config.api_max_header_bytes,
+                     package_roots=config.package_roots)
+    add_gateway_routes(app, feed)
+    server = _Server(uvicorn.Config(app, host=config.host, port=config.api_port,
+                                    http=bounded_head_protocol(config.api_max_header_bytes,
+                                                               server="the control API",
+                                                               flag="--api-max-header-bytes"),
+                                    log_level="info"))
+    logging.getLogger("uvicorn.access").addFilter(QuietSync())  # after uvicorn set logging up
 
-    def stop_all() -> None:
+    def stop() -> None:
         watchdog.arm()
-        for server in servers:
-            # counted by uvicorn from now: in-flight requests get a quarter of the budget,
-            # draining and stopping the instances the rest
-            server.config.timeout_graceful_shutdown = watchdog.remaining(
-                reserve_s=watchdog.timeout_s * 3 / 4)
-            server.should_exit = True
+        # counted by uvicorn from now: API requests get a quarter of the budget, draining
+        # the gateways and the instances the rest
+        server.config.timeout_graceful_shutdown = watchdog.remaining(
+            reserve_s=watchdog.timeout_s * 3 / 4)
+        server.should_exit = True
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop_all)
-    if watchdog.armed:  # told to stop before the servers ran
-        stop_all()
-    # the gateway's own active probes cover the gap between two control-loop passes
-    health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0))
-    grpc_gateway = GrpcGateway(gateway.table, gateway.stats,
-                               max_message_bytes=config.limits.max_grpc_message_bytes)
-    grpc_server = None
-    if config.grpc_port >= 0:
-        grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port,
-                                                  api_key=config.api_key)
-    log.info("gateway on :%d (gRPC :%d), control-plane API on :%d", config.http_port,
-             config.grpc_port, config.api_port)
+        loop.add_signal_handler(sig, stop)
+    if watchdog.armed:  # told to stop before the server ran
+        stop()
+    log.info("control-plane API on :%d; %d gateway process(es) on :%d (gRPC :%d)",
+             config.api_port, config.num_gateways, config.http_port, config.grpc_port)
     try:
-        await asyncio.gather(*(s.serve() for s in servers))
+        await server.serve()
     finally:
-        stop_all()
-        health.cancel()
-        if grpc_server is not None:
-            await grpc_server.stop(grace=min(5.0, watchdog.remaining(
-                reserve_s=watchdog.timeout_s * 3 / 4)))
-        await grpc_gateway.aclose()
+        stop()

@@ -57,16 +57,19 @@ class GrpcGateway:
         self._stubs: dict[tuple[str, str], grpc.aio.UnaryUnaryMultiCallable] = {}
 
     async def serve(self, host: str, port: int, *,
-                    api_key: str | None = None) -> tuple[grpc.aio.Server, int]:
+                    api_key: str | None = None,
+                    reuse_port: bool = True) -> tuple[grpc.aio.Server, int]:
         """Start a gRPC server on host:port (0: any free port); returns it and the bound port.
-        With `api_key`, every call but ServerLive needs `authorization: Bearer <key>`."""
+        With `api_key`, every call but ServerLive needs `authorization: Bearer <key>`;
+        `reuse_port` (grpc's default) lets several gateways share the port."""
         from podium.auth import ApiKeyInterceptor
 
         server = grpc.aio.server(
             interceptors=[ErrorInterceptor(), *([ApiKeyInterceptor(api_key)] if api_key else [])],
             # past it grpc answers RESOURCE_EXHAUSTED naming both sizes, before any handler
             options=[("grpc.max_receive_message_length", self.max_message_bytes),
-                     ("grpc.max_send_message_length", -1)])
+                     ("grpc.max_send_message_length", -1),
+                     ("grpc.so_reuseport", int(reuse_port))])
         server.add_generic_rpc_handlers((self._handler(),))
         bound = server.add_insecure_port(f"{host}:{port}")
         await server.start()
