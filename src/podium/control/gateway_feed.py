@@ -98,6 +98,13 @@ class RouteFeed:
             generation = self._current()
             return SyncAnswer(self.epoch, generation, self._last if self._ready else None)
 
+    def forget_gateways(self) -> None:
+        """The gateways are stopped: none counts any more, drains end at once."""
+        with self._cond:
+            self._gateways.clear()
+            self._grace_s = 0.0
+            self._refresh_in_flight()
+
     def gateways(self) -> list[dict[str, Any]]:
         """Every gateway heard from: where, when, and whether it has the current table."""
         now = self.clock()

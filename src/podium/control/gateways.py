@@ -89,13 +89,17 @@ class GatewayProcesses:
         """Pids of the gateway processes."""
         return [g.pid for g in self._gateways if g.pid is not None]
 
-    def stop(self, timeout_s: float) -> None:
-        """SIGTERM every gateway (each drains its in-flight requests), kill the ones still
-        running after `timeout_s`, forget their records."""
+    def terminate(self) -> None:
+        """SIGTERM every gateway: each stops taking connections and drains (returns at once)."""
         for gateway in self._gateways:
             if gateway.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(gateway.pid, signal.SIGTERM)
+
+    def stop(self, timeout_s: float) -> None:
+        """SIGTERM every gateway (each drains its in-flight requests), kill the ones still
+        running after `timeout_s`, forget their records."""
+        self.terminate()
         deadline = time.monotonic() + timeout_s
         while any(self._running(g) for g in self._gateways) and time.monotonic() < deadline:
             time.sleep(0.05)

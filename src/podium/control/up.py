@@ -149,11 +149,11 @@ def run_up(config: UpConfig) -> int:
         thread = threading.Thread(target=loop.run_forever, name="podium-control", daemon=True)
         # adopted gateways keep their table until the loop's first pass has rebuilt this one
         gateways.start()
-        cleanup.callback(_stop_gateways, gateways, watchdog)  # first to stop: they drain
+        cleanup.callback(_stop_gateways, gateways, feed, watchdog)  # first to stop: they drain
         thread.start()
         cleanup.callback(_stop_loop, loop, thread, watchdog)
         try:
-            asyncio.run(_serve(config, plane, feed, watchdog))
+            asyncio.run(_serve(config, plane, feed, gateways, watchdog))
         finally:
             _on_stop_signal(watchdog)  # asyncio's handlers left with its loop
             watchdog.arm()  # whatever ended serving, the rest of the stop is bounded
@@ -173,8 +173,9 @@ def gateway_command(config: UpConfig, name: str) -> list[str]:
 
 
 def gateway_shutdown_s(config: UpConfig) -> float:
-    """A gateway's share of the shutdown: in-flight requests get a quarter of the budget."""
-    return max(1.0, config.shutdown_timeout_s / 4)
+    """A gateway's share of the shutdown (told at its first moment): half, most of it for
+    in-flight requests; the instances they run on are stopped in the other half."""
+    return max(1.0, config.shutdown_timeout_s / 2)
 
 
 class _FeedingLoop(ControlLoop):
@@ -200,9 +201,11 @@ def _on_stop_signal(watchdog: ShutdownWatchdog) -> None:
         signal.signal(sig, lambda signum, frame: watchdog.arm())
 
 
-def _stop_gateways(gateways: GatewayProcesses, watchdog: ShutdownWatchdog) -> None:
+def _stop_gateways(gateways: GatewayProcesses, feed: RouteFeed,
+                   watchdog: ShutdownWatchdog) -> None:
     # the instances are still up: in-flight requests finish before they are stopped
     gateways.stop(timeout_s=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
+    feed.forget_gateways()  # gone: nothing more is in flight through them, drains may end
 
 
 def _stop_loop(loop: ControlLoop, thread: threading.Thread, watchdog: ShutdownWatchdog) -> None:
@@ -232,7 +235,7 @@ class _Server(uvicorn.Server):
 
 
 async def _serve(config: UpConfig, plane: ControlPlane, feed: RouteFeed,
-                 watchdog: ShutdownWatchdog) -> None:
+                 gateways: GatewayProcesses, watchdog: ShutdownWatchdog) -> None:
     app = create_app(plane, api_key=config.api_key, max_body_bytes=config.api_max_body_bytes,
                      max_header_bytes=config.api_max_header_bytes,
                      package_roots=config.package_roots)
@@ -246,6 +249,7 @@ async def _serve(config: UpConfig, plane: ControlPlane, feed: RouteFeed,
 
     def stop() -> None:
         watchdog.arm()
+        gateways.terminate()  # they drain meanwhile, on their own clock
         # counted by uvicorn from now: API requests get a quarter of the budget, draining
         # the gateways and the instances the rest
         server.config.timeout_graceful_shutdown = watchdog.remaining(
