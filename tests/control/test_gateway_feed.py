@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from podium.control.api import create_app
+from podium.control.gateway_api import add_gateway_routes
 from podium.control.gateway_feed import PublishedTable, RouteFeed
-from podium.gateway.route_sync import Outcomes, SyncReport
+from podium.control.plane import ControlPlane
+from podium.control.store import Store
+from podium.gateway.route_sync import ENCODER, Outcomes, SyncReport
 from podium.gateway.routing import Endpoint
 from podium.gateway.stats import VersionStats
+from tests.support.fake_world import FakeWorld
 
 
 class Clock:
@@ -107,3 +114,28 @@ def test_no_table_until_the_first_loop_pass(clock: Clock) -> None:
     assert feed.sync(SyncReport("a"), wait_s=0).routes is None  # gateways keep their own
     feed.open()
     assert feed.sync(SyncReport("a"), wait_s=0).routes == {}
+
+
+@pytest.mark.parametrize("body,named", [
+    (b"{not json", "the request body is not valid JSON"),
+    (b'{"gateway_id": 3}', "Expected `str`, got `int` - at `$.gateway_id`"),
+    (b'{"gateway_id": "a", "colour": "red"}', "unknown field `colour`"),
+], ids=["not-json", "wrong-type", "unknown-field"])
+def test_a_bad_sync_report_is_a_400_and_the_next_good_one_works(
+        clock: Clock, tmp_path: Path, body: bytes, named: str) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        feed = _feed(clock)
+        app = create_app(ControlPlane(store, FakeWorld(), materialize=lambda _p: None))
+        add_gateway_routes(app, feed, wait_s=0)
+        client = TestClient(app)
+        json = {"content-type": "application/json"}
+        bad = client.post("/v1/gateways/sync", content=body, headers=json)
+        assert bad.status_code == 400 and named in bad.json()["error"]["message"], bad.text
+        good = client.post("/v1/gateways/sync", content=ENCODER.encode(SyncReport("a")),
+                           headers=json)
+        assert good.status_code == 200
+        assert good.json()["routes"]["echo"]["splits"] == {"1": 100}
+        assert [g["id"] for g in client.get("/v1/gateways").json()] == ["a"]
+    finally:
+        store.close()

@@ -4,6 +4,7 @@ a consistent state (rollout resumed, instances and gateway adopted, none orphane
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -78,8 +79,8 @@ def test_kill_9_mid_rollout_under_load_fails_no_request_and_the_rollout_resumes(
 KEY = "control-key-0123456789"
 
 
-def test_api_key_guards_the_api_the_cli_and_the_gateway(tmp_path: Path) -> None:
-    up = Up(tmp_path, api_key=KEY)
+def test_api_key_guards_the_api_the_cli_and_two_gateways(tmp_path: Path) -> None:
+    up = Up(tmp_path, api_key=KEY, args=("--gateways", "2"))
     up.start()  # /health answers without a key: liveness probes carry none
     try:
         package = str(write_echo(tmp_path / "pkgs", "1"))
@@ -111,7 +112,37 @@ def test_api_key_guards_the_api_the_cli_and_the_gateway(tmp_path: Path) -> None:
             client.infer("echo", [x])
         assert client.infer("echo", [x], headers={"authorization": f"Bearer {KEY}"}
                             ).get_response().model_version == "1"
+        _two_gateways_share_the_port(up, auth)
     finally:
         assert up.process is not None
         up.process.terminate()
         up.process.wait(timeout=60)
+
+
+def _two_gateways_share_the_port(up: Up, auth: dict[str, str]) -> None:
+    """Both gateways take connections on the one port and route by the same table; one
+    killed is restarted by `podium up`."""
+    def gateways() -> list[dict]:
+        return httpx.get(up.api + "/v1/gateways", headers=auth, timeout=10).json()
+
+    def outcomes() -> dict[str, int]:
+        return {g["id"]: g["num_outcomes"] for g in gateways()}
+
+    def ask(num: int) -> None:
+        for _ in range(num):  # a new connection each: the kernel spreads them
+            r = httpx.post(up.gateway + "/v2/models/echo/infer", json=BODY, headers=auth,
+                           timeout=10)
+            assert (r.status_code, r.json()["model_version"]) == (200, "1")
+
+    wait(lambda: [(g["id"], g["in_sync"]) for g in gateways()] == [
+        ("gateway-0", True), ("gateway-1", True)], what="two gateways with the table")
+    before = outcomes()
+    ask(30)
+    wait(lambda: all(outcomes()[g] > before[g] for g in before), what="both gateways used")
+    killed = up.gateway_pids()[0]
+    os.kill(killed, signal.SIGKILL)
+    wait(lambda: len(up.gateway_pids()) == 2 and killed not in up.gateway_pids(),
+         what="the killed gateway restarted")
+    wait(lambda: all(g["in_sync"] and g["pid"] != killed for g in gateways()),
+         what="the restarted gateway synced")
+    ask(10)

@@ -1,5 +1,5 @@
-"""`podium up | gateway | announce | deploy | scale | status | rollouts | rollback | events`: the
-control plane's CLI.
+"""`podium up | gateway | announce | deploy | scale | status | gateways | rollouts | rollback |
+events`: the control plane's CLI.
 
 Every command but `up` is a client of the REST API (PODIUM_CONTROL_URL, default
 http://127.0.0.1:8080). A rejected request prints the API's message and exits 2; an API that
@@ -110,6 +110,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("status", help="deployments, instances, splits")
     _api_arg(p)
     p.set_defaults(func=lambda a: _show(a, "GET", "/v1/status"))
+
+    p = subparsers.add_parser("gateways", help="gateway processes and whether each routes by "
+                              "the current table")
+    _api_arg(p)
+    p.set_defaults(func=lambda a: _show(a, "GET", "/v1/gateways"))
 
     p = subparsers.add_parser("rollouts", help="rollouts, newest first")
     p.add_argument("model", nargs="?")
@@ -265,6 +270,12 @@ def _human(path: str, data: Any) -> str:
         for r in data["rollouts"]:
             lines.append(_rollout_line(r))
         return "\n".join(lines) or "nothing deployed"
+    if path == "/v1/gateways":
+        return "\n".join(
+            f"{g['id']}  pid={g['pid']}  http={g['http']}  "
+            f"{'in sync' if g['in_sync'] else 'behind'} (generation {g['generation']})  "
+            f"{'seen' if g['live'] else 'silent'} {g['seen_s_ago']} s ago" for g in data
+        ) or "no gateway has reported"
     if isinstance(data, list):
         return "\n".join(_rollout_line(r) for r in data) or "no rollouts"
     if "to_version" in data:
