@@ -69,6 +69,18 @@ def test_a_drain_waits_for_every_gateway_to_take_the_table(clock: Clock) -> None
     assert endpoint.num_in_flight == 0  # now the instance may stop
 
 
+def test_a_later_unrelated_change_does_not_hold_a_finished_drain(clock: Clock) -> None:
+    feed = _feed(clock)
+    feed.table.add_endpoint("echo", "1", Endpoint("echo-1-2", "http://b"))
+    feed.table.drain("echo-1-1")
+    drained = _report(feed, "a", -1)
+    _report(feed, "a", drained)
+    assert feed.table.endpoint("echo-1-1").num_in_flight == 0
+    feed.table.endpoint("echo-1-2").healthy = False  # a probe failed: a new generation
+    assert _report(feed, "a", drained) > drained  # a is one table behind now ...
+    assert feed.table.endpoint("echo-1-1").num_in_flight == 0  # ... but knew of the drain
+
+
 def test_a_silent_gateway_stops_counting(clock: Clock) -> None:
     feed = _feed(clock)
     _report(feed, "a", -1, in_flight=4)

@@ -62,6 +62,8 @@ class RouteFeed:
         self._started_s = clock()
         self._grace_s = grace_s
         self._last: dict[str, ModelSpec] | None = None
+        self._drain_since: dict[str, int] = {}
+        """Endpoint id → first generation that marks it draining."""
         self._ready = False
         self._gateways: dict[str, _Gateway] = {}
         self._cond = threading.Condition()
@@ -123,6 +125,9 @@ class RouteFeed:
         if routes != self._last:
             self._last = routes
             self.generation += 1
+            draining = {e.id for spec in routes.values() for eps in spec.endpoints.values()
+                        for e in eps if e.draining}
+            self._drain_since = {i: self._drain_since.get(i, self.generation) for i in draining}
         return self.generation
 
     def _refresh_in_flight(self) -> None:
@@ -131,8 +136,9 @@ class RouteFeed:
         unknown = 1 if now - self._started_s < self._grace_s else 0
         for endpoint in self.table.endpoints():
             num = sum(g.report.in_flight.get(endpoint.id, 0) for g in live)
-            if endpoint.draining:  # a gateway on an older table may still send it requests
-                num += sum(1 for g in live if g.acked != self.generation) + unknown
+            since = self._drain_since.get(endpoint.id)
+            if since is not None:  # a gateway on an older table may still send it requests
+                num += sum(1 for g in live if g.acked < since) + unknown
             endpoint.num_in_flight = num
 
 

@@ -80,10 +80,15 @@ class GatewayProcesses:
                     continue
                 code = gateway.process.poll() if gateway.process else None
                 gateway.num_restarts += 1
-                self.note(f"{gateway.name} (pid {gateway.pid}) exited"
-                          f"{f' with status {code}' if code is not None else ''}; restarting "
-                          f"(restart {gateway.num_restarts})")
+                message = (f"{gateway.name} (pid {gateway.pid}) exited"
+                           f"{f' with status {code}' if code is not None else ''}; restarted "
+                           f"(restart {gateway.num_restarts})")
                 self._spawn(gateway)
+                log.warning("%s", message)
+                try:
+                    self.note(message)
+                except Exception:  # the store may be away: the restart matters, not the event
+                    log.exception("could not record: %s", message)
 
     def pids(self) -> list[int]:
         """Pids of the gateway processes."""

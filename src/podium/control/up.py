@@ -189,10 +189,14 @@ class _FeedingLoop(ControlLoop):
 
     def step(self) -> None:
         """One pass; after the first, the route table is whole and gateways may take it."""
-        self.feed.changed()  # re-count drains against the gateways' latest reports
-        super().step()
-        self.feed.open()
-        self.gateways.poll()
+        try:
+            self.feed.changed()  # re-count drains against the gateways' latest reports
+            super().step()
+            # only a pass that went through (instances probed back in) makes the table whole:
+            # until then gateways keep the one they have
+            self.feed.open()
+        finally:
+            self.gateways.poll()  # even while the store is away
 
 
 def _on_stop_signal(watchdog: ShutdownWatchdog) -> None:
