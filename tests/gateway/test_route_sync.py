@@ -115,3 +115,30 @@ def test_outcomes_wait_for_the_control_plane_and_the_table_stays() -> None:
         "echo", "1", [1000, 1001, 1002], [True, False, True])
     assert (report.epoch, report.generation) == ("e1", 1)  # the table it routed by meanwhile
     assert follower.follower.generation == 7 and stats.take() == []
+
+
+def test_reports_shrink_until_the_control_api_takes_them() -> None:
+    """A control API with a small body limit (413) still gets every outcome, in smaller
+    reports."""
+    stats, table = ReportingStats(), RouteTable()
+    delivered: list[int] = []
+
+    def control(request: httpx.Request) -> httpx.Response:
+        if len(request.content) > 4096:
+            return httpx.Response(413, json={"error": {"message": "too large"}})
+        report = REPORT_DECODER.decode(request.content)
+        delivered.extend(t for group in report.outcomes for t in group.at_ms)
+        return httpx.Response(200, content=ENCODER.encode(_answer(1)))
+
+    follower = ControlFollower("http://control", table, stats, gateway_id="g1")
+    for i in range(1000):
+        stats.record("echo", "1", Outcome(i, 1.0, ok=True))
+
+    async def turns() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(control)) as client:
+            for _ in range(60):
+                await follower.turn(client)
+
+    asyncio.run(turns())
+    assert sorted(delivered) == list(range(1000))
+    assert follower.batch < 1000 and table.split("echo") == {"1": 50, "2": 50}

@@ -18,6 +18,7 @@ import msgspec
 from podium.gateway.route_sync import (
     ANSWER_DECODER,
     ENCODER,
+    MAX_PER_REPORT,
     ReportingStats,
     SyncReport,
     TableFollower,
@@ -47,6 +48,8 @@ class ControlFollower:
                         **({"authorization": f"Bearer {api_key}"} if api_key else {})}
         self.timeout_s = timeout_s
         self.num_synced = 0
+        self.batch = MAX_PER_REPORT
+        """Outcomes per report; halved while the control API finds reports too large."""
         self._reachable = True
 
     async def run(self) -> None:
@@ -58,7 +61,7 @@ class ControlFollower:
 
     async def turn(self, client: httpx.AsyncClient) -> bool:
         """One report and answer; False when the control plane could not be reached."""
-        taken = self.stats.take()
+        taken = self.stats.take(self.batch)
         report = SyncReport(
             gateway_id=self.gateway_id, epoch=self.follower.epoch,
             generation=self.follower.generation, pid=os.getpid(), http=self.http,
@@ -67,18 +70,22 @@ class ControlFollower:
         try:
             response = await client.post(self.url, content=ENCODER.encode(report),
                                          headers=self.headers)
+            if response.status_code == 413 and self.batch > 1:  # its --api-max-body-bytes
+                self.batch = max(1, self.batch // 2)
             if response.status_code != 200:
                 raise RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
             answer = ANSWER_DECODER.decode(response.content)
         except (httpx.HTTPError, RuntimeError, msgspec.DecodeError) as exc:
             self.stats.put_back(taken)
-            if self._reachable:  # said once per outage, not every half second
+            if self._reachable and not self.follower.epoch:  # starting beside it
+                log.info("waiting for the control plane at %s (%s)", self.url, exc)
+            elif self._reachable:  # said once per outage, not every half second
                 log.warning("control plane at %s unreachable (%s); serving on the last route "
                             "table (generation %d)", self.url, exc, self.follower.generation)
             self._reachable = False
             return False
         if not self._reachable:
-            log.warning("control plane at %s answers again", self.url)
+            log.info("control plane at %s answers", self.url)
         self._reachable = True
         if self.follower.apply(answer):
             self.num_synced += 1
