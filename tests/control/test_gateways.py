@@ -73,6 +73,17 @@ def test_a_dead_gateway_is_restarted(tmp_path: Path) -> None:
         gateways.stop(timeout_s=5)
 
 
+def test_a_gateway_that_exits_once_the_stop_began_is_not_restarted(tmp_path: Path) -> None:
+    gateways = _processes(tmp_path, [IDLE])
+    [pid] = gateways.pids()
+    gateways.terminate()  # podium up got SIGTERM: the gateway drains and exits
+    wait(lambda: not alive(pid), what="the gateway's exit", timeout_s=10)
+    time.sleep(1.1)
+    gateways.poll()
+    assert gateways.pids() == [pid]
+    gateways.stop(timeout_s=5)
+
+
 def test_stop_kills_a_gateway_that_does_not_stop_in_time(tmp_path: Path) -> None:
     gateways = _processes(tmp_path, [DEAF])
     [pid] = gateways.pids()

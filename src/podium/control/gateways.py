@@ -55,6 +55,7 @@ class GatewayProcesses:
         self.fingerprint = hashlib.sha256((api_key or "").encode()).hexdigest()[:16]
         self.note = note
         self._gateways = [_Gateway(f"gateway-{i}", c) for i, c in enumerate(commands)]
+        self._stopping = False
 
     def adopt(self, *, host: str, port: int) -> None:
         """Adopt the recorded gateways still running this command, retire the others; refuse
@@ -73,8 +74,10 @@ class GatewayProcesses:
                 self._spawn(gateway)
 
     def poll(self) -> None:
-        """Restart any gateway whose process is gone."""
+        """Restart any gateway whose process is gone (not once the stop began)."""
         for gateway in self._gateways:
+            if self._stopping:
+                return
             if gateway.pid is not None and not self._running(gateway):
                 if time.monotonic() - gateway.started_s < RESTART_AFTER_S:
                     continue
@@ -95,7 +98,9 @@ class GatewayProcesses:
         return [g.pid for g in self._gateways if g.pid is not None]
 
     def terminate(self) -> None:
-        """SIGTERM every gateway: each stops taking connections and drains (returns at once)."""
+        """SIGTERM every gateway: each stops taking connections and drains (returns at once);
+        none is restarted from now on."""
+        self._stopping = True
         for gateway in self._gateways:
             if gateway.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
