@@ -151,3 +151,26 @@ def test_a_bad_sync_report_is_a_400_and_the_next_good_one_works(
         assert [g["id"] for g in client.get("/v1/gateways").json()] == ["a"]
     finally:
         store.close()
+
+
+def test_the_control_api_sums_every_gateways_traffic_in_its_metrics(
+        clock: Clock, tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        feed = _feed(clock)
+        app = create_app(ControlPlane(store, FakeWorld(), materialize=lambda _p: None))
+        add_gateway_routes(app, feed, wait_s=0)
+        client = TestClient(app)
+        json = {"content-type": "application/json"}
+        for gateway, ok in (("a", [True, True]), ("b", [True, False])):
+            report = SyncReport(gateway, outcomes=[
+                Outcomes("echo", "1", [1, 2], [3.0, 4.0], ok)])
+            assert client.post("/v1/gateways/sync", content=ENCODER.encode(report),
+                               headers=json).status_code == 200
+        text = client.get("/metrics").text
+        assert 'podium:gateway_requests_total{model="echo",outcome="ok",version="1"} 3.0' in text
+        assert ('podium:gateway_requests_total{model="echo",outcome="error",version="1"} 1.0'
+                in text)
+        assert 'podium:gateway_split_weight{model="echo",version="1"} 100.0' in text
+    finally:
+        store.close()

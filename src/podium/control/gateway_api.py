@@ -1,5 +1,6 @@
-"""The control API's gateway routes: `POST /v1/gateways/sync` (a gateway's turn) and
-`GET /v1/gateways` (who fronts the instances, and with which table)."""
+"""The control API's gateway routes: `POST /v1/gateways/sync` (a gateway's turn), `GET
+/v1/gateways` (who fronts the instances, and with which table) and `GET /metrics` (the
+gateways' `podium:gateway_*` metrics, summed over all of them)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from starlette.concurrency import run_in_threadpool
 
 from podium.control.gateway_feed import RouteFeed
 from podium.errors import InvalidArgument
+from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
+from podium.gateway.metrics import render as render_metrics
 from podium.gateway.route_sync import ENCODER, REPORT_DECODER
 
 SYNC_PATH = "/v1/gateways/sync"
@@ -45,3 +48,8 @@ def add_gateway_routes(app: FastAPI, feed: RouteFeed, *, wait_s: float = WAIT_S)
     def gateways() -> list[dict[str, Any]]:
         """Gateway processes heard from, and whether each routes by the current table."""
         return feed.gateways()
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        # every gateway's traffic summed (the shared gateway port answers from one of them)
+        return Response(render_metrics(feed.table, feed.stats), media_type=METRICS_TYPE)
