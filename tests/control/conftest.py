@@ -88,3 +88,4 @@ def up(tmp_path: Path) -> Iterator[Up]:
     if u.process is not None and u.process.poll() is None:
         u.process.terminate()
         u.process.wait(timeout=60)
+    u.kill_gateways()  # a test that killed its plane for good leaves no gateway behind

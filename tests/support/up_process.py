@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -51,6 +54,34 @@ class Up:
 
     def rollout(self, rollout_id: int) -> dict:
         return self.get(f"/v1/rollouts/{rollout_id}")  # type: ignore[return-value]
+
+    def gateway_pids(self) -> list[int]:
+        """Pids of the gateway processes this home's `podium up` recorded."""
+        pids = []
+        for record in sorted((self.home / "gateways").glob("gateway-*.json")):
+            with contextlib.suppress(OSError, ValueError):
+                pids.append(json.loads(record.read_text())["pid"])
+        return pids
+
+    def wait_serving(self, version: str, model: str = "echo") -> None:
+        """Until the gateway answers a KServe request of `model` from `version` (its table
+        reaches it a moment after the control plane changes)."""
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}
+
+        def serving() -> bool:
+            try:
+                r = httpx.post(f"{self.gateway}/v2/models/{model}/infer", json=body, timeout=10)
+            except httpx.HTTPError:
+                return False
+            return r.status_code == 200 and r.json()["model_version"] == version
+
+        wait(serving, what=f"the gateway serving {model}@{version}")
+
+    def kill_gateways(self) -> None:
+        """SIGKILL the recorded gateways (after a test that left them without a plane)."""
+        for pid in self.gateway_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
 
     def pids(self, version: str) -> list[int]:
         versions = self.status()["models"].get("echo", {}).get("versions", {})

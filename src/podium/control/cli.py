@@ -1,5 +1,5 @@
-"""`podium up | announce | deploy | scale | status | rollouts | rollback | events`: the control
-plane's CLI.
+"""`podium up | gateway | announce | deploy | scale | status | gateways | rollouts | rollback |
+events`: the control plane's CLI.
 
 Every command but `up` is a client of the REST API (PODIUM_CONTROL_URL, default
 http://127.0.0.1:8080). A rejected request prints the API's message and exits 2; an API that
@@ -31,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--http-port", type=int, default=8000, help="gateway HTTP port")
     p.add_argument("--grpc-port", type=int, default=8001, help="gateway gRPC port; -1 disables")
     p.add_argument("--api-port", type=int, default=8080, help="control-plane API port")
+    p.add_argument("--gateways", type=int, default=1, metavar="N",
+                   help="gateway processes sharing the gateway ports (default 1; 0: none)")
     p.add_argument("--database", default=os.environ.get("PODIUM_DATABASE_URL"),
                    help="SQLAlchemy URL (default: SQLite file under PODIUM_HOME)")
     p.add_argument("--version-ttl", type=float, default=3600.0,
@@ -60,6 +62,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "finish, instances drain and stop, then what is left is killed")
     p.set_defaults(func=_up)
 
+    p = subparsers.add_parser("gateway", help="run one gateway process following a "
+                              "control plane (podium up starts its own)")
+    p.add_argument("--control", default=os.environ.get("PODIUM_CONTROL_URL", DEFAULT_API),
+                   help="control-plane API the route table comes from (env PODIUM_CONTROL_URL)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--http-port", type=int, default=8000, help="HTTP port")
+    p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port; -1 disables")
+    add_key_flags(p)  # what clients must send: inference keys, admin keys for /metrics
+    p.add_argument("--control-key", default=os.environ.get("PODIUM_CONTROL_KEY"),
+                   help="admin key shown to the control API (env PODIUM_CONTROL_KEY); podium "
+                        "up's own gateways use the plane's credential instead")
+    p.add_argument("--id", dest="gateway_id", default="",
+                   help="name in GET /v1/gateways (default HOST-PID)")
+    p.add_argument("--reuse-port", action="store_true",
+                   help="share the ports with other gateways (SO_REUSEPORT)")
+    limits.add_flags(p)
+    p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="SIGTERM ends the gateway within this long (default 30): in-flight "
+                        "requests finish first")
+    p.set_defaults(func=_gateway)
+
     p = subparsers.add_parser("announce", help="register + materialize a package")
     p.add_argument("package", type=Path)
     _api_arg(p)
@@ -88,6 +111,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("status", help="deployments, instances, splits")
     _api_arg(p)
     p.set_defaults(func=lambda a: _show(a, "GET", "/v1/status"))
+
+    p = subparsers.add_parser("gateways", help="gateway processes and whether each routes by "
+                              "the current table")
+    _api_arg(p)
+    p.set_defaults(func=lambda a: _show(a, "GET", "/v1/gateways"))
 
     p = subparsers.add_parser("rollouts", help="rollouts, newest first")
     p.add_argument("model", nargs="?")
@@ -128,7 +156,7 @@ def _up(args: argparse.Namespace) -> int:
     from podium.control.up import UpConfig, run_up
 
     return run_up(UpConfig(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
-                           api_port=args.api_port,
+                           api_port=args.api_port, num_gateways=args.gateways,
                            database_url=args.database, runtime=args.runtime,
                            ray_address=args.ray_address, ray_num_cpus=args.ray_cpus,
                            keys=KeyConfig(**{k: tuple(v) for k, v in key_settings(args).items()}),
@@ -137,6 +165,28 @@ def _up(args: argparse.Namespace) -> int:
                            package_roots=tuple(args.package_roots), limits=limits.from_flags(args),
                            shutdown_timeout_s=args.shutdown_timeout,
                            loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    from podium import env
+    from podium.auth_keys import KeyConfig
+    from podium.cli import key_settings
+    from podium.gateway.process import GATEWAY_KEYS_ENV, GatewayConfig, run_gateway
+
+    settings = key_settings(args)
+    given = json.loads(os.environ.pop(GATEWAY_KEYS_ENV, None) or "{}")  # from podium up
+    keys = KeyConfig(
+        api_keys=(*settings["api_keys"], *given.get("api_keys", ())),  # type: ignore[misc]
+        api_key_files=tuple(settings["api_key_files"]),  # type: ignore[arg-type]
+        admin_keys=(*settings["admin_keys"], *given.get("admin_keys", ())),  # type: ignore[misc]
+        admin_key_files=tuple(settings["admin_key_files"]))  # type: ignore[arg-type]
+    control_key = args.control_key or next(iter((*keys.admin_keys, *keys.api_keys)), None)
+    return run_gateway(GatewayConfig(
+        control_url=args.control, host=args.host, http_port=args.http_port,
+        grpc_port=args.grpc_port, keys=keys, credential=env.take_internal_key(),
+        control_key=control_key, limits=limits.from_flags(args),
+        gateway_id=args.gateway_id, reuse_port=args.reuse_port,
+        shutdown_timeout_s=args.shutdown_timeout))
 
 
 def _announce(args: argparse.Namespace) -> int:
@@ -238,6 +288,12 @@ def _human(path: str, data: Any) -> str:
         for r in data["rollouts"]:
             lines.append(_rollout_line(r))
         return "\n".join(lines) or "nothing deployed"
+    if path == "/v1/gateways":
+        return "\n".join(
+            f"{g['id']}  pid={g['pid']}  http={g['http']}  "
+            f"{'in sync' if g['in_sync'] else 'behind'} (generation {g['generation']})  "
+            f"{'seen' if g['live'] else 'silent'} {g['seen_s_ago']} s ago" for g in data
+        ) or "no gateway has reported"
     if isinstance(data, list):
         return "\n".join(_rollout_line(r) for r in data) or "no rollouts"
     if "to_version" in data:

@@ -1,18 +1,25 @@
-"""`podium up`: control plane (API on :8080) + gateway (:8000) + instances (local processes or
-Ray actors), one process; one per home and per database (`plane_lock`).
+"""`podium up`: control plane (API on :8080) + gateway processes (:8000 HTTP, :8001 gRPC) +
+instances (local processes or Ray actors); one per home and per database (`plane_lock`).
 
-The gateway and the API share one event loop; the control loop (store, process probes) runs in
-its own thread. Stopping `podium up` drains and stops every instance it started, all within
-`--shutdown-timeout`: a `ShutdownWatchdog` armed by the first stop signal kills what is left of
-the process tree at the deadline, whatever a request or a loop pass is doing.
+The data plane never runs in this process: `--gateways N` gateway processes (`podium
+gateway`, `control.gateways`) share the gateway ports and route by the table this process
+publishes (`control.gateway_feed`); they and the instances live in their own sessions, so a
+`kill -9` of `podium up` leaves traffic flowing on the last table, and the next `podium up`
+adopts them. The API runs on the event loop; the control loop (store, process probes) in its
+own thread. Stopping `podium up` drains the gateways (in-flight requests finish), then drains
+and stops every instance it started, all within `--shutdown-timeout`: a `ShutdownWatchdog`
+armed by the first stop signal kills what is left of the process tree at the deadline,
+whatever a request or a loop pass is doing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -23,10 +30,12 @@ import uvicorn
 
 from podium import credential as internal_credential
 from podium import env
-from podium.auth import ApiKeyMiddleware
 from podium.auth_keys import Access, KeyConfig
 from podium.control.api import create_app
 from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
+from podium.control.gateway_api import QuietSync, add_gateway_routes
+from podium.control.gateway_feed import PublishedTable, RouteFeed
+from podium.control.gateways import GatewayProcesses
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
 from podium.control.plane_lock import PlaneLock, holder_info
@@ -34,11 +43,10 @@ from podium.control.runtime import Runtime, create_runtime
 from podium.control.store import Store, default_url
 from podium.control.world import RuntimeWorld
 from podium.errors import InvalidArgument
-from podium.gateway.grpc_proxy import GrpcGateway
-from podium.gateway.health import run_health_checks
 from podium.gateway.http_server import bounded_head_protocol
-from podium.gateway.limits import GatewayLimits
-from podium.gateway.proxy import Gateway
+from podium.gateway.limits import GatewayLimits, to_flags
+from podium.gateway.process import GATEWAY_KEYS_ENV
+from podium.gateway.stats import VersionStats
 from podium.shutdown import ShutdownWatchdog
 
 log = logging.getLogger("podium.control")
@@ -51,7 +59,10 @@ class UpConfig:
     """Where `podium up` listens and keeps its state."""
 
     host: str = "0.0.0.0"
-    """Interface the gateway and the API bind to."""
+    """Interface the gateways and the API bind to."""
+    num_gateways: int = 1
+    """Gateway processes sharing the gateway ports (0..16; 0: none, run `podium gateway`
+    yourself)."""
     http_port: int = 8000
     """Gateway HTTP port (OpenAI + KServe v2)."""
     grpc_port: int = 8001
@@ -99,6 +110,9 @@ class UpConfig:
                 1024 <= self.api_max_header_bytes <= 1024**2):
             raise InvalidArgument(f"api_max_header_bytes={self.api_max_header_bytes!r} is out "
                                   "of range; use 1024..1048576", param="api_max_header_bytes")
+        if isinstance(self.num_gateways, bool) or not 0 <= self.num_gateways <= 16:
+            raise InvalidArgument(f"--gateways {self.num_gateways!r} is out of range; use "
+                                  "0..16 gateway processes", param="num_gateways")
         if isinstance(self.shutdown_timeout_s, bool) or not (
                 1 <= self.shutdown_timeout_s <= 3600):
             raise InvalidArgument(f"shutdown_timeout_s={self.shutdown_timeout_s!r} is out of "
@@ -117,12 +131,16 @@ class UpConfig:
                 raise InvalidArgument(f"package root {str(root)!r} is not a directory",
                                       param="package_roots")
 
-    def access(self) -> Access:
-        """Per role, the keys the gateway and the control API accept."""
-        keys = self.keys
+    def key_config(self) -> KeyConfig:
+        """The keys of the gateway and the control API (`api_key` among the inference keys)."""
         if self.api_key:
-            keys = replace(keys, api_keys=(self.api_key, *keys.api_keys))
-        return keys.access()
+            return replace(self.keys, api_keys=(self.api_key, *self.keys.api_keys))
+        return self.keys
+
+    def access(self, internal_key: str | None = None) -> Access:
+        """Per role, the keys the gateway and the control API accept (the API also takes the
+        plane's `internal_key`, which its gateways show it)."""
+        return replace(self.key_config(), internal_key=internal_key).access()
 
 
 def run_up(config: UpConfig) -> int:
@@ -142,29 +160,98 @@ def run_up(config: UpConfig) -> int:
         cleanup.callback(store.close)
         # the one key the instances accept: kept under the home, so adopted ones still do
         credential = internal_credential.load_or_create(home)
-        gateway = Gateway(limits=config.limits, upstream_credential=credential)
-        runtime = create_runtime(config.runtime, store, gateway.table, home / "instances",
+        table, stats = PublishedTable(), VersionStats()
+        feed = table.feed = RouteFeed(table, stats)
+        gateways = GatewayProcesses(
+            home, [gateway_command(config, f"gateway-{i}") for i in range(config.num_gateways)],
+            secrets=gateway_secrets(config, credential),
+            note=lambda message: store.record_event("gateway", message))
+        # before any instance is adopted: a refusal must leave them running
+        gateways.adopt(host=config.host, port=config.http_port)
+        runtime = create_runtime(config.runtime, store, table, home / "instances",
                                  ray_address=config.ray_address,
                                  ray_num_cpus=config.ray_num_cpus, credential=credential)
-        world = RuntimeWorld(runtime, gateway.table, gateway.stats)
+        world = RuntimeWorld(runtime, table, stats)
         plane = ControlPlane(store, world)
         cleanup.callback(_stop_instances, plane, runtime, watchdog)
-        loop = ControlLoop(plane, runtime, gateway.table, gateway.stats, config.loop)
+        loop = _FeedingLoop(plane, runtime, table, stats, config.loop, feed=feed,
+                            gateways=gateways)
         thread = threading.Thread(target=loop.run_forever, name="podium-control", daemon=True)
+        # adopted gateways keep their table until the loop's first pass has rebuilt this one
+        gateways.start()
+        cleanup.callback(_stop_gateways, gateways, feed, watchdog)  # first to stop: they drain
         thread.start()
         cleanup.callback(_stop_loop, loop, thread, watchdog)
         try:
-            asyncio.run(_serve(config, plane, gateway, watchdog, credential))
+            asyncio.run(_serve(config, plane, feed, gateways, watchdog, credential))
         finally:
             _on_stop_signal(watchdog)  # asyncio's handlers left with its loop
             watchdog.arm()  # whatever ended serving, the rest of the stop is bounded
     return 0
 
 
+def gateway_command(config: UpConfig, name: str) -> list[str]:
+    """The `podium gateway` command line of one of this plane's gateways."""
+    api_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
+    if ":" in api_host:
+        api_host = f"[{api_host}]"
+    return [sys.executable, "-m", "podium.cli", "gateway",
+            "--control", f"http://{api_host}:{config.api_port}", "--id", name,
+            "--host", config.host, "--http-port", str(config.http_port),
+            "--grpc-port", str(config.grpc_port), "--reuse-port",
+            "--shutdown-timeout", f"{gateway_shutdown_s(config):g}", *to_flags(config.limits),
+            *(arg for path in config.keys.api_key_files for arg in ("--api-key-file", str(path))),
+            *(arg for path in config.keys.admin_key_files
+              for arg in ("--admin-key-file", str(path)))]
+
+
+def gateway_secrets(config: UpConfig, credential: str) -> dict[str, str]:
+    """What a gateway process gets by environment, never on its command line: the plane's
+    credential (for the instances and the control API) and the literal client keys."""
+    keys = config.key_config()
+    return {internal_credential.ENV: credential,
+            GATEWAY_KEYS_ENV: json.dumps({"api_keys": list(keys.api_keys),
+                                          "admin_keys": list(keys.admin_keys)})}
+
+
+def gateway_shutdown_s(config: UpConfig) -> float:
+    """A gateway's share of the shutdown (told at its first moment): half, most of it for
+    in-flight requests; the instances they run on are stopped in the other half."""
+    return max(1.0, config.shutdown_timeout_s / 2)
+
+
+class _FeedingLoop(ControlLoop):
+    """The control loop, plus what `podium up` adds to each pass: publish, watch gateways."""
+
+    def __init__(self, *args: Any, feed: RouteFeed, gateways: GatewayProcesses,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.feed = feed
+        self.gateways = gateways
+
+    def step(self) -> None:
+        """One pass; after the first, the route table is whole and gateways may take it."""
+        try:
+            self.feed.changed()  # re-count drains against the gateways' latest reports
+            super().step()
+            # only a pass that went through (instances probed back in) makes the table whole:
+            # until then gateways keep the one they have
+            self.feed.open()
+        finally:
+            self.gateways.poll()  # even while the store is away
+
+
 def _on_stop_signal(watchdog: ShutdownWatchdog) -> None:
     """SIGTERM / SIGINT start the countdown (and `_serve` stops if it has not begun)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: watchdog.arm())
+
+
+def _stop_gateways(gateways: GatewayProcesses, feed: RouteFeed,
+                   watchdog: ShutdownWatchdog) -> None:
+    # the instances are still up: in-flight requests finish before they are stopped
+    gateways.stop(timeout_s=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
+    feed.forget_gateways()  # gone: nothing more is in flight through them, drains may end
 
 
 def _stop_loop(loop: ControlLoop, thread: threading.Thread, watchdog: ShutdownWatchdog) -> None:
@@ -193,66 +280,38 @@ class _Server(uvicorn.Server):
         yield
 
 
-# Longer than any client's idle expiry (httpx: 5 s, uvicorn's own default): the client always
-# closes an idle connection first, so a request is never sent on one the server is closing
-KEEP_ALIVE_S = 75
+async def _serve(config: UpConfig, plane: ControlPlane, feed: RouteFeed,
+                 gateways: GatewayProcesses, watchdog: ShutdownWatchdog, credential: str) -> None:
+    # the gateways follow the plane with its credential: it opens the admin routes too
+    app = create_app(plane, access=config.access(internal_key=credential),
+                     max_body_bytes=config.api_max_body_bytes,
+                     max_header_bytes=config.api_max_header_bytes,
+                     package_roots=config.package_roots)
+    add_gateway_routes(app, feed)
+    server = _Server(uvicorn.Config(app, host=config.host, port=config.api_port,
+                                    http=bounded_head_protocol(config.api_max_header_bytes,
+                                                               server="the control API",
+                                                               flag="--api-max-header-bytes"),
+                                    log_level="info"))
+    logging.getLogger("uvicorn.access").addFilter(QuietSync())  # after uvicorn set logging up
 
-
-async def _serve(config: UpConfig, plane: ControlPlane, gateway: Gateway,
-                 watchdog: ShutdownWatchdog, credential: str) -> None:
-    access = config.access()
-    gateway_app: Any = gateway.app()
-    if access.guarded:
-        gateway_app = ApiKeyMiddleware(gateway_app, access=access)
-    servers = [
-        _Server(uvicorn.Config(gateway_app, host=config.host, port=config.http_port,
-                               log_level="warning", access_log=False,
-                               timeout_keep_alive=KEEP_ALIVE_S,
-                               http=bounded_head_protocol(config.limits.max_header_bytes))),
-        _Server(uvicorn.Config(create_app(plane, access=access,
-                                          max_body_bytes=config.api_max_body_bytes,
-                                          max_header_bytes=config.api_max_header_bytes,
-                                          package_roots=config.package_roots),
-                               host=config.host,
-                               http=bounded_head_protocol(config.api_max_header_bytes,
-                                                          server="the control API",
-                                                          flag="--api-max-header-bytes"),
-                               port=config.api_port,
-                               log_level="info")),
-    ]
-
-    def stop_all() -> None:
+    def stop() -> None:
         watchdog.arm()
-        for server in servers:
-            # counted by uvicorn from now: in-flight requests get a quarter of the budget,
-            # draining and stopping the instances the rest
-            server.config.timeout_graceful_shutdown = watchdog.remaining(
-                reserve_s=watchdog.timeout_s * 3 / 4)
-            server.should_exit = True
+        gateways.terminate()  # they drain meanwhile, on their own clock
+        # counted by uvicorn from now: API requests get a quarter of the budget, draining
+        # the gateways and the instances the rest
+        server.config.timeout_graceful_shutdown = watchdog.remaining(
+            reserve_s=watchdog.timeout_s * 3 / 4)
+        server.should_exit = True
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop_all)
-    if watchdog.armed:  # told to stop before the servers ran
-        stop_all()
-    # the gateway's own active probes cover the gap between two control-loop passes
-    health = asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0,
-                                                   credential=credential))
-    grpc_gateway = GrpcGateway(gateway.table, gateway.stats,
-                               max_message_bytes=config.limits.max_grpc_message_bytes,
-                               upstream_credential=credential,
-                               max_in_flight=config.limits.max_in_flight_per_instance)
-    grpc_server = None
-    if config.grpc_port >= 0:
-        grpc_server, _ = await grpc_gateway.serve(config.host, config.grpc_port, access=access)
-    log.info("gateway on :%d (gRPC :%d), control-plane API on :%d", config.http_port,
-             config.grpc_port, config.api_port)
+        loop.add_signal_handler(sig, stop)
+    if watchdog.armed:  # told to stop before the server ran
+        stop()
+    log.info("control-plane API on :%d; %d gateway process(es) on :%d (gRPC :%d)",
+             config.api_port, config.num_gateways, config.http_port, config.grpc_port)
     try:
-        await asyncio.gather(*(s.serve() for s in servers))
+        await server.serve()
     finally:
-        stop_all()
-        health.cancel()
-        if grpc_server is not None:
-            await grpc_server.stop(grace=min(5.0, watchdog.remaining(
-                reserve_s=watchdog.timeout_s * 3 / 4)))
-        await grpc_gateway.aclose()
+        stop()

@@ -78,10 +78,12 @@ class GrpcGateway:
         self._stubs: dict[tuple[str, str], grpc.aio.UnaryUnaryMultiCallable] = {}
 
     async def serve(self, host: str, port: int, *, api_key: str | None = None,
-                    access: Access | None = None) -> tuple[grpc.aio.Server, int]:
+                    access: Access | None = None,
+                    reuse_port: bool = True) -> tuple[grpc.aio.Server, int]:
         """Start a gRPC server on host:port (0: any free port); returns it and the bound port.
         With `api_key` (every role) or `access` (keys per role), every call but ServerLive
-        needs `authorization: Bearer <key>`."""
+        needs `authorization: Bearer <key>`; `reuse_port` (grpc's default) lets several
+        gateways share the port."""
         from podium.auth import grpc_interceptors
 
         server = grpc.aio.server(
@@ -89,7 +91,8 @@ class GrpcGateway:
                 Access.single(api_key) if api_key else access)],
             # past it grpc answers RESOURCE_EXHAUSTED naming both sizes, before any handler
             options=[("grpc.max_receive_message_length", self.max_message_bytes),
-                     ("grpc.max_send_message_length", -1)])
+                     ("grpc.max_send_message_length", -1),
+                     ("grpc.so_reuseport", int(reuse_port))])
         server.add_generic_rpc_handlers((self._handler(),))
         bound = server.add_insecure_port(f"{host}:{port}")
         await server.start()

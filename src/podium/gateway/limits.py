@@ -79,6 +79,11 @@ def from_flags(args: argparse.Namespace) -> GatewayLimits:
                               param=name) from None
 
 
+def to_flags(limits: GatewayLimits) -> list[str]:
+    """The `add_flags` flags that give these limits (for a gateway process `podium up` runs)."""
+    return [arg for name, flag in _FLAGS.items() for arg in (flag, str(getattr(limits, name)))]
+
+
 async def read_body(scope: Scope, receive: Receive, limits: GatewayLimits) -> bytes:
     """The whole request body, refused (413) once it is declared or sent past the limit.
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from podium.errors import NotFound, Unavailable
 
 LATEST = "latest"
+Routes = tuple[dict[str, int], dict[str, str], dict[str, list["Endpoint"]]]
+"""One model's splits, aliases and endpoints per version, as `RouteTable.replace` takes them."""
 
 
 @dataclass
@@ -88,6 +90,32 @@ class RouteTable:
                 for endpoints in entry.endpoints.values():
                     if endpoint in endpoints:
                         endpoints.remove(endpoint)
+
+    def replace(self, routes: dict[str, Routes]) -> None:
+        """Swap in a whole table at once (a gateway process taking the control plane's): model
+        → (splits, aliases, endpoints per version). Pass an `Endpoint` already in the table to
+        keep it: its in-flight count carries over."""
+        with self._lock:
+            models: dict[str, _Model] = {}
+            for name, (splits, aliases, endpoints) in routes.items():
+                old = self._models.get(name)
+                entry = _Model(splits={v: w for v, w in splits.items() if w > 0},
+                               aliases=dict(aliases),
+                               endpoints={v: list(eps) for v, eps in endpoints.items()},
+                               turn=old.turn if old else 0)
+                # the round robin's position survives, so a re-sent split stays exact
+                entry.wrr = {v: old.wrr.get(v, 0) if old else 0 for v in entry.splits}
+                models[name] = entry
+            self._models = models
+            self._by_id = {e.id: e for entry in models.values()
+                           for eps in entry.endpoints.values() for e in eps}
+
+    def routes(self) -> dict[str, Routes]:
+        """The whole table in the shape `replace` takes (lists copied, endpoints shared)."""
+        with self._lock:
+            return {name: (dict(e.splits), dict(e.aliases),
+                           {v: list(eps) for v, eps in e.endpoints.items()})
+                    for name, e in self._models.items()}
 
     def endpoint(self, endpoint_id: str) -> Endpoint:
         """The endpoint with this id (KeyError when unknown)."""
