@@ -138,9 +138,12 @@ class UpConfig:
         return self.keys
 
     def access(self, internal_key: str | None = None) -> Access:
-        """Per role, the keys the gateway and the control API accept (the API also takes the
-        plane's `internal_key`, which its gateways show it)."""
-        return replace(self.key_config(), internal_key=internal_key).access()
+        """Per role, the keys the control API accepts: where it takes any, also the plane's
+        `internal_key`, which its gateways show it (an API without keys stays open)."""
+        keys = self.key_config()
+        if keys.api_keys or keys.api_key_files or keys.has_admin_keys:
+            keys = replace(keys, internal_key=internal_key)
+        return keys.access()
 
 
 def run_up(config: UpConfig) -> int:
