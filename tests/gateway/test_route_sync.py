@@ -76,11 +76,15 @@ def test_no_table_or_the_same_one_changes_nothing() -> None:
 def test_snapshot_then_apply_is_the_same_table() -> None:
     source = RouteTable()
     source.set_split("m", {"1": 100})
-    source.add_endpoint("m", "1", Endpoint("m-1-1", "http://x", grpc_target="x:2"))
+    source.add_endpoint("m", "1", Endpoint("m-1-1", "http://x", grpc_target="x:2",
+                                           max_in_flight=7, idempotent=False))
     source.drain("m-1-1")
     copy = RouteTable()
     TableFollower(copy).apply(SyncAnswer("e", 1, snapshot(source)))
     assert snapshot(copy) == snapshot(source)
+    # what shedding and the canary retry decide by reaches every gateway process
+    endpoint = copy.endpoint("m-1-1")
+    assert (endpoint.max_in_flight, endpoint.idempotent) == (7, False)
 
 
 def test_outcomes_wait_for_the_control_plane_and_the_table_stays() -> None:

@@ -31,6 +31,10 @@ class EndpointSpec(msgspec.Struct, frozen=True):
     grpc_target: str | None = None
     healthy: bool = True
     draining: bool = False
+    max_in_flight: int | None = None
+    """Requests this instance takes from one gateway at once (its package's declared bound)."""
+    idempotent: bool = True
+    """Whether a request it failed may be resent to the stable version (canary retry)."""
 
 
 class ModelSpec(msgspec.Struct, frozen=True):
@@ -79,7 +83,8 @@ def snapshot(table: RouteTable) -> dict[str, ModelSpec]:
     """The whole table as plain specs (the control plane's side)."""
     return {name: ModelSpec(
         splits=splits, aliases=aliases,
-        endpoints={v: [EndpointSpec(e.id, e.url, e.grpc_target, e.healthy, e.draining)
+        endpoints={v: [EndpointSpec(e.id, e.url, e.grpc_target, e.healthy, e.draining,
+                                    e.max_in_flight, e.idempotent)
                        for e in eps] for v, eps in endpoints.items()})
         for name, (splits, aliases, endpoints) in table.routes().items()}
 
@@ -115,8 +120,10 @@ class TableFollower:
             endpoint = self.table.endpoint(spec.id)
         except KeyError:
             return Endpoint(spec.id, spec.url, healthy=spec.healthy, draining=spec.draining,
-                            grpc_target=spec.grpc_target)
+                            grpc_target=spec.grpc_target, max_in_flight=spec.max_in_flight,
+                            idempotent=spec.idempotent)
         endpoint.url, endpoint.grpc_target = spec.url, spec.grpc_target
+        endpoint.max_in_flight, endpoint.idempotent = spec.max_in_flight, spec.idempotent
         endpoint.draining = spec.draining
         # only a change of the control plane's verdict overrides what this gateway saw itself
         # (a refused connection, its own probes) since
