@@ -6,6 +6,10 @@ seen it. Anything later is answered as it came, or as a 502, never replayed.
 
 A small answer with a known length is read whole and written in one go; anything else (an SSE
 stream, a chunked or large body) is relayed chunk by chunk as it arrives, never buffered.
+
+A client that leaves closes the upstream connection, whether the gateway is waiting for the
+answer (`podium.cancellation`) or relaying it: the instance sees the disconnect and cancels
+the generation.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from podium.cancellation import ClientLeft, unless_client_leaves
 from podium.errors import MethodNotAllowed, Unavailable, UpstreamFailed
 from podium.gateway import asgi
 from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
@@ -123,7 +128,12 @@ class Gateway:
                                 scope.get("query_string", b""))
             attempt = self._start(route.model, version, endpoint)
             try:
-                response = await self.upstream.send(scope["method"], url, headers, route.body)
+                # watched: a non-streaming answer's headers come only once it is generated
+                response = await unless_client_leaves(receive, self.upstream.send(
+                    scope["method"], url, headers, route.body))
+            except ClientLeft:  # aiohttp closed the connection: the instance cancels too
+                self._abandon(attempt)
+                return
             except NOT_SENT as exc:  # never reached the instance: safe to try another
                 endpoint.num_in_flight -= 1
                 endpoint.healthy = False
@@ -134,7 +144,7 @@ class Gateway:
                 self._finish(attempt, ok=False)
                 raise _failed_mid_request(attempt, exc) from exc
             if _is_small_whole(response):
-                await self._answer_whole(response, attempt, send)
+                await self._answer_whole(response, attempt, receive, send)
             else:
                 await self._relay(response, attempt, receive, send)
             return
@@ -142,9 +152,12 @@ class Gateway:
                           f"{len(tried)} attempt(s): {last}")
 
     async def _answer_whole(self, response: aiohttp.ClientResponse, attempt: _Attempt,
-                            send: Send) -> None:
+                            receive: Receive, send: Send) -> None:
         try:
-            body = await response.read()
+            body = await unless_client_leaves(receive, response.read())
+        except ClientLeft:  # released unread below: the connection closes
+            self._abandon(attempt)
+            return
         except SENT_FAILED as exc:
             self._finish(attempt, ok=False)
             raise _failed_mid_request(attempt, exc) from exc
@@ -172,6 +185,10 @@ class Gateway:
     def _start(self, model: str, version: str, endpoint: Endpoint) -> _Attempt:
         endpoint.num_in_flight += 1
         return _Attempt(model, version, endpoint, time.perf_counter())
+
+    def _abandon(self, attempt: _Attempt) -> None:
+        """Its client left: not counted for or against the version."""
+        attempt.endpoint.num_in_flight -= 1
 
     def _finish(self, attempt: _Attempt, *, ok: bool) -> None:
         attempt.endpoint.num_in_flight -= 1
