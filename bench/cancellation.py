@@ -46,10 +46,11 @@ def measure(kind: str, port: int, rounds: int, num_clients: int) -> list[float]:
         front = Served(gateway.app())
     try:
         results = []
+        url = front.url if front is not None else client_url
         for round_ in range(rounds):
-            url = front.url if front is not None else client_url
-            clients = [openai_client(url, MODEL, i) for i in range(num_clients)]
-            seconds = asyncio.run(vanish(client_url, MODEL, clients))
+            seconds = asyncio.run(vanish(
+                client_url, MODEL, lambda i, streams: openai_client(url, MODEL, i, streams),
+                num_clients))
             print(json.dumps({"server": kind, "round": round_ + 1, "clients": num_clients,
                               "seconds_to_idle": round(seconds, 3)}), flush=True)
             results.append(seconds)

@@ -6,7 +6,8 @@ are back to 0 within 2 s, and the server still answers a good request."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any
 
 import grpc
 import httpx
@@ -19,7 +20,13 @@ from tests.conftest import API_KEY, LLM
 from tests.support.grpc_servers import GrpcFront
 from tests.support.harness import RunningInstance
 from tests.support.servers import Served
-from tests.support.vanishing import grpc_client, kserve_request, openai_client, vanish
+from tests.support.vanishing import (
+    Streams,
+    grpc_client,
+    kserve_request,
+    openai_client,
+    vanish,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -65,9 +72,13 @@ def test_sixteen_clients_vanish_and_the_engine_is_idle_within_2s(
         instance: RunningInstance, targets: dict[str, tuple[str, str]], protocol: str,
         route: str) -> None:
     http_url, grpc_target = targets[route]
-    clients = [openai_client(http_url, LLM, i, HEADERS) if protocol == "openai" else
-               grpc_client(grpc_target, LLM, i, METADATA) for i in range(NUM_CLIENTS)]
-    idle_after_s = asyncio.run(vanish(instance.http_url, LLM, clients))
+
+    def client(index: int, streams: Streams) -> Coroutine[Any, Any, None]:
+        if protocol == "openai":
+            return openai_client(http_url, LLM, index, streams, HEADERS)
+        return grpc_client(grpc_target, LLM, index, streams, METADATA)
+
+    idle_after_s = asyncio.run(vanish(instance.http_url, LLM, client, NUM_CLIENTS))
     assert idle_after_s <= BACK_TO_IDLE_S, (
         f"the engine took {idle_after_s:.2f} s to drop {NUM_CLIENTS} vanished clients")
     _good_request(http_url, grpc_target, protocol)

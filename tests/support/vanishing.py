@@ -2,7 +2,8 @@
 to drop them: shared by the real-engine cancellation test and `bench/cancellation.py`.
 
 Half the clients stream and leave after the first event; the other half wait for a whole
-answer that cannot come in time (thousands of tokens, `ignore_eos`) and leave.
+answer that cannot come in time (thousands of tokens, `ignore_eos`) and leave. They all leave
+at once, when the engine holds every one of them and every stream has had its first event.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import grpc
@@ -28,7 +29,14 @@ async def engine_load(metrics: httpx.AsyncClient, model: str) -> float:
                and f'model_name="{model}"' in line)
 
 
-async def openai_client(http_url: str, model: str, index: int,
+class Streams:
+    """How many of the streaming clients have had their first event."""
+
+    def __init__(self) -> None:
+        self.num_started = 0
+
+
+async def openai_client(http_url: str, model: str, index: int, streams: Streams,
                         headers: dict[str, str] | None = None) -> None:
     """A chat completion that never ends for this client: streamed when `index` is even."""
     body = {"model": model, "messages": [{"role": "user", "content": "Tell a long story."}],
@@ -41,9 +49,12 @@ async def openai_client(http_url: str, model: str, index: int,
                                  f"{reply.text[:300]}")
         async with client.stream("POST", "/v1/chat/completions", json=body) as reply:
             assert reply.status_code == 200, await reply.aread()
-            async for line in reply.aiter_lines():
+            # held, not dropped: a dropped line iterator closes the connection at once
+            lines = reply.aiter_lines()
+            async for line in lines:
                 if line.startswith("data:"):
                     break  # mid-stream: one event read, then nothing more
+            streams.num_started += 1
             await asyncio.Event().wait()
 
 
@@ -63,7 +74,7 @@ def kserve_request(model: str, *, stream: bool, max_tokens: int = LONG["max_toke
     return request
 
 
-async def grpc_client(target: str, model: str, index: int,
+async def grpc_client(target: str, model: str, index: int, streams: Streams,
                       metadata: Sequence[tuple[str, str]] = ()) -> None:
     """A KServe gRPC generation that never ends for this client: ModelStreamInfer (the
     request stream left open) when `index` is even, else ModelInfer."""
@@ -80,24 +91,30 @@ async def grpc_client(target: str, model: str, index: int,
 
         call = stub.ModelStreamInfer(requests(), metadata=metadata)
         try:
-            async for response in call:
-                assert not response.error_message, response.error_message
-                break  # mid-stream: one response read
+            response = await call.read()  # mid-stream: one response read
+            assert not response.error_message, response.error_message
+            streams.num_started += 1
             await never.wait()
         finally:
             call.cancel()
 
 
-async def vanish(metrics_url: str, model: str, clients: list[Coroutine[Any, Any, None]], *,
-                 start_timeout_s: float = 120, give_up_s: float = 30) -> float:
-    """Start `clients`, wait until the engine holds all of them, cancel them all (their
-    connections close); seconds from then until the engine holds none (`give_up_s` at most)."""
+Client = Callable[[int, Streams], Coroutine[Any, Any, None]]
+
+
+async def vanish(metrics_url: str, model: str, client: Client, num_clients: int, *,
+                 start_timeout_s: float = 300, give_up_s: float = 30) -> float:
+    """Start `num_clients` clients (`client(index, streams)`), wait until the engine holds all
+    of them and the streams have started, cancel them all (their connections close); seconds
+    from then until the engine holds none (`give_up_s` at most)."""
     async with httpx.AsyncClient(base_url=metrics_url) as metrics:
         if await engine_load(metrics, model) != 0:
             raise RuntimeError("the engine was busy before the clients started")
-        tasks = [asyncio.create_task(client) for client in clients]
+        streams = Streams()
+        tasks = [asyncio.create_task(client(i, streams)) for i in range(num_clients)]
         deadline = time.monotonic() + start_timeout_s
-        while await engine_load(metrics, model) < len(tasks):
+        while (streams.num_started < (num_clients + 1) // 2
+               or await engine_load(metrics, model) < num_clients):
             for task in tasks:
                 if task.done():
                     task.result()  # a client that failed says why

@@ -134,6 +134,9 @@ class Gateway:
             except ClientLeft:  # aiohttp closed the connection: the instance cancels too
                 self._abandon(attempt)
                 return
+            except asyncio.CancelledError:  # the gateway itself is stopping
+                self._abandon(attempt)
+                raise
             except NOT_SENT as exc:  # never reached the instance: safe to try another
                 endpoint.num_in_flight -= 1
                 endpoint.healthy = False
@@ -158,6 +161,9 @@ class Gateway:
         except ClientLeft:  # released unread below: the connection closes
             self._abandon(attempt)
             return
+        except asyncio.CancelledError:
+            self._abandon(attempt)
+            raise
         except SENT_FAILED as exc:
             self._finish(attempt, ok=False)
             raise _failed_mid_request(attempt, exc) from exc
@@ -187,7 +193,7 @@ class Gateway:
         return _Attempt(model, version, endpoint, time.perf_counter())
 
     def _abandon(self, attempt: _Attempt) -> None:
-        """Its client left: not counted for or against the version."""
+        """Its client left (or the gateway stops): not counted for or against the version."""
         attempt.endpoint.num_in_flight -= 1
 
     def _finish(self, attempt: _Attempt, *, ok: bool) -> None:
