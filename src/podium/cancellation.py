@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
-WATCH_AFTER_S = 0.05
+WATCH_AFTER_S = 0.1
 """How long a request's work runs before its client's connection is watched (up to twice)."""
 
 
