@@ -173,7 +173,10 @@ def _generate(repository: ModelRepository, limits: KServeLimits, *, stream: bool
             return JSONResponse(generate_response(response, model, response.model_version))
         responses = repository.infer_stream(model, version, infer_request)
         # the first response (or the bad-request error) comes before the 200 status is sent
-        first = await anext(responses)
+        first = await cancel_on_disconnect(request, anext(responses))
+        if isinstance(first, Response):  # the client left before the first response
+            await responses.aclose()
+            return first
         return StreamingResponse(_sse(first, responses, model, first.model_version),
                                  media_type="text/event-stream")
     return handler

@@ -5,7 +5,7 @@ The request path, top to bottom: read a JSON object within the body limits (`jso
 find the model (404) → reject fields Podium does not honour (400; the list is
 `openai_fields.HONOURED`) → check each field's JSON type strictly (`openai_types`) and its
 limits (`openai_limits`) → admit a `constraint` → validate with vLLM's own request model →
-vLLM's serving class → JSON or SSE.
+vLLM's serving class (cancelled if the client leaves) → JSON or SSE.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from podium.errors import InvalidArgument, NotFound, PodiumError
+from podium.frontends.disconnect import cancel_on_disconnect
 from podium.frontends.json_body import read_json_object
 from podium.frontends.openai_fields import check_fields
 from podium.frontends.openai_limits import OpenAILimits, check_limits
@@ -93,7 +94,10 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, limits: OpenAILimi
             hidden_usage = _ask_for_usage(endpoint, body)
             request_model = _validate(endpoint, body)
             stack.enter_context(track_in_flight("openai", endpoint.path, name, entry.version))
-            result = await _call(serving, endpoint, request_model, request)
+            # a client that leaves before the answer (or a stream's start) aborts the
+            # generation: vLLM's serving objects do not watch the connection themselves
+            result = await cancel_on_disconnect(
+                request, _call(serving, endpoint, request_model, request))
         except BaseException:
             await stack.aclose()
             raise

@@ -3,13 +3,14 @@
 Model and version are read from fields 1 and 2 of the request (every model-scoped message of the
 service keeps them there) without decoding the tensors; the message is re-encoded only when the
 version is an alias to replace. `ModelStreamInfer` is routed by its first message and piped both
-ways. Where each attempt goes is `gateway.retry`'s decision, as for HTTP: an instance at the
-gateway's in-flight bound takes nothing more (RESOURCE_EXHAUSTED at once), and a unary call a
-canary failed goes once to the stable version; a stream is never sent again (its messages went
-to the first instance as they came). Server-level calls (live, ready, metadata) are answered by
-the gateway itself. The
-gateway's own errors (no such model, no instance) are `podium.errors` rendered by the same
-interceptor as an instance's; an instance's status is relayed as it came.
+ways; a client that cancels (or leaves) cancels the upstream call, unary or stream, so the
+instance cancels its work. Where each attempt goes is `gateway.retry`'s decision, as for HTTP:
+an instance at the gateway's in-flight bound takes nothing more (RESOURCE_EXHAUSTED at once),
+and a unary call a canary failed goes once to the stable version; a stream is never sent again
+(its messages went to the first instance as they came). Server-level calls (live, ready,
+metadata) are answered by the gateway itself. The gateway's own errors (no such model, no
+instance) are `podium.errors` rendered by the same interceptor as an instance's; an instance's
+status is relayed as it came.
 """
 
 from __future__ import annotations
@@ -180,12 +181,13 @@ class GrpcGateway:
                     return
                 yield _with_version(cls, message, version, resolved)
 
+        call = self._channel(endpoint).stream_stream(f"/{SERVICE}/ModelStreamInfer")(
+            upstream_requests(), metadata=self._metadata(context))
         endpoint.num_in_flight += 1
         started = time.perf_counter()
         code = grpc.StatusCode.OK
         try:
-            stub = self._channel(endpoint).stream_stream(f"/{SERVICE}/ModelStreamInfer")
-            async for answer in stub(upstream_requests(), metadata=self._metadata(context)):
+            async for answer in call:
                 yield answer
             if malformed:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message)
@@ -193,6 +195,9 @@ class GrpcGateway:
             code = exc.code()
             await context.abort(exc.code(), exc.details() or "")
         finally:
+            # the client cancelled (or went away) while this generator was suspended in a
+            # yield: end the upstream call too, so the instance cancels its generations
+            call.cancel()
             endpoint.num_in_flight -= 1
             self._record("ModelStreamInfer", model, resolved, started, code)
 

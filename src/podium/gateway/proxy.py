@@ -9,6 +9,10 @@ came, or as a 502. An instance at the gateway's in-flight bound takes nothing mo
 
 A small answer with a known length is read whole and written in one go; anything else (an SSE
 stream, a chunked or large body) is relayed chunk by chunk as it arrives, never buffered.
+
+A client that leaves closes the upstream connection, whether the gateway is waiting for the
+answer (`podium.cancellation`) or relaying it: the instance sees the disconnect and cancels
+the generation.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from podium.cancellation import ClientLeft, unless_client_leaves
 from podium.errors import MethodNotAllowed, UpstreamFailed
 from podium.gateway import asgi
 from podium.gateway.admission import Admission
@@ -152,7 +157,12 @@ class Gateway:
                     send: Send) -> Target | None:
         """One attempt's exchange with the instance, counted as it ends."""
         try:
-            response = await self.upstream.send(method, url, headers, body)
+            # watched: a non-streaming answer's headers come only once it is generated
+            response = await unless_client_leaves(receive, self.upstream.send(
+                method, url, headers, body))
+        except ClientLeft:  # aiohttp closed the connection: the instance cancels too
+            self._release(attempt)  # not counted for or against the version
+            return None
         except NOT_SENT as exc:  # never reached the instance: safe to try another
             self._release(attempt)
             return attempts.after_not_sent(target, str(exc))
@@ -173,7 +183,10 @@ class Gateway:
             await self._relay(response, None, receive, send)  # counted already
             return None
         try:
-            whole = await response.read()
+            whole = await unless_client_leaves(receive, response.read())
+        except ClientLeft:  # released unread below: the connection closes
+            self._release(attempt)
+            return None
         except SENT_FAILED as exc:
             return self._after_broken(attempt, attempts, target, exc)
         finally:
