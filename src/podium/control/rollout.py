@@ -124,6 +124,18 @@ def abort(state: RolloutState, reason: str, now_ms: int) -> Decision | None:
     return _roll_back(state, f"rollback requested: {reason}", now_ms)
 
 
+def resume(state: RolloutState, paused_ms: int, reason: str) -> Decision | None:
+    """The control plane was paused `paused_ms` (its database away): a pause is not a wait, so
+    the phase's timers move on by that much and no timeout fires for time nobody could act."""
+    if state.is_done or paused_ms <= 0:
+        return None
+    unready = None if state.unready_since_ms is None else state.unready_since_ms + paused_ms
+    nxt = replace(state, phase_since_ms=state.phase_since_ms + paused_ms,
+                  unready_since_ms=unready)
+    return Decision(nxt, [], f"paused {paused_ms} ms ({reason}); {state.phase} timers moved "
+                    "on by as much")
+
+
 def step(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
     """Advance the rollout by at most one phase; None when nothing changes yet."""
     if state.is_done:
