@@ -54,6 +54,8 @@ class Load:
     url: str
     num_clients: int = 4
     calls: list[Call] = field(default_factory=list)
+    num_in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -72,12 +74,17 @@ class Load:
         with httpx.Client(timeout=120) as client:
             while not self._stop.is_set():
                 started = time.monotonic()
+                with self._lock:
+                    self.num_in_flight += 1
                 try:
                     r = client.post(self.url + "/v1/chat/completions", json=REQUEST)
                     self.calls.append(Call(started, time.monotonic(), r.status_code,
                                            "" if r.status_code == 200 else r.text[:300]))
                 except httpx.HTTPError as exc:
                     self.calls.append(Call(started, time.monotonic(), 0, repr(exc)))
+                finally:
+                    with self._lock:
+                        self.num_in_flight -= 1
                 self._stop.wait(0.2)
 
 
@@ -133,6 +140,9 @@ def test_engine_killed_under_load_fails_in_flight_requests_clearly_and_is_restar
     load = Load(up.gateway)
     load.start()
     wait(lambda: len(load.calls) >= 4, what="calls before the kill", timeout_s=180)
+    # the clients run in step: kill while a batch is in the engine, not between two
+    wait(lambda: load.num_in_flight == load.num_clients, what="requests in flight")
+    time.sleep(0.3)
     core.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     # the instance says so at once (or is already gone): never ready with a dead engine
