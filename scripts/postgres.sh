@@ -7,6 +7,7 @@
 # run as root, so the server runs as the `postgres` system user.
 #
 #   eval "$(scripts/postgres.sh)"      # exports PODIUM_TEST_POSTGRES_URL
+#   scripts/postgres.sh stop           # stops it (fast: sessions are cut); run again to restart
 #
 # The URL is also written to $PODIUM_PG_DIR/url for tests that start the server themselves.
 set -euo pipefail
@@ -64,6 +65,11 @@ DATA="$PG_DIR/data"
 if [ ! -f "$DATA/PG_VERSION" ]; then
     log "initializing a cluster in $DATA"
     as_pg "$BINDIR/initdb" -D "$DATA" -U "$PG_USER" --auth=trust -E UTF8 >&2
+fi
+
+if [ "${1:-}" = "stop" ]; then
+    as_pg "$BINDIR/pg_ctl" -D "$DATA" -m fast -w stop >&2
+    exit 0
 fi
 
 accepting() { "$BINDIR/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" >/dev/null 2>&1; }

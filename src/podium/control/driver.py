@@ -63,6 +63,13 @@ class RolloutDriver:
             self._commit(record.id, decision, now_ms)
         return record.id
 
+    def resume(self, paused_ms: int, reason: str, now_ms: int) -> None:
+        """The plane could not act for `paused_ms`: every running rollout's timers move on."""
+        for record in self.store.list_rollouts(status=rollout.RUNNING):
+            decision = rollout.resume(record.state, paused_ms, reason)
+            if decision is not None:
+                self._commit(record.id, decision, now_ms)
+
     def reconcile(self) -> None:
         """Once per driver: make the world match the store (a no-op when it already does)."""
         if not self._reconciled:

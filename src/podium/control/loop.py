@@ -2,12 +2,20 @@
 
 Runs in its own thread under `podium up` (the store and the runtime probes are blocking); every
 pass holds the plane's lock so API calls never interleave with it.
+
+When the database goes away (`StoreUnavailable`) the loop pauses: one warning names the reason,
+rollouts take no step, the gateway keeps the routes it has, and instances are still watched (a
+crashed one leaves routing at once; its restart waits). Each pass then asks the database once;
+when it answers, the loop logs how long it was paused, moves the running rollouts' timers on by
+as much, re-applies the desired state and carries on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
 from podium.control.actions import Scale
@@ -16,6 +24,7 @@ from podium.control.gc import VersionUsage, idle_versions
 from podium.control.plane import ControlPlane
 from podium.control.rollout import LATEST
 from podium.control.runtime.base import Runtime
+from podium.control.store import StoreUnavailable
 from podium.gateway.routing import RouteTable
 from podium.gateway.stats import VersionStats
 
@@ -37,6 +46,15 @@ class LoopConfig:
     """Versioned deployments idle this long are stopped (never the latest)."""
 
 
+@dataclass(frozen=True)
+class Outage:
+    """The database stopped answering: when (wall clock, monotonic) and why."""
+
+    since_ms: int
+    since_s: float
+    reason: str
+
+
 class ControlLoop:
     """One `step()` = poll instances, advance rollouts, autoscale idle models, collect versions."""
 
@@ -49,10 +67,13 @@ class ControlLoop:
         self.config = config or LoopConfig()
         self._scale_states: dict[tuple[str, str], AutoscaleState] = {}
         self._stop = threading.Event()
+        self.outage: Outage | None = None
+        """Set while the loop is paused because the database is away."""
 
     def step(self) -> None:
         """One pass."""
         with self.plane.lock:
+            self.plane.driver.reconcile()  # after a boot or a failed pass: the world as stored
             self.runtime.poll()
             self.plane.tick()
             now = self.plane.clock()
@@ -61,15 +82,49 @@ class ControlLoop:
             self._collect(now, busy)
 
     def run_forever(self) -> None:
-        """Step until `stop()`; an error in one pass is logged, the next pass still runs."""
-        self.plane.driver.reconcile()
+        """Pass until `stop()`."""
         while not self._stop.is_set():
-            try:
-                self.step()
-            except Exception:  # a bad pass must not stop rollouts for good
-                log.exception("control loop pass failed")
-                self.plane.driver.resync()  # it may have failed between writing and acting
+            self.run_once()
             self._stop.wait(self.config.interval_s)
+
+    def run_once(self) -> None:
+        """One pass that never raises: an error is logged (the next pass still runs), a
+        database outage pauses the loop until the database answers again."""
+        try:
+            if self.outage is not None:
+                self._check_back()
+            self.step()
+        except StoreUnavailable as exc:
+            self._pause(exc)
+        except Exception:  # a bad pass must not stop rollouts for good
+            log.exception("control loop pass failed")
+            self.plane.driver.resync()  # it may have failed between writing and acting
+
+    def _pause(self, exc: StoreUnavailable) -> None:
+        self.plane.driver.resync()  # a step may have been written but not carried out
+        if self.outage is None:  # one line per outage, however long it lasts
+            self.outage = Outage(self.plane.clock(), time.monotonic(), exc.message)
+            log.warning("control loop paused: %s; rollouts wait, the gateway keeps routing on "
+                        "its last routes; retrying every %.1f s", exc.message,
+                        self.config.interval_s)
+        else:
+            log.debug("control loop still paused: %s", exc.message)
+
+    def _check_back(self) -> None:
+        """While paused: keep watching instances, then ask the database (raises while away)."""
+        assert self.outage is not None
+        with self.plane.lock:
+            with contextlib.suppress(StoreUnavailable):  # what it could not write waits
+                self.runtime.poll()
+            self.plane.store.ping()
+            paused_ms = max(0, self.plane.clock() - self.outage.since_ms)
+            reason = f"database unreachable: {self.outage.reason}"
+            self.plane.driver.resume(paused_ms, reason, self.plane.clock())
+            self.plane.store.record_event(
+                "control", f"control loop paused {paused_ms / 1000:.1f} s ({reason}); resumed")
+        log.warning("control loop resumed: the database answers again after %.1f s",
+                    time.monotonic() - self.outage.since_s)
+        self.outage = None
 
     def stop(self) -> None:
         """Ask `run_forever` to return after its current pass."""

@@ -7,8 +7,17 @@ the state's desired scale and split (idempotent) and keeps stepping.
 
 Red-Black, per stage `w`: scale the new version up to its share, wait until it is ready, move
 `w`% of traffic to it, scale the old one down to its share, and after the analysis window
-compare error rate and p99 latency. A failed readiness, a crash or a failed analysis rolls back
-in one step to 100% old. After the last stage the old instances stay warm for `warm_delay_ms`.
+compare error rate and p99 latency. After the last stage the old instances stay warm for
+`warm_delay_ms`.
+
+Rollback (a failed readiness, a crash, a failed analysis or an operator): when the old version
+still has all its instances, one step sends 100% of traffic back. When it was scaled down (it
+keeps one instance at the 100% stage), the rollback first scales it back up to the instances it
+had before the rollout (`num_old`, what its scaling policy had it at) and moves traffic back in
+proportion to its *ready* instances (phase `roll_back`), so the survivor never takes more than
+it can hold; the rollout is `rolled_back` once they are all ready (or `ready_timeout_ms` ran
+out, when the rest moves anyway). A new version with no ready instance serves nothing: then all
+traffic goes back at once and its instances stop.
 
 Versioned: start the new version beside the others; move `latest` once it is ready.
 """
@@ -24,6 +33,8 @@ from podium.control.rollout_config import RolloutConfig
 from podium.gateway.stats import VersionHealth
 
 RUNNING, SUCCEEDED, ROLLED_BACK, FAILED = "running", "succeeded", "rolled_back", "failed"
+ROLL_BACK = "roll_back"
+"""The phase of a rollback that waits for the old version's instances to be ready again."""
 LATEST = "latest"
 
 
@@ -108,9 +119,21 @@ def begin(model: str, to_version: str, from_version: str | None, config: Rollout
 
 def abort(state: RolloutState, reason: str, now_ms: int) -> Decision | None:
     """An operator asked to roll back a running rollout."""
-    if state.is_done:
-        return None
+    if state.is_done or state.phase == ROLL_BACK:
+        return None  # done, or already rolling back
     return _roll_back(state, f"rollback requested: {reason}", now_ms)
+
+
+def resume(state: RolloutState, paused_ms: int, reason: str) -> Decision | None:
+    """The control plane was paused `paused_ms` (its database away): a pause is not a wait, so
+    the phase's timers move on by that much and no timeout fires for time nobody could act."""
+    if state.is_done or paused_ms <= 0:
+        return None
+    unready = None if state.unready_since_ms is None else state.unready_since_ms + paused_ms
+    nxt = replace(state, phase_since_ms=state.phase_since_ms + paused_ms,
+                  unready_since_ms=unready)
+    return Decision(nxt, [], f"paused {paused_ms} ms ({reason}); {state.phase} timers moved "
+                    "on by as much")
 
 
 def step(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
@@ -119,6 +142,8 @@ def step(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
         return None
     if state.phase == "start":
         return _start(state, obs, now_ms)
+    if state.phase == ROLL_BACK:
+        return _ramp_back(state, obs, now_ms)
     crashed = obs.new.num_crashes > state.crash_baseline
     if crashed:
         return _roll_back(state, f"{state.model}@{state.to_version} crashed "
@@ -284,26 +309,76 @@ def _warm(state: RolloutState, now_ms: int) -> Decision | None:
 
 
 def _roll_back(state: RolloutState, reason: str, now_ms: int) -> Decision:
+    if state.config.strategy != "red-black" or state.from_version is None:
+        # nothing to roll back to: the previous routing was never touched
+        nxt = replace(state, status=FAILED, phase="done", phase_since_ms=now_ms,
+                      desired={**state.desired, state.to_version: 0}, reason=reason)
+        return Decision(nxt, [Scale(state.model, state.to_version, 0)], reason)
+    old = state.from_version
+    have = state.desired.get(old, 0)
+    if have >= state.num_old:
+        # the old instances were all kept: one split change moves every request back at once
+        return _finish_roll_back(replace(state, reason=reason), now_ms, reason)
+    # scale the old version up first; traffic follows as its instances become ready
+    weight = max(state.split.get(old, 0), _share(have, state.num_old))
+    split = {old: weight, state.to_version: 100 - weight}
+    nxt = replace(state, phase=ROLL_BACK, phase_since_ms=now_ms, reason=reason, split=split,
+                  desired={**state.desired, old: state.num_old})
+    return Decision(nxt, [Scale(state.model, old, state.num_old), SetSplit(state.model, split)],
+                    f"{reason}; rolling back: scaling {old} from {have} to {state.num_old} "
+                    f"instance(s), {weight}% of traffic on it until more are ready")
+
+
+def _ramp_back(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
+    """One step of a rollback waiting for the old version: traffic follows its ready share."""
+    assert state.from_version is not None
+    old, new, target = state.from_version, state.to_version, state.num_old
+    ready = obs.old.num_ready
+    waited = now_ms - state.phase_since_ms
+    if ready >= target:
+        return _finish_roll_back(state, now_ms, f"{old} has {ready}/{target} instances ready "
+                                 "again: 100% of traffic back on it")
+    if waited >= state.config.ready_timeout_ms:
+        return _finish_roll_back(state, now_ms, f"{old} has only {ready}/{target} instances "
+                                 f"ready after {waited} ms; 100% of traffic back on it anyway")
     actions: list[Action] = []
-    desired = {**state.desired, state.to_version: 0}
-    split = dict(state.split)
+    desired, latest = state.desired, state.latest
+    gone = obs.new.num_ready == 0
+    # the new version serves nothing without ready instances: send everything it had back
+    weight = 100 if gone else max(state.split.get(old, 0), _share(ready, target))
+    if weight != state.split.get(old, 0):
+        actions.append(SetSplit(state.model, {old: weight, new: 100 - weight}))
+    if gone and desired.get(new, 0) > 0:
+        desired = {**desired, new: 0}
+        actions.append(Scale(state.model, new, 0))  # its boot loop would slow the old's
+    if gone and latest == new:
+        latest = old
+        actions.append(MoveAlias(state.model, LATEST, old))
+    if not actions:
+        return None
+    nxt = replace(state, split={old: weight, new: 100 - weight}, desired=desired, latest=latest)
+    why = f"{new} has no ready instance" if gone else f"{ready}/{target} of {old} ready"
+    return Decision(nxt, actions, f"rolling back: {why}: {weight}% of traffic on {old}")
+
+
+def _finish_roll_back(state: RolloutState, now_ms: int, note: str) -> Decision:
+    assert state.from_version is not None
+    old, new = state.from_version, state.to_version
+    split = {old: 100, new: 0}
+    actions: list[Action] = [SetSplit(state.model, split), Scale(state.model, old, state.num_old)]
     latest = state.latest
-    if state.config.strategy == "red-black" and state.from_version is not None:
-        # one split change moves every request back at once; old instances were kept warm
-        split = {state.from_version: 100, state.to_version: 0}
-        desired[state.from_version] = state.num_old
-        actions += [SetSplit(state.model, split),
-                    Scale(state.model, state.from_version, state.num_old)]
-        if state.latest is not None:
-            latest = state.from_version
-            actions.append(MoveAlias(state.model, LATEST, state.from_version))
-        status = ROLLED_BACK
-    else:
-        status = FAILED  # nothing to roll back to: the previous routing was never touched
-    actions.append(Scale(state.model, state.to_version, 0))
-    nxt = replace(state, status=status, phase="done", phase_since_ms=now_ms, desired=desired,
-                  split=split, latest=latest, reason=reason)
-    return Decision(nxt, actions, reason)
+    if latest is not None and latest != old:
+        latest = old
+        actions.append(MoveAlias(state.model, LATEST, old))
+    actions.append(Scale(state.model, new, 0))
+    nxt = replace(state, status=ROLLED_BACK, phase="done", phase_since_ms=now_ms, split=split,
+                  desired={**state.desired, old: state.num_old, new: 0}, latest=latest)
+    return Decision(nxt, actions, note)
+
+
+def _share(num_ready: int, num_wanted: int) -> int:
+    """Percent of the traffic `num_ready` of `num_wanted` instances can take (rounded down)."""
+    return min(100, num_ready * 100 // max(1, num_wanted))
 
 
 def _stages(state: RolloutState) -> tuple[int, ...]:

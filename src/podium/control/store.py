@@ -4,6 +4,10 @@
 transaction. Rollout steps are written together with the desired state they imply (deployment
 scale, traffic split, alias), so the store always holds what the world should look like before
 anyone acts on it.
+
+A database that cannot be reached (stopped, restarting, network gone) raises `StoreUnavailable`
+from any method, whatever the driver (`control/database.py`): the control loop pauses on it and
+the API answers 503; the first call after the database returns works again.
 """
 
 from __future__ import annotations
@@ -14,13 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from podium.control.actions import Action, MoveAlias, Scale, SetSplit, action_to_dict
+from podium.control.database import StoreUnavailable, connect, migrate, unreachable_is_unavailable
 from podium.control.models import (
     AliasRow,
     DeploymentRow,
@@ -35,7 +38,7 @@ from podium.control.models import (
 from podium.control.rollout import RUNNING, Decision, RolloutState
 from podium.errors import Conflict, InvalidArgument, NotFound
 
-MIGRATIONS = Path(__file__).with_name("migrations")
+__all__ = ["RolloutRecord", "Store", "StoreUnavailable", "default_url"]
 MAX_INSTANCES = 64
 
 
@@ -66,9 +69,7 @@ class Store:
     @classmethod
     def open(cls, url: str) -> Store:
         """Connect, apply pending migrations and return the store."""
-        engine = create_engine(url, future=True)
-        if engine.dialect.name == "sqlite":
-            event.listen(engine, "connect", _sqlite_pragmas)
+        engine = connect(url)
         migrate(engine)
         return cls(engine)
 
@@ -79,8 +80,13 @@ class Store:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A transaction: committed on success, rolled back on any exception."""
-        with self._sessions.begin() as session:
+        with unreachable_is_unavailable(), self._sessions.begin() as session:
             yield session
+
+    def ping(self) -> None:
+        """A round trip to the database; StoreUnavailable when it does not answer."""
+        with self.session() as s:
+            s.execute(select(1))
 
     # packages ---------------------------------------------------------------------------
 
@@ -339,15 +345,6 @@ class Store:
             return s.scalar(select(func.count()).select_from(table)) or 0
 
 
-def migrate(engine: Engine) -> None:
-    """Apply every pending Alembic migration, configured in code (no alembic.ini)."""
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
-
-
 def _apply(s: Session, action: Action, *, strategy: str) -> None:
     if isinstance(action, Scale):
         row = _deployment(s, action.model, action.version)
@@ -383,13 +380,3 @@ def _deployment(s: Session, model: str, version: str) -> DeploymentRow | None:
 def _record(row: RolloutRow) -> RolloutRecord:
     return RolloutRecord(id=row.id, status=row.status, reason=row.reason,
                          num_steps=row.num_steps, state=RolloutState.from_dict(row.state))
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")
-    # WAL + NORMAL survives a killed process (only power loss can drop the last commits)
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
-    cursor.close()

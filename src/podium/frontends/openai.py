@@ -20,7 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from podium.errors import InvalidArgument, NotFound, PodiumError
+from podium.errors import BackendDead, InvalidArgument, NotFound, PodiumError
 from podium.frontends.disconnect import cancel_on_disconnect
 from podium.frontends.json_body import read_json_object
 from podium.frontends.openai_fields import check_fields
@@ -98,6 +98,9 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, limits: OpenAILimi
             # generation: vLLM's serving objects do not watch the connection themselves
             result = await cancel_on_disconnect(
                 request, _call(serving, endpoint, request_model, request))
+            if _engine_died(result, backend):
+                raise BackendDead(f"the engine of {entry.key} died while serving this request; "
+                                  "the instance restarts, retry it")
         except BaseException:
             await stack.aclose()
             raise
@@ -195,6 +198,15 @@ async def _call(serving: Any, endpoint: Endpoint, request_model: Any, request: R
         if response.error.code >= 500 and not isinstance(exc, VLLMError):
             raise  # a bug, not vLLM's verdict: a 500 naming the request id, never its text
         return response
+
+
+def _engine_died(result: Any, backend: Any) -> bool:
+    """vLLM answers the requests its dead engine dropped with a plain 500: a 503 naming the
+    dead engine tells the client it was not this request's fault."""
+    from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+    return (isinstance(result, ErrorResponse) and result.error.code >= 500
+            and not backend.is_alive())
 
 
 def _ask_for_usage(endpoint: Endpoint, body: dict[str, Any]) -> bool:

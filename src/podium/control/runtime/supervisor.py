@@ -5,6 +5,11 @@ becomes ready when `GET /health/ready` answers 200 (then the gateway routes to i
 process exits unasked is a crash (counted, then restarted); a draining one is stopped once the
 gateway shows no request in flight on it (or after `drain_timeout_s`). A runtime subclass only
 says how to launch a process, whether it still runs, and how to signal and release it.
+
+The database may be away (`StoreUnavailable`): an instance's observed state (ready, draining,
+stopped) and its events are then kept and written at the next pass that reaches it, so routing
+and drains go on; starting or restarting one waits for the database, since an instance is
+recorded before its process may run.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from podium.control.runtime.base import (
     STOPPED,
     InstanceView,
 )
-from podium.control.store import Store
+from podium.control.store import Store, StoreUnavailable
 from podium.credential import bearer
 from podium.errors import NotFound
 from podium.gateway.admission import declared_bound
@@ -49,6 +54,8 @@ class Instance:
     started_s: float = field(default_factory=time.monotonic)
     drain_since_s: float | None = None
     num_restarts: int = 0
+    exit_seen: bool = False
+    """Its process exited and the crash was counted; the restart is still to be done."""
 
 
 I = TypeVar("I", bound=Instance)  # noqa: E741
@@ -72,6 +79,9 @@ class Supervisor(Generic[I]):
         self._instances: dict[str, I] = {}
         self._desired: dict[tuple[str, str], int] = {}
         self._crashes: dict[tuple[str, str], int] = {}
+        # observed state not written yet because the database was away: db id -> fields
+        self._unsaved: dict[int, dict[str, Any]] = {}
+        self._unsaved_notes: list[tuple[str, str]] = []
 
     # what a runtime provides -------------------------------------------------------------
 
@@ -116,26 +126,40 @@ class Supervisor(Generic[I]):
             self._drain(instance)
 
     def poll(self) -> None:
-        """One pass over every instance; cheap enough to call every second."""
+        """One pass over every instance; cheap enough to call every second. Raises
+        StoreUnavailable at the end when the database was away (the pass still went on)."""
         self._refresh()
+        failed: StoreUnavailable | None = None
+        try:
+            self._write_unsaved()
+        except StoreUnavailable as exc:
+            failed = exc
         for instance in list(self._instances.values()):
-            if instance.state == STOPPED:
-                del self._instances[instance.id]  # the store keeps its history
-                continue
-            code = self._exit_code(instance)
-            if instance.state == DRAINING:
-                self._continue_drain(instance, code)
-            elif code is not None:
-                self._crashed(instance, code)
-            elif instance.state == STARTING and self._ready(instance):
-                self._serving(instance)
-                self._set_state(instance, READY)
-                self.table.add_endpoint(instance.model, instance.version, Endpoint(
-                    instance.id, instance.url, grpc_target=instance.grpc_target,
-                    **self._traffic_policy(instance)))
-            elif instance.state == READY:
-                with contextlib.suppress(KeyError):
-                    self.table.endpoint(instance.id).healthy = self._ready(instance)
+            try:
+                self._poll_one(instance)
+            except StoreUnavailable as exc:  # its restart waits; the others are still watched
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    def _poll_one(self, instance: I) -> None:
+        if instance.state == STOPPED:
+            del self._instances[instance.id]  # the store keeps its history
+            return
+        code = self._exit_code(instance)
+        if instance.state == DRAINING:
+            self._continue_drain(instance, code)
+        elif code is not None:
+            self._crashed(instance, code)
+        elif instance.state == STARTING and self._ready(instance):
+            self._serving(instance)
+            self._set_state(instance, READY)
+            self.table.add_endpoint(instance.model, instance.version, Endpoint(
+                instance.id, instance.url, grpc_target=instance.grpc_target,
+                **self._traffic_policy(instance)))
+        elif instance.state == READY:
+            with contextlib.suppress(KeyError):
+                self.table.endpoint(instance.id).healthy = self._ready(instance)
 
     def instances(self, model: str | None = None,
                   version: str | None = None) -> list[InstanceView]:
@@ -158,7 +182,8 @@ class Supervisor(Generic[I]):
         budget = self.drain_timeout_s + self.stop_timeout_s
         deadline = time.monotonic() + (budget if timeout_s is None else min(budget, timeout_s))
         while self._instances:
-            self.poll()
+            with contextlib.suppress(StoreUnavailable):  # stopping needs no database
+                self.poll()
             if time.monotonic() > deadline:
                 for instance in self._instances.values():
                     if self._exit_code(instance) is None:
@@ -182,21 +207,25 @@ class Supervisor(Generic[I]):
             instance.url, instance.grpc_target, instance.pid = "", None, None
         recorded = self._launch(instance, package)
         self._instances[instance.id] = instance
-        self.store.update_instance(instance.db_id, state=STARTING,
-                                   num_restarts=instance.num_restarts, **recorded)
+        instance.exit_seen = False
+        self._save(instance.db_id, state=STARTING, num_restarts=instance.num_restarts,
+                   **recorded)
         return instance
 
     def _crashed(self, instance: I, code: int) -> None:
-        key = (instance.model, instance.version)
-        self._crashes[key] = self._crashes.get(key, 0) + 1
-        self.table.remove_endpoint(instance.id)
-        self._release(instance)
-        self._note(instance, f"exited with status {code}")
-        if instance.num_restarts >= self.max_restarts:
-            self._set_state(instance, FAILED)
-            instance.state = STOPPED  # no longer counts as live; FAILED is kept in the store
-            return
-        instance.num_restarts += 1
+        if not instance.exit_seen:  # counted once, however many passes its restart takes
+            instance.exit_seen = True
+            key = (instance.model, instance.version)
+            self._crashes[key] = self._crashes.get(key, 0) + 1
+            self.table.remove_endpoint(instance.id)
+            self._release(instance)
+            self._note(instance, f"exited with status {code}")
+            if instance.num_restarts >= self.max_restarts:
+                self._set_state(instance, FAILED)
+                instance.state = STOPPED  # no longer counts as live; FAILED is kept in the store
+                return
+            instance.num_restarts += 1
+        # StoreUnavailable here leaves it for the next pass: its new process is not recorded
         self._start(instance.model, instance.version, previous=instance)
 
     def _drain(self, instance: I) -> None:
@@ -240,8 +269,32 @@ class Supervisor(Generic[I]):
 
     def _set_state(self, instance: I, state: str) -> None:
         instance.state = state
-        self.store.update_instance(instance.db_id, state=state,
-                                   num_restarts=instance.num_restarts)
+        self._save(instance.db_id, state=state, num_restarts=instance.num_restarts)
 
     def _note(self, instance: I, message: str) -> None:
-        self.store.record_event("instance", f"{instance.id}: {message}", model=instance.model)
+        behind = self._behind()
+        self._unsaved_notes.append((instance.model, f"{instance.id}: {message}"))
+        if not behind:
+            with contextlib.suppress(StoreUnavailable):
+                self._write_unsaved()
+
+    def _save(self, db_id: int, **fields: Any) -> None:
+        """Write an instance's observed state now, or at the next pass the database answers."""
+        behind = self._behind()
+        self._unsaved.setdefault(db_id, {}).update(fields)
+        if not behind:  # else the database was just away: one retry per pass, in `poll`
+            with contextlib.suppress(StoreUnavailable):
+                self._write_unsaved()
+
+    def _behind(self) -> bool:
+        return bool(self._unsaved or self._unsaved_notes)
+
+    def _write_unsaved(self) -> None:
+        """Write what the database missed, oldest first; StoreUnavailable while it is away."""
+        for db_id in list(self._unsaved):
+            self.store.update_instance(db_id, **self._unsaved[db_id])
+            del self._unsaved[db_id]
+        while self._unsaved_notes:
+            model, message = self._unsaved_notes[0]
+            self.store.record_event("instance", message, model=model)
+            self._unsaved_notes.pop(0)
