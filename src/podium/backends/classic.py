@@ -15,7 +15,14 @@ from typing import Any
 import numpy as np
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
-from podium.backends.batching import BatchingConfig, DynamicBatcher, batch_stats
+from podium.backends.batching import (
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_QUEUE_TIMEOUT_S,
+    BatchingConfig,
+    DynamicBatcher,
+    batch_stats,
+)
+from podium.backends.limits import resolve
 from podium.backends.outputs import check_outputs, to_output_array
 from podium.errors import BackendError, PackageError, PodiumError
 from podium.package.manifest import TensorSpec
@@ -59,10 +66,14 @@ class ClassicBackend(Backend):
             self._outputs = self._outputs or derived_outputs
         settings = self.manifest.dynamic_batching
         if settings is not None and self.max_batch_size > 0:
+            limits = self.limits
             config = BatchingConfig(
                 max_batch_size=self.max_batch_size,
                 max_queue_delay_s=settings.max_queue_delay_us / 1e6,
-                preferred_batch_sizes=tuple(settings.preferred_batch_sizes))
+                preferred_batch_sizes=tuple(settings.preferred_batch_sizes),
+                max_queue=resolve(limits.max_queue, settings.max_queue, DEFAULT_MAX_QUEUE),
+                queue_timeout_s=resolve(limits.queue_timeout_ms, settings.queue_timeout_ms,
+                                        round(DEFAULT_QUEUE_TIMEOUT_S * 1000)) / 1000)
             self._batcher = DynamicBatcher(self._run_batch, config, size_of=_batch_size,
                                            signature_of=_signature, name=self.name,
                                            version=self.version)
