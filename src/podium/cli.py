@@ -117,7 +117,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 _OPENAI_LIMITS = ("max_n", "max_stop_strings", "max_stop_chars", "max_messages")
-"""OpenAI-only limits; body, inflation, depth and header limits are shared with KServe."""
+"""Request limits of /v1 (n and the stop caps bound KServe generation too); body, inflation,
+depth and header limits are shared with KServe."""
 
 
 _ADMISSION = ("max_queue", "queue_timeout_ms", "max_num_queued_reqs", "max_num_queued_tokens")

@@ -52,8 +52,8 @@ class ServerConfig(BaseModel):
                                         ge=1024, description="Largest gRPC message received "
                                         "(RESOURCE_EXHAUSTED past it).")
     max_n: int = Field(default=OpenAILimits.max_n, ge=1, le=16384,
-                       description="Completions per OpenAI request (n) unless a package sets "
-                       "its own max_n.")
+                       description="Completions per LLM request (n, OpenAI and KServe) "
+                       "unless a package sets its own max_n.")
     max_stop_strings: int = Field(default=OpenAILimits.max_stop_strings, ge=1, le=4096,
                                   description="Entries of stop, stop_token_ids, bad_words.")
     max_stop_chars: int = Field(default=OpenAILimits.max_stop_chars, ge=1, le=1 << 20,
