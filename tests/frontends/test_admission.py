@@ -129,9 +129,11 @@ async def test_the_engines_refusal_is_a_429_in_the_openai_shape(refusal: type, l
 
 # -- the dynamic batcher's bounded queue, through both HTTP shapes and gRPC ---------------------
 @contextlib.asynccontextmanager
-async def slow_python_instance(tmp_path: Path, **config: Any
+async def slow_python_instance(tmp_path: Path, batching: dict[str, Any] | None = None,
+                               **config: Any
                                ) -> AsyncIterator[tuple[Any, threading.Event, str]]:
-    """An instance over a python model that blocks until the event is set (max batch 1)."""
+    """An instance over a python model that blocks until the event is set (max batch 1);
+    `batching` is its dynamic_batching section (None: off)."""
     root = tmp_path / "slow"
     root.mkdir()
     (root / "model.py").write_text(
@@ -147,7 +149,7 @@ async def slow_python_instance(tmp_path: Path, **config: Any
         "name": "slow", "backend": "python", "max_batch_size": 1,
         "inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}],
         "outputs": [{"name": "y", "datatype": "FP32", "shape": [1]}],
-        "dynamic_batching": {"max_queue": 1}}).root)
+        "dynamic_batching": batching}).root)
     instance = Instance(ServerConfig(grpc_port=-1, **config))
     entry = await instance.repository.load(package)
     gate = threading.Event()
@@ -182,7 +184,7 @@ async def _occupy(client: Any, count: int) -> list[asyncio.Future[Any]]:
 
 async def test_a_full_batcher_queue_is_a_429_on_http_and_resource_exhausted_on_grpc(
         tmp_path: Path) -> None:
-    async with slow_python_instance(tmp_path) as (client, gate, target):
+    async with slow_python_instance(tmp_path, {"max_queue": 1}) as (client, gate, target):
         # one request in the model, one queued (max_queue 1): the next is refused
         busy = await _occupy(client, 2)
         r = await client.post("/v2/models/slow/infer", json=ROW)
@@ -204,7 +206,8 @@ async def test_a_full_batcher_queue_is_a_429_on_http_and_resource_exhausted_on_g
 
 
 async def test_the_max_queue_flag_overrides_the_package(tmp_path: Path) -> None:
-    async with slow_python_instance(tmp_path, max_queue=3) as (client, gate, _):
+    async with slow_python_instance(tmp_path, {"max_queue": 1}, max_queue=3) as (
+            client, gate, _):
         busy = await _occupy(client, 4)  # one running, three queued: all admitted
         r = await client.post("/v2/models/slow/infer", json=ROW)
         assert r.status_code == 429 and "max_queue=3" in r.json()["error"], r.text
@@ -213,7 +216,8 @@ async def test_the_max_queue_flag_overrides_the_package(tmp_path: Path) -> None:
 
 
 async def test_an_expired_queue_wait_is_a_429(tmp_path: Path) -> None:
-    async with slow_python_instance(tmp_path, queue_timeout_ms=100) as (client, gate, _):
+    async with slow_python_instance(tmp_path, {}, queue_timeout_ms=100) as (
+            client, gate, _):
         busy = asyncio.ensure_future(client.post("/v2/models/slow/infer", json=ROW))
         await asyncio.sleep(0.2)
         r = await client.post("/v2/models/slow/infer", json=ROW)
@@ -221,4 +225,15 @@ async def test_an_expired_queue_wait_is_a_429(tmp_path: Path) -> None:
         assert "waited 0.1s in its queue" in r.json()["error"]
         gate.set()
         assert (await busy).status_code == 200
+        assert (await client.post("/v2/models/slow/infer", json=ROW)).status_code == 200
+
+
+async def test_a_model_without_a_batcher_is_bounded_too(tmp_path: Path) -> None:
+    async with slow_python_instance(tmp_path, None, max_queue=2) as (client, gate, _):
+        busy = await _occupy(client, 2)
+        r = await client.post("/v2/models/slow/infer", json=ROW)
+        assert r.status_code == 429 and "2 requests are in flight" in r.json()["error"], r.text
+        assert r.headers["Retry-After"] == "1"
+        gate.set()
+        assert [b.status_code for b in await asyncio.gather(*busy)] == [200, 200]
         assert (await client.post("/v2/models/slow/infer", json=ROW)).status_code == 200
