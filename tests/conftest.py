@@ -23,7 +23,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 LLM = "smollm2-135m-instruct"
 EMBEDDER = "all-minilm-l6-v2"
 API_KEY = "test-key-0123456789"
-MAX_NUM_QUEUED_TOKENS = 12000
+MAX_NUM_QUEUED_TOKENS = 3000
 """The shared instance's prefill backlog limit: far above any one test's prompts, low enough
 for tests/frontends/test_admission_real.py to pass it with three long prompts."""
 

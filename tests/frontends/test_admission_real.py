@@ -21,7 +21,7 @@ pytestmark = pytest.mark.engine
 HEADERS = {"authorization": f"Bearer {API_KEY}"}
 PROMPT = "hello " * (MAX_NUM_QUEUED_TOKENS // 3 + 200)
 """Three of these in prefill at once pass the backlog limit: the fourth is refused."""
-BURST = 8
+BURST = 16
 
 
 def _rejections(base: str) -> float:
