@@ -136,3 +136,38 @@ def test_a_client_that_leaves_the_queue_is_never_run() -> None:
 def test_bounds_are_checked_on_construction(field: str, value: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         BatchingConfig(max_batch_size=4, **{field: value})
+
+
+def test_leaving_or_timing_out_behind_other_array_requests_removes_only_that_one() -> None:
+    """Queued items are told apart by identity: arrays have no truth value to compare by."""
+    import numpy as np
+
+    seen: list[int] = []
+    gate = threading.Event()
+
+    def model(items: list[np.ndarray]) -> list[np.ndarray]:
+        seen.extend(int(item[0]) for item in items)
+        gate.wait(10)
+        return [item * 2 for item in items]
+
+    async def go() -> list:
+        batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=1, queue_timeout_s=0.2))
+        try:
+            running = asyncio.ensure_future(batcher.submit(np.array([0.0, 0.5])))
+            while not seen:
+                await asyncio.sleep(0.001)
+            first = asyncio.ensure_future(batcher.submit(np.array([1.0, 1.5])))
+            leaving = asyncio.ensure_future(batcher.submit(np.array([2.0, 2.5])))
+            await asyncio.sleep(0.01)
+            leaving.cancel()
+            with pytest.raises(Overloaded):
+                await first
+            gate.set()
+            return [(await running).tolist(), (await batcher.submit(np.array([3.0, 3.5]))
+                                               ).tolist()]
+        finally:
+            gate.set()
+            await batcher.close()
+
+    assert asyncio.run(go()) == [[0.0, 1.0], [6.0, 7.0]]
+    assert seen == [0, 3]

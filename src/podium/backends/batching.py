@@ -45,7 +45,7 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
-@dataclass
+@dataclass(eq=False)  # identity: items (numpy arrays) have no truth value to compare by
 class _Pending(Generic[Item, Result]):
     item: Item
     size: int
