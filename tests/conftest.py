@@ -23,6 +23,9 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 LLM = "smollm2-135m-instruct"
 EMBEDDER = "all-minilm-l6-v2"
 API_KEY = "test-key-0123456789"
+MAX_NUM_QUEUED_TOKENS = 3000
+"""The shared instance's prefill backlog limit: far above any one test's prompts, low enough
+for tests/frontends/test_admission_real.py to pass it with three long prompts."""
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +53,8 @@ def instance(model_repository: Path,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningInstance]:
     """The shared real instance (API key on, /metrics open for scrapers)."""
     log = tmp_path_factory.mktemp("logs") / "instance.log"
-    with running_instance(["--repository", str(model_repository), "--metrics-open"], log,
+    with running_instance(["--repository", str(model_repository), "--metrics-open",
+                           "--max-num-queued-tokens", str(MAX_NUM_QUEUED_TOKENS)], log,
                           api_key=API_KEY) as running:
         yield running
 

@@ -134,7 +134,8 @@ def _serve(args: argparse.Namespace) -> int:
             max_elements=args.max_elements,
             grpc_max_message_bytes=args.grpc_max_message_bytes,
             shutdown_timeout_s=args.shutdown_timeout, log_format=args.log_format,
-            log_level=args.log_level, **{name: getattr(args, name) for name in _OPENAI_LIMITS})
+            log_level=args.log_level,
+            **{name: getattr(args, name) for name in _OPENAI_LIMITS + _ADMISSION})
     except ValidationError as exc:  # a flag out of its range: name the flag, not the field
         err = exc.errors()[0]
         name = str(err["loc"][0])
@@ -146,17 +147,23 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 _OPENAI_LIMITS = ("max_n", "max_stop_strings", "max_stop_chars", "max_messages")
-"""OpenAI-only limits; body, inflation, depth and header limits are shared with KServe."""
+"""Request limits of /v1 (n and the stop caps bound KServe generation too); body, inflation,
+depth and header limits are shared with KServe."""
+
+
+_ADMISSION = ("max_queue", "queue_timeout_ms", "max_num_queued_reqs", "max_num_queued_tokens")
+"""Queue bounds (429 past them); unset, each package's own setting applies."""
 
 
 def _add_openai_limits(p: argparse.ArgumentParser) -> None:
-    """One flag per request limit; defaults and help come from ServerConfig itself."""
+    """One flag per request limit and queue bound; defaults and help come from ServerConfig."""
     from podium.server.config import ServerConfig
 
-    for name in _OPENAI_LIMITS:
+    for name in _OPENAI_LIMITS + _ADMISSION:
         field = ServerConfig.model_fields[name]
+        default = "" if field.default is None else f" (default {field.default})"
         p.add_argument("--" + name.replace("_", "-"), type=int, default=field.default,
-                       help=f"{field.description} (default {field.default})")
+                       help=f"{field.description}{default}")
 
 
 def _add_package_commands(sub: argparse._SubParsersAction) -> None:

@@ -30,6 +30,8 @@ CASES: dict[str, tuple[str, dict, list[str]]] = {
     "prompt-past-context": (LONG_PROMPT, {"max_tokens": 2}, ["prompt", str(CONTEXT)]),
     "max-tokens-int64": ("Hi", {"max_tokens": 2**63 - 1}, [f"max_tokens={2**63 - 1}",
                                                             str(CONTEXT)]),
+    # the instance's --max-n (16), as on /v1: not vLLM's 16,384
+    "n-over-max-n": ("Hi", {"n": 17}, ["n=17", "cap of 16", "--max-n"]),
 }
 
 

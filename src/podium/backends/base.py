@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from podium.backends.limits import InstanceLimits
 from podium.package.manifest import Manifest, TensorSpec
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ class Backend(abc.ABC):
     def __init__(self, package: Package) -> None:
         self.package = package
         self.manifest: Manifest = package.manifest
+        self.limits = InstanceLimits()
+        """The instance's flags, set by the repository before `load`."""
 
     @property
     def name(self) -> str:

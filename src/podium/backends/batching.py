@@ -5,6 +5,12 @@ Requests wait at most `max_queue_delay_s` for company. A batch is cut as soon as
 longest prefix whose size is a preferred size, or everything waiting. While the model runs a
 batch, the next one fills, so under load batches grow without any delay at all.
 
+Admission: at most `max_queue` requests wait (those of the running batch aside); one more is
+refused at once with `Overloaded` (429 / RESOURCE_EXHAUSTED), and a request still waiting
+after `queue_timeout_s` is taken out of the queue and refused the same way. A refused request
+never reaches the model: a request is refused only while it is still queued, never once its
+batch has started.
+
 Failures stay small: a model error fails the requests of its batch; a fault of the loop itself
 (bookkeeping, batch forming) is logged with its traceback and fails the requests it touched,
 and the loop goes on. Should the loop's task end anyway (cancelled, a BaseException), the batch
@@ -25,15 +31,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from podium.errors import BackendDead, BackendError, InvalidArgument
+from podium.errors import BackendDead, BackendError, InvalidArgument, Overloaded
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_QUEUE = 1024
+"""Requests one model's batcher lets wait (Triton's `max_queue_size`, which is unbounded by
+default)."""
+DEFAULT_QUEUE_TIMEOUT_S = 30.0
+"""Longest a request waits in a batcher's queue before it is refused."""
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
-@dataclass
+@dataclass(eq=False)  # identity: items (numpy arrays) have no truth value to compare by
 class _Pending(Generic[Item, Result]):
     item: Item
     size: int
@@ -52,12 +64,20 @@ class BatchingConfig:
     """Longest the first request of a batch waits for others."""
     preferred_batch_sizes: tuple[int, ...] = ()
     """Sizes to cut at; the largest one cuts immediately when reached."""
+    max_queue: int = DEFAULT_MAX_QUEUE
+    """Most requests waiting for a batch; one more is refused (Overloaded)."""
+    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
+    """Longest a request waits for its batch to start; then it is refused (Overloaded)."""
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size={self.max_batch_size} must be >= 1 to batch")
         if self.max_queue_delay_s < 0:
             raise ValueError(f"max_queue_delay_s={self.max_queue_delay_s} must be >= 0")
+        if self.max_queue < 1:
+            raise ValueError(f"max_queue={self.max_queue} must be >= 1")
+        if self.queue_timeout_s <= 0:
+            raise ValueError(f"queue_timeout_s={self.queue_timeout_s} must be > 0")
 
 
 class DynamicBatcher(Generic[Item, Result]):
@@ -93,6 +113,8 @@ class DynamicBatcher(Generic[Item, Result]):
         self.death: str | None = None
         """Why the batcher gave up for good; None while it serves."""
         self.num_executions = 0
+        self.num_rejected = 0
+        """Requests refused for a full queue or an expired wait."""
         self.batch_stats: dict[int, list[int]] = {}
         """Per total batch size: [number of model calls, nanoseconds spent in them]."""
 
@@ -110,11 +132,36 @@ class DynamicBatcher(Generic[Item, Result]):
             # an empty batch has nothing to score, and would reach the model as a 0-row call
             raise InvalidArgument(f"model {self._key} got an empty batch (batch size {size}); "
                                   "send at least one row")
+        if len(self._pending) >= self.config.max_queue:
+            self.num_rejected += 1
+            raise Overloaded(f"model {self._key} is overloaded: its queue is full "
+                             f"({len(self._pending)} requests waiting, max_queue="
+                             f"{self.config.max_queue}); retry later, or raise "
+                             "dynamic_batching.max_queue in the manifest or `podium serve "
+                             "--max-queue`", param="max_queue")
         self._start()
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(item, size, self._signature_of(item), future))
+        pending = _Pending(item, size, self._signature_of(item), future)
+        self._pending.append(pending)
         self._arrived.set()
-        return await future
+        try:
+            # shielded: a timeout must not cancel a batch's result that is on its way
+            return await asyncio.wait_for(asyncio.shield(future), self.config.queue_timeout_s)
+        except TimeoutError:
+            if pending not in self._pending:  # its batch started: it is answered, not refused
+                return await future
+            self._pending.remove(pending)
+            future.cancel()
+            self.num_rejected += 1
+            raise Overloaded(f"model {self._key} is overloaded: this request waited "
+                             f"{self.config.queue_timeout_s:g}s in its queue without starting "
+                             "(queue_timeout_ms); retry later", param="queue_timeout_ms"
+                             ) from None
+        except asyncio.CancelledError:  # the client left: a queued request never runs
+            if pending in self._pending:
+                self._pending.remove(pending)
+                future.cancel()
+            raise
 
     async def close(self) -> None:
         """Stop the loop and the worker; requests still queued fail."""
@@ -172,7 +219,8 @@ class DynamicBatcher(Generic[Item, Result]):
                 await self._arrived.wait()
             try:
                 self._running = await self._form_batch()
-                await self._run(self._running)
+                if self._running:  # empty when every waiting request timed out or left
+                    await self._run(self._running)
             except Exception as exc:  # a fault of the loop itself: never let it end the loop
                 log.exception("the dynamic batcher of %s failed a batch", self._key)
                 # requests not yet in a batch fail too: what broke may be forming one
@@ -230,6 +278,8 @@ class DynamicBatcher(Generic[Item, Result]):
                      config.max_batch_size)
         deadline = self._pending[0].enqueued + config.max_queue_delay_s
         while True:
+            if not self._pending:
+                return []
             candidates = self._compatible()
             if sum(p.size for p in candidates) >= cut_at:
                 break
@@ -241,6 +291,8 @@ class DynamicBatcher(Generic[Item, Result]):
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except TimeoutError:
                 break
+        if not self._pending:
+            return []
         candidates = self._take_prefix(self._compatible())
         for pending in candidates:
             self._pending.remove(pending)

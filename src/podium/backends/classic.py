@@ -15,9 +15,16 @@ from typing import Any
 import numpy as np
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
-from podium.backends.batching import BatchingConfig, DynamicBatcher, batch_stats
+from podium.backends.batching import (
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_QUEUE_TIMEOUT_S,
+    BatchingConfig,
+    DynamicBatcher,
+    batch_stats,
+)
+from podium.backends.limits import resolve
 from podium.backends.outputs import check_outputs, to_output_array
-from podium.errors import BackendError, PackageError, PodiumError
+from podium.errors import BackendError, Overloaded, PackageError, PodiumError
 from podium.package.manifest import TensorSpec
 
 Arrays = dict[str, np.ndarray]
@@ -32,6 +39,9 @@ class ClassicBackend(Backend):
         self._outputs: list[TensorSpec] = list(self.manifest.outputs or [])
         self._batcher: DynamicBatcher[Arrays, Arrays] | None = None
         self.num_executions = 0
+        self._max_in_flight = DEFAULT_MAX_QUEUE
+        """Without a batcher: most requests in flight at once (the max_queue bound)."""
+        self._num_in_flight = 0
 
     # -- subclass hooks ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -58,11 +68,17 @@ class ClassicBackend(Backend):
             self._inputs = self._inputs or derived_inputs
             self._outputs = self._outputs or derived_outputs
         settings = self.manifest.dynamic_batching
+        limits = self.limits
+        self._max_in_flight = resolve(limits.max_queue, settings and settings.max_queue,
+                                      DEFAULT_MAX_QUEUE)
         if settings is not None and self.max_batch_size > 0:
             config = BatchingConfig(
                 max_batch_size=self.max_batch_size,
                 max_queue_delay_s=settings.max_queue_delay_us / 1e6,
-                preferred_batch_sizes=tuple(settings.preferred_batch_sizes))
+                preferred_batch_sizes=tuple(settings.preferred_batch_sizes),
+                max_queue=resolve(limits.max_queue, settings.max_queue, DEFAULT_MAX_QUEUE),
+                queue_timeout_s=resolve(limits.queue_timeout_ms, settings.queue_timeout_ms,
+                                        round(DEFAULT_QUEUE_TIMEOUT_S * 1000)) / 1000)
             self._batcher = DynamicBatcher(self._run_batch, config, size_of=_batch_size,
                                            signature_of=_signature, name=self.name,
                                            version=self.version)
@@ -84,15 +100,29 @@ class ClassicBackend(Backend):
         if self._batcher is not None:
             result = await self._batcher.submit(arrays)
         else:
-            (result,) = await asyncio.to_thread(self._run_batch, [arrays])
-            if isinstance(result, Exception):
-                raise result
+            result = await self._run_unbatched(arrays)
         outputs = [Tensor(spec.name, spec.datatype, result[spec.name]) for spec in self._outputs]
         response = InferenceResponse(outputs=outputs, id=request.id)
         check_outputs(response, self._outputs, self.max_batch_size, package=self.package.key,
                       batch_size=_batch_size(arrays) if self.max_batch_size > 0 else None,
                       complete=True)
         return response
+
+    async def _run_unbatched(self, arrays: Arrays) -> Arrays:
+        """One request, one model call in a worker thread; bounded like a batcher's queue."""
+        if self._num_in_flight >= self._max_in_flight:
+            raise Overloaded(f"model {self.package.key} is overloaded: {self._num_in_flight} "
+                             f"requests are in flight (max_queue={self._max_in_flight}); retry "
+                             "later, or raise max_queue in the manifest or `podium serve "
+                             "--max-queue`", param="max_queue")
+        self._num_in_flight += 1
+        try:
+            (result,) = await asyncio.to_thread(self._run_batch, [arrays])
+        finally:
+            self._num_in_flight -= 1
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     def is_alive(self) -> bool:
         return self._batcher is None or self._batcher.is_alive()

@@ -16,6 +16,12 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
+from podium.backends.limits import (
+    DEFAULT_MAX_NUM_QUEUED_REQS,
+    DEFAULT_MAX_NUM_QUEUED_TOKENS,
+    InstanceLimits,
+    resolve,
+)
 from podium.errors import BackendDead, BackendError, BootError, InvalidArgument, PackageError
 from podium.package.manifest import TensorSpec, VllmManifest
 
@@ -53,7 +59,7 @@ class VllmBackend(Backend):
                      "materialize` when announcing to keep this off the boot path)",
                      self.package.key)
             weights = (await asyncio.to_thread(cache.materialize, self.package)).path
-        self.args = build_engine_args(self.manifest, str(weights))
+        self.args = build_engine_args(self.manifest, str(weights), self.limits)
         # AsyncLLM's constructor blocks until the engine core is up (tens of seconds):
         # build it off the event loop so liveness keeps answering during boot.
         self.engine = await asyncio.to_thread(_start_engine, self.args)
@@ -130,7 +136,8 @@ class VllmBackend(Backend):
         self._check_alive()
         with self._engine_errors():
             return await vllm_contract.infer(self.engine, request, task=self.task,
-                                            sampling_params=self._sampling_params)
+                                            sampling_params=self._sampling_params,
+                                            caps=self.generation_caps)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         from podium.backends import vllm_contract
@@ -138,8 +145,16 @@ class VllmBackend(Backend):
         self._check_alive()
         with self._engine_errors():
             async for response in vllm_contract.infer_stream(
-                    self.engine, request, task=self.task, sampling_params=self._sampling_params):
+                    self.engine, request, task=self.task, sampling_params=self._sampling_params,
+                    caps=self.generation_caps):
                 yield response
+
+    @property
+    def generation_caps(self) -> Any:
+        """`n` and stop-list caps of KServe requests: the OpenAI routes' values."""
+        from podium.backends.vllm_checks import generation_caps
+
+        return generation_caps(self.limits, self.manifest.max_n)
 
     @contextlib.contextmanager
     def _engine_errors(self) -> Iterator[None]:
@@ -183,8 +198,10 @@ class VllmBackend(Backend):
             pass
 
 
-def build_engine_args(manifest: VllmManifest, weights_dir: str) -> Namespace:
-    """vLLM's own CLI namespace for this model, with the manifest's engine args applied."""
+def build_engine_args(manifest: VllmManifest, weights_dir: str,
+                      limits: InstanceLimits | None = None) -> Namespace:
+    """vLLM's own CLI namespace for this model, with the manifest's engine args applied and
+    vLLM's admission control on (limits: the flag's, else the package's, else the default)."""
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -201,6 +218,12 @@ def build_engine_args(manifest: VllmManifest, weights_dir: str) -> Namespace:
                                "argument; see `python -m vllm.entrypoints.openai.api_server "
                                "--help` for the names", param=f"engine_args.{key}")
         setattr(args, attr, value)
+    limits = limits or InstanceLimits()
+    args.max_num_queued_reqs = resolve(limits.max_num_queued_reqs, manifest.max_num_queued_reqs,
+                                       DEFAULT_MAX_NUM_QUEUED_REQS)
+    args.max_num_queued_tokens = resolve(limits.max_num_queued_tokens,
+                                         manifest.max_num_queued_tokens,
+                                         DEFAULT_MAX_NUM_QUEUED_TOKENS)
     return args
 
 

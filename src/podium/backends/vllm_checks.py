@@ -6,7 +6,13 @@ client has gone; it rejects out-of-vocabulary token ids, too many logprobs or a 
 the context only once the request reaches its input processor, with a `VLLMValidationError`
 that is no `ValueError`. Here each is a 400 naming the field, the value and the bound, checked
 against the engine's model config (`max_model_len`, `max_logprobs`, the vocabulary) and the
-prompt's length in tokens.
+prompt's length in tokens. `n` and the stop lists are bounded by the same caps as the OpenAI
+routes (`GenerationCaps`: the package's `max_n`, else `--max-n`; `--max-stop-strings`,
+`--max-stop-chars`), so both protocols refuse the same requests.
+
+vLLM's admission control (`max_num_queued_reqs`, `max_num_queued_tokens`) refuses a request
+with `QueueOverflowError` / `MaxQueuedTokensError` (vLLM answers 503); here that is
+`Overloaded`: 429 / RESOURCE_EXHAUSTED with Retry-After, on every path.
 """
 
 from __future__ import annotations
@@ -15,18 +21,17 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from podium.errors import InvalidArgument, NotFound
+from podium.backends.limits import InstanceLimits
+from podium.errors import InvalidArgument, NotFound, Overloaded
 
-MAX_N = 64
-"""Most sequences one request may ask for (`n`): each is a request inside the engine."""
 MAX_CANDIDATES = 256
 """Most candidates one scoring request may hold (each runs as its own engine request)."""
-MAX_STOP_STRINGS = 64
-"""Most `stop` strings per request (each is matched against every new token)."""
-MAX_STOP_STRING_CHARS = 1024
-"""Longest `stop` string."""
+OVERLOAD_RETRY_AFTER_S = 1.0
+"""What a refusal by the engine's admission control tells the client to wait."""
+_STRING_LISTS = ("stop", "bad_words")
 _INT64 = 2**63
 _TOKEN_ID_FIELDS = ("stop_token_ids", "allowed_token_ids")
 _LOGPROB_FIELDS = ("logprobs", "prompt_logprobs")
@@ -34,7 +39,30 @@ _LOGPROB_FIELDS = ("logprobs", "prompt_logprobs")
 _INLINE_TOKENIZE_CHARS = 4096
 
 
-async def check_generation(engine: Any, prompt: str, kwargs: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class GenerationCaps:
+    """What one generation request may ask for; the OpenAI routes enforce the same values."""
+
+    max_n: int = InstanceLimits.max_n
+    """Sequences per request (each is a request inside the engine)."""
+    max_stop_strings: int = InstanceLimits.max_stop_strings
+    """Entries of stop, stop_token_ids and bad_words, each."""
+    max_stop_chars: int = InstanceLimits.max_stop_chars
+    """Characters of one stop string or bad word."""
+    n_from_package: bool = False
+    """True when `max_n` is the package's own (the fix the message names differs)."""
+
+
+def generation_caps(limits: InstanceLimits, package_max_n: int | None) -> GenerationCaps:
+    """The instance's caps, with the package's `max_n` in place of `--max-n` when it has one."""
+    return GenerationCaps(
+        max_n=limits.max_n if package_max_n is None else package_max_n,
+        max_stop_strings=limits.max_stop_strings, max_stop_chars=limits.max_stop_chars,
+        n_from_package=package_max_n is not None)
+
+
+async def check_generation(engine: Any, prompt: str, kwargs: dict[str, Any],
+                           caps: GenerationCaps = GenerationCaps()) -> None:
     """The sampling keyword arguments and the prompt fit the model; else a 400 naming why."""
     config = engine.model_config
     context = int(config.max_model_len)
@@ -59,14 +87,16 @@ async def check_generation(engine: Any, prompt: str, kwargs: dict[str, Any]) -> 
             raise InvalidArgument(f"max_tokens={max_tokens} exceeds the model's context of "
                                   f"{context} (prompt uses {num_prompt}); ask for at most "
                                   f"{context - num_prompt}", param="max_tokens")
-    _check_counts(kwargs, vocab, int(config.max_logprobs))
+    _check_counts(kwargs, vocab, int(config.max_logprobs), caps)
     for key in _TOKEN_ID_FIELDS:
         for token_id in kwargs.get(key) or []:
             if isinstance(token_id, bool) or not isinstance(token_id, int) or \
                     not 0 <= token_id < vocab:
                 raise InvalidArgument(f"{key} holds {token_id!r}, which is not a token id of "
                                       f"this model (0 to {vocab - 1})", param=key)
-    _check_stop(kwargs.get("stop"))
+    for key in _STRING_LISTS:
+        _check_strings(key, kwargs.get(key), caps)
+    _check_count("stop_token_ids", kwargs.get("stop_token_ids"), caps)
 
 
 def check_scoring(engine: Any, context_ids: list[int], candidate_ids: list[list[int]]) -> None:
@@ -101,10 +131,14 @@ def _check_text(kwargs: dict[str, Any]) -> None:
             stack.extend((key, item) for item in value)
 
 
-def _check_counts(kwargs: dict[str, Any], vocab: int, max_logprobs: int) -> None:
+def _check_counts(kwargs: dict[str, Any], vocab: int, max_logprobs: int,
+                  caps: GenerationCaps) -> None:
     n = kwargs.get("n")
-    if n is not None and n > MAX_N:
-        raise InvalidArgument(f"n={n} asks for more than {MAX_N} sequences", param="n")
+    if n is not None and n > caps.max_n:
+        how = ("raise it with max_n in the package's manifest" if caps.n_from_package else
+               "raise it with `podium serve --max-n`, or with max_n in the package's manifest")
+        raise InvalidArgument(f"n={n} exceeds this model's cap of {caps.max_n} sequences per "
+                              f"request; lower n, or {how}", param="n")
     top_k = kwargs.get("top_k")
     if top_k is not None and top_k > vocab:
         raise InvalidArgument(f"top_k={top_k} exceeds the vocabulary of {vocab} tokens; use "
@@ -117,21 +151,26 @@ def _check_counts(kwargs: dict[str, Any], vocab: int, max_logprobs: int) -> None
                                   "(the package's engine_args max_logprobs)", param=key)
 
 
-def _check_stop(stop: Any) -> None:
-    if stop is None:
+def _check_strings(key: str, value: Any, caps: GenerationCaps) -> None:
+    if value is None:
         return
-    if isinstance(stop, str):  # vLLM's SamplingParams takes one string as a one-item list
-        stop = [stop]
-    if len(stop) > MAX_STOP_STRINGS:
-        raise InvalidArgument(f"stop lists {len(stop)} strings, over the limit of "
-                              f"{MAX_STOP_STRINGS}", param="stop")
-    for item in stop:
+    if isinstance(value, str):  # vLLM's SamplingParams takes one string as a one-item list
+        value = [value]
+    _check_count(key, value, caps)
+    for item in value:
         if not isinstance(item, str) or not item:
-            raise InvalidArgument(f"stop holds {item!r}; each stop must be a non-empty string",
-                                  param="stop")
-        if len(item) > MAX_STOP_STRING_CHARS:
-            raise InvalidArgument(f"a stop string of {len(item)} characters is over the limit "
-                                  f"of {MAX_STOP_STRING_CHARS}", param="stop")
+            raise InvalidArgument(f"{key} holds {item!r}; each entry must be a non-empty "
+                                  "string", param=key)
+        if len(item) > caps.max_stop_chars:
+            raise InvalidArgument(f"{key} holds a string of {len(item)} characters, over the "
+                                  f"limit of {caps.max_stop_chars} (--max-stop-chars)",
+                                  param=key)
+
+
+def _check_count(key: str, values: Any, caps: GenerationCaps) -> None:
+    if isinstance(values, list | tuple) and len(values) > caps.max_stop_strings:
+        raise InvalidArgument(f"{key} has {len(values)} entries, over the limit of "
+                              f"{caps.max_stop_strings} (--max-stop-strings)", param=key)
 
 
 async def _num_tokens(engine: Any, prompt: str) -> int:
@@ -162,6 +201,8 @@ def engine_rejections() -> Iterator[None]:
     except Exception as exc:
         from vllm.exceptions import VLLMClientError, VLLMNotFoundError
 
+        if (overloaded := admission_refusal(exc)) is not None:
+            raise overloaded from exc
         if isinstance(exc, VLLMNotFoundError):
             raise NotFound(str(exc)) from exc
         if isinstance(exc, VLLMClientError):
@@ -170,5 +211,44 @@ def engine_rejections() -> Iterator[None]:
         raise
 
 
-__all__ = ["MAX_CANDIDATES", "MAX_N", "MAX_STOP_STRINGS", "MAX_STOP_STRING_CHARS",
-           "check_generation", "check_scoring", "engine_rejections", "nesting_limit"]
+def admission_refusal(exc: BaseException) -> Overloaded | None:
+    """vLLM's admission-control refusal as Overloaded; None for any other exception."""
+    from vllm.exceptions import MaxQueuedTokensError, QueueOverflowError
+
+    if isinstance(exc, QueueOverflowError):
+        limit = "max_num_queued_reqs"
+        what = "requests"
+    elif isinstance(exc, MaxQueuedTokensError):
+        limit = "max_num_queued_tokens"
+        what = "prompt tokens waiting for prefill"
+    else:
+        return None
+    return overloaded(limit, what)
+
+
+def overloaded(limit: str, what: str) -> Overloaded:
+    """The 429 of a full engine, naming the limit and where it is set."""
+    return Overloaded(f"the engine is overloaded: it holds as many {what} as its limit allows "
+                      f"({limit}); retry later, or raise {limit} in the package's manifest or "
+                      f"`podium serve --{limit.replace('_', '-')}`",
+                      retry_after_s=OVERLOAD_RETRY_AFTER_S, param=limit)
+
+
+def admission_response(response: Any) -> Overloaded | None:
+    """Overloaded when vLLM's OpenAI layer turned an admission refusal into its own error
+    response (a 503 with the refusal's message); None for any other response."""
+    from vllm.exceptions import MaxQueuedTokensError, QueueOverflowError
+
+    error = getattr(response, "error", None)
+    if error is None or getattr(error, "code", None) != 503:
+        return None
+    for cls in (QueueOverflowError, MaxQueuedTokensError):
+        refusal = cls()
+        if error.message == refusal.message:
+            return admission_refusal(refusal)
+    return None
+
+
+__all__ = ["MAX_CANDIDATES", "GenerationCaps", "admission_refusal", "admission_response",
+           "check_generation", "check_scoring", "engine_rejections", "generation_caps",
+           "nesting_limit"]

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from podium.backends.base import InferenceRequest, InferenceResponse
+from podium.backends.vllm_checks import GenerationCaps
 from podium.backends.vllm_embeddings import EMBED_INPUTS, EMBED_OUTPUTS, embed, vllm_pooling_params
 from podium.backends.vllm_generate import (
     GENERATE_INPUTS,
@@ -48,19 +49,21 @@ def optional_inputs(task: str = "generate") -> frozenset[str]:
 
 async def infer(engine: EngineClient, request: InferenceRequest, *, task: str = "generate",
                 sampling_params: SamplingFactory = vllm_sampling_params,
-                pooling_params: Callable[[], Any] = vllm_pooling_params) -> InferenceResponse:
+                pooling_params: Callable[[], Any] = vllm_pooling_params,
+                caps: GenerationCaps = GenerationCaps()) -> InferenceResponse:
     """One response: generation (stream must be false), scoring, or embeddings."""
     if task == "embed":
         return await embed(engine, request, pooling_params=pooling_params)
     if is_scoring(request):
         return await score(engine, request, sampling_params=sampling_params)
-    return await generate_once(engine, request, sampling_params=sampling_params)
+    return await generate_once(engine, request, sampling_params=sampling_params, caps=caps)
 
 
 async def infer_stream(engine: EngineClient, request: InferenceRequest, *,
                        task: str = "generate",
                        sampling_params: SamplingFactory = vllm_sampling_params,
-                       pooling_params: Callable[[], Any] = vllm_pooling_params
+                       pooling_params: Callable[[], Any] = vllm_pooling_params,
+                       caps: GenerationCaps = GenerationCaps()
                        ) -> AsyncIterator[InferenceResponse]:
     """Decoupled: deltas while generating when stream=true, else one response."""
     if task == "embed":
@@ -68,5 +71,6 @@ async def infer_stream(engine: EngineClient, request: InferenceRequest, *,
     elif is_scoring(request):
         yield await score(engine, request, sampling_params=sampling_params)
     else:
-        async for response in generate(engine, request, sampling_params=sampling_params):
+        async for response in generate(engine, request, sampling_params=sampling_params,
+                                       caps=caps):
             yield response

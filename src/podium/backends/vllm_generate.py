@@ -54,7 +54,8 @@ class EngineClient(Protocol):
 
 
 async def generate(engine: EngineClient, request: InferenceRequest, *,
-                   sampling_params: SamplingFactory = vllm_sampling_params
+                   sampling_params: SamplingFactory = vllm_sampling_params,
+                   caps: checks.GenerationCaps = checks.GenerationCaps()
                    ) -> AsyncIterator[InferenceResponse]:
     """Run one prompt; stream=true yields text deltas, else a single final response."""
     prompt = read_text(request, "text_input", required=True)
@@ -62,7 +63,7 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
     exclude_input = read_flag(request, "exclude_input_in_output")
     with checks.nesting_limit("sampling_parameters"):
         kwargs = parse_sampling_parameters(request)
-    await checks.check_generation(engine, prompt, kwargs)
+    await checks.check_generation(engine, prompt, kwargs, caps)
     params = build_sampling_params(sampling_params, kwargs)
     request_id = request.id or uuid.uuid4().hex
     sent: list[int] = []
@@ -84,14 +85,16 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
 
 
 async def generate_once(engine: EngineClient, request: InferenceRequest, *,
-                        sampling_params: SamplingFactory = vllm_sampling_params
+                        sampling_params: SamplingFactory = vllm_sampling_params,
+                        caps: checks.GenerationCaps = checks.GenerationCaps()
                         ) -> InferenceResponse:
     """The final response of a non-streaming generation (stream must be false)."""
     if read_flag(request, "stream"):
         raise InvalidArgument("stream=true needs a streaming call: gRPC ModelStreamInfer or "
                               "POST /v2/models/{m}/generate_stream", param="stream")
     last = None
-    async for response in generate(engine, request, sampling_params=sampling_params):
+    async for response in generate(engine, request, sampling_params=sampling_params,
+                                   caps=caps):
         last = response
     assert last is not None  # generate always yields its final response
     return last

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from podium.errors.render import grpc_status, problem_of
+from podium.errors.render import grpc_status, problem_of, retry_after
 
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
 
@@ -75,4 +75,6 @@ async def abort(context: grpc.aio.ServicerContext, exc: Exception) -> None:
     if isinstance(exc, grpc.aio.AbortError):
         raise exc
     code, details = grpc_status(problem_of(exc))
+    if (seconds := retry_after(exc)) is not None:  # overload: when to come back, as over HTTP
+        context.set_trailing_metadata((("retry-after", seconds),))
     await context.abort(grpc.StatusCode[code], details)

@@ -194,6 +194,10 @@ async def _call(serving: Any, endpoint: Endpoint, request_model: Any, request: R
     except Exception as exc:  # vLLM signals bad input by raising; it maps the class itself
         from vllm.exceptions import VLLMError
 
+        from podium.backends.vllm_checks import admission_refusal
+
+        if (refusal := admission_refusal(exc)) is not None:
+            raise refusal from exc  # 429 + Retry-After, not vLLM's 503
         response = create_error_response(exc)
         if response.error.code >= 500 and not isinstance(exc, VLLMError):
             raise  # a bug, not vLLM's verdict: a 500 naming the request id, never its text
@@ -229,6 +233,10 @@ async def _respond(result: Any, stack: AsyncExitStack, hidden_usage: bool = Fals
 
     if isinstance(result, ErrorResponse):
         await stack.aclose()
+        from podium.backends.vllm_checks import admission_response
+
+        if (refusal := admission_response(result)) is not None:
+            raise refusal  # refused inside vLLM's serving class, which answered it itself
         return JSONResponse(result.model_dump(), status_code=result.error.code)
     if isinstance(result, Response):
         await stack.aclose()

@@ -49,6 +49,14 @@ class DynamicBatching(_Strict):
                                     description="Longest a request waits for a batch to fill.")
     preferred_batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(
         default_factory=list, description="Batch sizes to cut at when reached before the delay.")
+    max_queue: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="Most requests waiting for a batch; one more is refused with 429 / "
+        "RESOURCE_EXHAUSTED. None: the instance's --max-queue (1024).")
+    queue_timeout_ms: int | None = Field(
+        default=None, ge=1, le=3_600_000,
+        description="Longest a request waits for its batch to start before it is refused "
+        "with 429 / RESOURCE_EXHAUSTED. None: the instance's --queue-timeout-ms (30000).")
 
 
 class WeightsFromPackage(_Strict):
@@ -113,8 +121,18 @@ class VllmManifest(_ManifestBase):
         "true}; names as in vLLM's EngineArgs.")
     max_n: int | None = Field(
         default=None, ge=1, le=16384,
-        description="Most completions one OpenAI request may ask for (n); None: the "
-        "instance's --max-n (16). Each is a sequence in the engine's batch.")
+        description="Most completions one request (OpenAI or KServe) may ask for (n); None: "
+        "the instance's --max-n (16). Each is a sequence in the engine's batch.")
+    max_num_queued_reqs: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="Requests the engine holds, waiting and running (n>1 counts n), before "
+        "it refuses more with 429 / RESOURCE_EXHAUSTED (vLLM's admission control). None: the "
+        "instance's --max-num-queued-reqs (256).")
+    max_num_queued_tokens: int | None = Field(
+        default=None, ge=1, le=1 << 40,
+        description="Prompt tokens of requests still in prefill the engine holds before it "
+        "refuses more with 429 / RESOURCE_EXHAUSTED; bounds time to first token. None: the "
+        "instance's --max-num-queued-tokens (65536).")
 
     @field_validator("engine_args")
     @classmethod
@@ -124,6 +142,10 @@ class VllmManifest(_ManifestBase):
                 raise ValueError(
                     f"engine_args.{key} is set by Podium from the package; remove it "
                     "(use `weights`/`tokenizer`/`name` instead)")
+        for key in ("max_num_queued_reqs", "max_num_queued_tokens"):
+            if key in value or key.replace("_", "-") in value:
+                raise ValueError(f"engine_args.{key} is set by Podium; move it to the "
+                                 f"manifest's top-level `{key}`")
         return value
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from podium.backends import create_backend
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
+from podium.backends.limits import InstanceLimits
 from podium.errors import BackendDead, BackendError, Conflict, NotFound, PodiumError, Unavailable
 from podium.metrics import request_log
 from podium.metrics.server import observe_load
@@ -50,6 +51,8 @@ class ModelRepository:
         """The `--repository` directory, rescanned when a model is loaded by name."""
         self.on_dead: Callable[[ModelEntry], None] | None = None
         """Called once per entry whose engine died (the instance stops)."""
+        self.limits = InstanceLimits()
+        """The instance's queue bounds and request caps, handed to every backend it loads."""
         self._changes = asyncio.Lock()
         self._failures: dict[tuple[str, str], str] = {}
         """Why the last load of name@version failed, for the repository index."""
@@ -182,6 +185,7 @@ class ModelRepository:
                            f"{existing.state.lower()}")
         entry = ModelEntry(backend or create_backend(package))
         entry.backend.bind_repository(self)  # python models call other models through it
+        entry.backend.limits = self.limits
         self._entries.setdefault(name, {})[version] = entry
         self.packages[package.key] = package
         self._failures.pop((name, version), None)

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, FilePath, PrivateAttr, SecretStr
 
 from podium.auth_keys import Access, KeyConfig
+from podium.backends.limits import InstanceLimits
 from podium.frontends import kserve_limits as kserve
 from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
 from podium.frontends.json_body import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_JSON_DEPTH
@@ -66,14 +67,31 @@ class ServerConfig(BaseModel):
                                         ge=1024, description="Largest gRPC message received "
                                         "(RESOURCE_EXHAUSTED past it).")
     max_n: int = Field(default=OpenAILimits.max_n, ge=1, le=16384,
-                       description="Completions per OpenAI request (n) unless a package sets "
-                       "its own max_n.")
+                       description="Completions per LLM request (n, OpenAI and KServe) "
+                       "unless a package sets its own max_n.")
     max_stop_strings: int = Field(default=OpenAILimits.max_stop_strings, ge=1, le=4096,
                                   description="Entries of stop, stop_token_ids, bad_words.")
     max_stop_chars: int = Field(default=OpenAILimits.max_stop_chars, ge=1, le=1 << 20,
                                 description="Characters of one stop string or bad word.")
     max_messages: int = Field(default=OpenAILimits.max_messages, ge=1, le=1 << 20,
                               description="Entries of an OpenAI request's messages.")
+    max_queue: int | None = Field(default=None, ge=1, le=1_000_000,
+                                  description="Requests one model's dynamic batcher lets wait "
+                                  "(429 past it); overrides every package's; default: the "
+                                  "package's dynamic_batching.max_queue, else 1024.")
+    queue_timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000,
+                                         description="Longest a request waits for its batch "
+                                         "before a 429; overrides every package's; default: "
+                                         "the package's, else 30000.")
+    max_num_queued_reqs: int | None = Field(default=None, ge=1, le=1_000_000,
+                                            description="Requests one vLLM engine holds, "
+                                            "waiting and running, before a 429; overrides "
+                                            "every package's; default: the package's, else "
+                                            "256.")
+    max_num_queued_tokens: int | None = Field(default=None, ge=1, le=1 << 40,
+                                              description="Prompt tokens in prefill one vLLM "
+                                              "engine holds before a 429; overrides every "
+                                              "package's; default: the package's, else 65536.")
     shutdown_timeout_s: float = Field(default=30.0, ge=0,
                                       description="How long SIGTERM may take in all (requests, "
                                       "then unloading); then the process tree is killed.")
@@ -104,6 +122,14 @@ class ServerConfig(BaseModel):
             max_body_bytes=self.max_body_bytes, max_inflated_bytes=self.max_inflated_bytes,
             max_json_depth=self.max_json_depth, max_tensors=self.max_tensors,
             max_elements=self.max_elements, grpc_max_message_bytes=self.grpc_max_message_bytes)
+
+    def instance_limits(self) -> InstanceLimits:
+        """The admission settings and request caps every backend applies."""
+        return InstanceLimits(
+            max_queue=self.max_queue, queue_timeout_ms=self.queue_timeout_ms,
+            max_num_queued_reqs=self.max_num_queued_reqs,
+            max_num_queued_tokens=self.max_num_queued_tokens, max_n=self.max_n,
+            max_stop_strings=self.max_stop_strings, max_stop_chars=self.max_stop_chars)
 
     def openai_limits(self) -> OpenAILimits:
         """The bounds the OpenAI routes enforce."""

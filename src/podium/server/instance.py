@@ -40,6 +40,7 @@ class Instance:
         # a load over the API rescans --repository, finding packages added after boot
         self.repository.root = self.config.repository
         self.repository.on_dead = self._engine_died
+        self.repository.limits = self.config.instance_limits()
 
     def is_ready(self) -> bool:
         """Ready: booted, not draining, and every model loaded."""

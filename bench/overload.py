@@ -1,0 +1,246 @@
+"""Overload: offered load at 4x measured capacity against one LLM instance, Podium vs
+`vllm serve` with its defaults vs `vllm serve --max-num-queued-reqs` set to Podium's limit.
+
+    .venv/bin/python bench/overload.py [--seconds 60] [--factor 4] [--concurrency 16]
+                                       [--queued-reqs 32] [--servers podium,vllm,vllm-limited]
+
+For each server, in turn, on the same model (the default package, smollm2-135m-instruct, with
+its engine args for all three so only admission differs):
+
+1. capacity: a closed loop of `--concurrency` clients for `--capacity-seconds`; capacity is the
+   completed requests per second, and its p99 TTFT the baseline;
+2. spike: open-loop arrivals (Poisson) at `--factor` x capacity for `--seconds`, each a streamed
+   `/v1/completions` (128 prompt words, `--max-tokens` out);
+3. recovery: arrivals back at capacity; recovery is the time from the end of the spike until a
+   one-second window's p99 TTFT is within 1.5x of the baseline again.
+
+Reports per server: share answered 2xx, p99 TTFT of the admitted, median and p99 time to answer
+a rejected one, 5xx count, recovery seconds; then Podium's ratios against the targets
+(admitted p99 TTFT <= 2x its capacity p99 and <= 0.5x `vllm serve`'s, rejections <= 50 ms,
+0 5xx, recovery <= 5 s). A stream that starts with 200 and then carries an error event counts
+as an error of its status (vLLM's in-stream overload error counts as 5xx: its code is 503).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from gateway_llm import child  # noqa: E402
+from gateway_overhead import free_port  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+PROMPT = " ".join(["word"] * 128)
+
+
+@dataclass
+class Answer:
+    """One request's outcome."""
+
+    sent: float
+    status: int
+    seconds: float
+    """To the first token (admitted) or to the refusal."""
+    ok: bool
+
+
+async def one(client: httpx.AsyncClient, url: str, max_tokens: int) -> Answer:
+    """A streamed completion: status, time to the first content chunk, whether it ended well."""
+    sent = time.monotonic()
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens, "stream": True,
+            "ignore_eos": True}
+    try:
+        async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                await r.aread()
+                return Answer(sent, r.status_code, time.monotonic() - sent, False)
+            first = None
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[6:])
+                if "error" in event:  # an error after the 200: its own code counts
+                    code = int(event["error"].get("code") or 500)
+                    return Answer(sent, code, time.monotonic() - sent, False)
+                first = first or time.monotonic()
+            return Answer(sent, 200, (first or time.monotonic()) - sent, True)
+    except httpx.HTTPError:
+        return Answer(sent, 599, time.monotonic() - sent, False)
+
+
+async def closed_loop(url: str, concurrency: int, seconds: float, max_tokens: int
+                      ) -> list[Answer]:
+    answers: list[Answer] = []
+    deadline = time.monotonic() + seconds
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=None)) as c:
+        async def worker() -> None:
+            while time.monotonic() < deadline:
+                answers.append(await one(c, url, max_tokens))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return answers
+
+
+async def open_loop(url: str, phases: list[tuple[float, float]], max_tokens: int,
+                    seed: int = 0) -> list[Answer]:
+    """Poisson arrivals, `phases` of (rate per second, seconds) one after another."""
+    rng = random.Random(seed)
+    tasks: list[asyncio.Task[Answer]] = []
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=None)) as c:
+        for rate, seconds in phases:
+            end = time.monotonic() + seconds
+            while (now := time.monotonic()) < end:
+                tasks.append(asyncio.create_task(one(c, url, max_tokens)))
+                await asyncio.sleep(max(0.0, rng.expovariate(rate) - (time.monotonic() - now)))
+        return list(await asyncio.gather(*tasks))
+
+
+def p99(values: list[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
+    """Capacity, the spike and the recovery against one ready server."""
+    asyncio.run(closed_loop(url, 2, 3, opts.max_tokens))  # warm up
+    base = asyncio.run(closed_loop(url, opts.concurrency, opts.capacity_seconds,
+                                   opts.max_tokens))
+    admitted = [a for a in base if a.ok]
+    capacity = len(admitted) / opts.capacity_seconds
+    base_p99 = p99([a.seconds for a in admitted])
+    spike_end_offset = opts.seconds
+    started = time.monotonic()
+    answers = asyncio.run(open_loop(url, [(opts.factor * capacity, opts.seconds),
+                                          (capacity, opts.recovery_seconds)], opts.max_tokens))
+    spike = [a for a in answers if a.sent - started < spike_end_offset]
+    after = [a for a in answers if a.sent - started >= spike_end_offset]
+    ok = [a for a in spike if a.ok]
+    rejected = [a.seconds for a in spike if a.status == 429 or (a.status == 503 and
+                                                                 a.seconds < 1)]
+    return {
+        "capacity_rps": round(capacity, 2), "capacity_p99_ttft_s": round(base_p99, 3),
+        "offered": len(spike), "share_2xx": round(len(ok) / max(1, len(spike)), 3),
+        "admitted_p99_ttft_s": round(p99([a.seconds for a in ok]), 3),
+        "rejected": len(rejected),
+        "reject_median_ms": round(statistics.median(rejected) * 1000, 1) if rejected else None,
+        "reject_p99_ms": round(p99(rejected) * 1000, 1) if rejected else None,
+        "num_5xx": sum(1 for a in spike + after if a.status >= 500),
+        "statuses": {str(s): sum(1 for a in spike if a.status == s)
+                     for s in sorted({a.status for a in spike})},
+        "recovery_s": recovery(after, started + spike_end_offset, base_p99),
+    }
+
+
+def recovery(after: list[Answer], spike_end: float, base_p99: float) -> float | None:
+    """Seconds from the spike's end to the first one-second window (by send time) whose
+    admitted p99 TTFT is within 1.5x the baseline; None if none was."""
+    windows: dict[int, list[float]] = {}
+    for a in after:
+        if a.ok:
+            windows.setdefault(int(a.sent - spike_end), []).append(a.seconds)
+    for second in sorted(windows):
+        if p99(windows[second]) <= 1.5 * base_p99:
+            return float(second)
+    return None
+
+
+def servers(opts: argparse.Namespace, package_root: Path, model_dir: Path, engine_args: dict
+            ) -> dict[str, list[str]]:
+    """The command of each server, by name, with `{port}` to fill in."""
+    vllm = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+            str(model_dir), "--served-model-name", MODEL, "--host", "127.0.0.1", "--port",
+            "{port}", "--disable-uvicorn-access-log"]
+    for key, value in engine_args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            vllm.append(flag)
+        elif value is False:
+            vllm.append("--no-" + key.replace("_", "-"))
+        else:
+            vllm += [flag, str(value)]
+    return {
+        "podium": [sys.executable, "-m", "podium.cli", "serve", str(package_root), "--host",
+                   "127.0.0.1", "--http-port", "{port}", "--grpc-port", "-1",
+                   "--max-num-queued-reqs", str(opts.queued_reqs)],
+        "vllm": vllm,
+        "vllm-limited": [*vllm, "--max-num-queued-reqs", str(opts.queued_reqs)],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60, help="length of the spike")
+    parser.add_argument("--factor", type=float, default=4, help="spike rate / capacity")
+    parser.add_argument("--capacity-seconds", type=float, default=20)
+    parser.add_argument("--recovery-seconds", type=float, default=20)
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="clients of the closed loop that measures capacity")
+    parser.add_argument("--queued-reqs", type=int, default=32,
+                        help="max_num_queued_reqs of Podium and of the limited vllm serve")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--servers", default="podium,vllm,vllm-limited")
+    opts = parser.parse_args()
+
+    home = Path(os.environ.get("PODIUM_HOME", ROOT / ".podium"))
+    env = {**os.environ, "PODIUM_HOME": str(home), "HF_HUB_OFFLINE": "1",
+           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+    os.environ.update(env)
+    from podium.package.cache import ModelCache
+    from podium.package.defaults import write_default_package
+
+    package = write_default_package()
+    model_dir = ModelCache().materialize(package).path
+    commands = servers(opts, package.root, model_dir, dict(package.manifest.engine_args))
+    logs = Path(tempfile.mkdtemp(prefix="podium-overload-"))
+    print(f"{MODEL}: spike {opts.factor}x capacity for {opts.seconds}s, max_num_queued_reqs "
+          f"{opts.queued_reqs}; logs in {logs}", flush=True)
+    results: dict[str, dict[str, Any]] = {}
+    for name in opts.servers.split(","):
+        port = free_port()
+        command = [part.replace("{port}", str(port)) for part in commands[name]]
+        url = f"http://127.0.0.1:{port}"
+        ready = url + ("/health/ready" if name == "podium" else "/health")
+        with child(command, ready, logs / f"{name}.log", env):
+            results[name] = measure(url, opts)
+        print(json.dumps({"server": name, **results[name]}), flush=True)
+    report(results)
+    return 0
+
+
+def report(results: dict[str, dict[str, Any]]) -> None:
+    keys = ["share_2xx", "capacity_p99_ttft_s", "admitted_p99_ttft_s", "reject_p99_ms",
+            "num_5xx", "recovery_s"]
+    print(f"\n{'server':<14}" + "".join(f"{k:>22}" for k in keys))
+    for name, r in results.items():
+        print(f"{name:<14}" + "".join(f"{r[k]!s:>22}" for k in keys))
+    mine = results.get("podium")
+    if mine is None:
+        return
+    print(f"\npodium admitted p99 / its capacity p99: "
+          f"{mine['admitted_p99_ttft_s'] / mine['capacity_p99_ttft_s']:.2f}x (target <= 2x)")
+    if "vllm" in results:
+        print(f"podium admitted p99 / vllm serve's: "
+              f"{mine['admitted_p99_ttft_s'] / results['vllm']['admitted_p99_ttft_s']:.2f}x "
+              "(target <= 0.5x)")
+    print(f"podium rejections p99: {mine['reject_p99_ms']} ms (target <= 50); 5xx: "
+          f"{mine['num_5xx']} (target 0); recovery: {mine['recovery_s']} s (target <= 5)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The instance's bounds a backend applies (`podium serve` flags): queue admission and the
+caps on what one LLM request may ask.
+
+Admission settings resolve in one order everywhere: a flag given to `podium serve` wins (the
+operator knows the machine), else the package's manifest, else the default here. Request caps
+follow the OpenAI routes' rule instead: the package's `max_n` wins over `--max-n`, so both
+protocols refuse the same requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_MAX_NUM_QUEUED_REQS = 256
+"""Requests one vLLM engine holds (waiting and running) before it refuses more."""
+DEFAULT_MAX_NUM_QUEUED_TOKENS = 65536
+"""Prompt tokens of requests still in prefill one vLLM engine holds before it refuses more."""
+
+
+@dataclass(frozen=True)
+class InstanceLimits:
+    """What `podium serve` was told, for every backend it loads; None: not given."""
+
+    max_queue: int | None = None
+    """Overrides every package's `dynamic_batching.max_queue` (`--max-queue`)."""
+    queue_timeout_ms: int | None = None
+    """Overrides every package's `dynamic_batching.queue_timeout_ms` (`--queue-timeout-ms`)."""
+    max_num_queued_reqs: int | None = None
+    """Overrides every LLM package's `max_num_queued_reqs` (`--max-num-queued-reqs`)."""
+    max_num_queued_tokens: int | None = None
+    """Overrides every LLM package's `max_num_queued_tokens` (`--max-num-queued-tokens`)."""
+    max_n: int = 16
+    """Sequences per LLM request unless the package's `max_n` says otherwise (`--max-n`)."""
+    max_stop_strings: int = 16
+    """Entries of stop, stop_token_ids and bad_words, each (`--max-stop-strings`)."""
+    max_stop_chars: int = 1024
+    """Characters of one stop string or bad word (`--max-stop-chars`)."""
+
+
+def resolve(flag: int | None, package: int | None, default: int) -> int:
+    """The setting in force: the flag's, else the package's, else the default."""
+    if flag is not None:
+        return flag
+    return default if package is None else package
