@@ -269,8 +269,10 @@ class ConstraintBatch:
             return self._compiled_allowed(slots)
         py = self.form[slots] == PYTHON
         at = np.flatnonzero(~py)
-        rows, tokens = self._compiled_allowed(slots[at])
-        parts_r, parts_t = [at[rows]], [tokens]
+        parts_r, parts_t = [], []
+        if len(at):
+            rows, tokens = self._compiled_allowed(slots[at])
+            parts_r, parts_t = [at[rows]], [tokens]
         for c, m in self._python_groups(slots[py]):
             where = np.flatnonzero(py)[m]
             r, t = self._python_allowed(c, slots[where])
@@ -317,8 +319,9 @@ class ConstraintBatch:
         slots = np.ascontiguousarray(slots, dtype=np.int64)
         py = self.form[slots] == PYTHON if self._num_py else None
         compiled = slots if py is None else slots[~py]
-        bk.restart(compiled, self.form, self.state, self.count, self.consumed, self.last_token,
-                   self.meta, self._lists["base_alive"], self._alive)
+        if len(compiled):
+            bk.restart(compiled, self.form, self.state, self.count, self.consumed,
+                       self.last_token, self.meta, self._lists["base_alive"], self._alive)
         if py is not None and py.any():
             for c, m in self._python_groups(slots[py]):
                 at = slots[py][m]
@@ -332,10 +335,11 @@ class ConstraintBatch:
         py = self.form[slots] == PYTHON if self._num_py else None
         compiled = slots if py is None else slots[~py]
         li = self._lists
-        bk.advance(compiled, tokens if py is None else tokens[~py], self.form, self.state,
-                   self.count, self.consumed, self.last_token, self.meta, li["offsets"],
-                   li["tokens"], li["targets"], li["guard"], li["item_of_node"],
-                   li["path_offsets"], li["path_nodes"], self._alive)
+        if len(compiled):
+            bk.advance(compiled, tokens if py is None else tokens[~py], self.form, self.state,
+                       self.count, self.consumed, self.last_token, self.meta, li["offsets"],
+                       li["tokens"], li["targets"], li["guard"], li["item_of_node"],
+                       li["path_offsets"], li["path_nodes"], self._alive)
         if py is not None and py.any():
             at, toks = slots[py], tokens[py]
             for c, m in self._python_groups(at):

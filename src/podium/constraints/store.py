@@ -28,7 +28,7 @@ def form_key(tokenizer_fingerprint: str, normalized_json: str) -> str:
     """The content hash naming the compiled form of a spec for one tokenizer."""
     h = hashlib.sha256(tokenizer_fingerprint.encode())
     h.update(b"\0")
-    h.update(normalized_json.encode())
+    h.update(normalized_json.encode("utf-8", "surrogatepass"))
     return h.hexdigest()[:40]
 
 
