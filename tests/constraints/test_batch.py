@@ -116,10 +116,10 @@ def test_many_specs_step_in_one_compiled_call_each(monkeypatch: pytest.MonkeyPat
         for i in range(65):
             options = sorted(tokens[rows == i].tolist())
             mine = alone[i if i < 64 else 0]
-            r0, t0 = mine.allowed(np.array([0]))
+            _r0, t0 = mine.allowed(np.array([0]))
             if i < 64:
                 assert options == sorted(t0.tolist()), f"slot {i} differs from its table alone"
-            picks.append(rng.choice(options + [39]))  # sometimes a token that kills the row
+            picks.append(rng.choice([*options, 39]))  # sometimes a token that kills the row
         batch._advance(slots, np.array(picks))
         for i in range(64):
             alone[i]._advance(np.array([0]), np.array([picks[i]]))

@@ -28,7 +28,7 @@ from numba import typed, types
 
 from podium.constraints import batch_kernels as bk
 from podium.constraints.base import Constraint
-from podium.constraints.compiled import FIELDS, DISTINCT, CompiledForm
+from podium.constraints.compiled import DISTINCT, FIELDS, CompiledForm
 from podium.constraints.table import DEAD
 
 FetchTokens = Callable[[np.ndarray, np.ndarray], np.ndarray]

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-
 MEMO_SIZE = 200_000
 """Texts whose verified tokenization :meth:`TokenizerInfo.encode_exact` remembers."""
 
