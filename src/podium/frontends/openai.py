@@ -153,7 +153,7 @@ def _parse(endpoint: Endpoint, body: dict[str, Any], limits: OpenAILimits,
 async def _precompile(body: dict[str, Any], backend: Any) -> float | None:
     """Compile the admitted constraint before the engine sees it (a thread pool, not the
     event loop); the seconds it took, or None without a constraint."""
-    engine = getattr(backend, "engine", None)  # None: a test double without an engine
+    engine = backend.engine  # an LLM backend's vLLM engine (None in the test doubles)
     if "vllm_xargs" not in body or engine is None:
         return None
     from podium.constraints.precompile import precompile_xargs
