@@ -56,12 +56,13 @@ class TokenizerInfo:
         Texts seen before come from a memo: per-request candidate sets are mostly drawn from
         one catalog, so most of a new spec's strings were tokenized for an earlier one."""
         memo = self._memo
-        missing = [t for t in dict.fromkeys(texts) if t not in memo]
+        missing = [t for t in texts if t not in memo]
         if missing:
+            missing = list(dict.fromkeys(missing))
             if len(memo) + len(missing) > MEMO_SIZE:
                 memo.clear()  # a crude bound; the catalog refills it
             memo.update(zip(missing, self._encode_checked(missing), strict=True))
-        return [memo[t] for t in texts]
+        return list(map(memo.__getitem__, texts))
 
     def _encode_checked(self, texts: list[str]) -> list[list[int]]:
         encoded = self.encode_batch(texts)
