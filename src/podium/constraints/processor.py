@@ -110,6 +110,9 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
             # not compiled at admission (a caller that skipped it, a plugin with Python state,
             # a cache file gone): compile here, in the engine step, and count it
             self.engine_compiles += 1
+            (log.warning if self.engine_compiles == 1 else log.debug)(
+                "a constraint reached the engine without its compiled form (key %s); "
+                "compiling it in the engine step (%d so far)", key, self.engine_compiles)
             self._add_compiled_here(slot, spec)
             return True
         batch = self._ensure_batch(form.eos_token_ids)
