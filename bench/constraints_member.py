@@ -1,6 +1,6 @@
 """Member-scale constraints: every request its own candidate set, per-step processor time.
 
-256 requests in one batch, each with its own ``distinct_items`` spec (min 3, max 5) of 20–500
+256 requests in one batch, each with its own ``distinct_items`` spec (min 3, max 5) of 20-500
 candidates drawn from a 50,000-title catalog, vocabulary 49,152 (SmolLM2's tokenizer).
 Each spec is compiled as admission does (``ConstraintPrecompiler``: thread-pool compile into
 the host's store) and the processor adopts the forms by key. Then, step by step and
