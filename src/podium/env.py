@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -15,6 +16,17 @@ def cache_dir() -> Path:
     """PODIUM_CACHE: the content-addressed model cache (default $PODIUM_HOME/cache)."""
     raw = os.environ.get("PODIUM_CACHE")
     return Path(raw).expanduser() if raw else home() / "cache"
+
+
+def constraint_cache_dir() -> Path:
+    """PODIUM_CONSTRAINT_CACHE: compiled constraints shared by the processes of a host
+    (default: /dev/shm/podium-constraints-<uid>, in memory; else the temp directory)."""
+    raw = os.environ.get("PODIUM_CONSTRAINT_CACHE")
+    if raw:
+        return Path(raw).expanduser()
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"podium-constraints-{os.getuid()}"
 
 
 def api_key() -> str | None:

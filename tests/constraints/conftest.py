@@ -21,3 +21,19 @@ def tok(smol_dir: Path):
     from podium.constraints.vocab import TokenizerInfo
 
     return TokenizerInfo.from_pretrained(str(smol_dir))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def constraint_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Compiled constraints go to a directory of this session, not the host's shared one."""
+    path = tmp_path_factory.mktemp("constraint-cache")
+    os.environ["PODIUM_CONSTRAINT_CACHE"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def precompiler(smol_dir: Path):
+    """What the frontend compiles requests with, for the default model's tokenizer."""
+    from podium.constraints.precompile import ConstraintPrecompiler
+
+    return ConstraintPrecompiler(str(smol_dir), 49152)

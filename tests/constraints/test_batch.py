@@ -1,11 +1,15 @@
-"""ConstraintBatch's one-call path for plain token tables agrees with the general path."""
+"""ConstraintBatch: every compiled slot in one pass, agreeing with the per-constraint path."""
 
 from __future__ import annotations
 
-import numpy as np
+import random
 
+import numpy as np
+import pytest
+
+from podium.constraints import batch_kernels
 from podium.constraints.base import TableConstraint
-from podium.constraints.batch import ConstraintBatch
+from podium.constraints.batch import PYTHON, ConstraintBatch
 from podium.constraints.table import DEAD, TokenTable
 
 EOS = (0,)
@@ -14,7 +18,7 @@ TABLE = TokenTable.from_edges(5, [(0, 5, 1), (1, 6, 2), (0, 7, 3), (3, 5, 2)], [
 
 
 class GeneralTable(TableConstraint):
-    """The same table, but seen by the batch as any constraint (the general path)."""
+    """The same table, but seen by the batch as any constraint (the Python path)."""
 
     def allowed(self, handles: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return super().allowed(handles, states)
@@ -35,19 +39,20 @@ def _pairs(batch: ConstraintBatch, slots: np.ndarray) -> set[tuple[int, int]]:
 
 def _batch(constraint: TableConstraint, states: list[int],
            eos: tuple[int, ...] = EOS) -> ConstraintBatch:
-    """One constraint instance for every row (one group), each row at its given state."""
+    """One constraint instance for every row, each row at its given state."""
     batch = ConstraintBatch(eos)
     for slot, state in enumerate(states):
-        batch.add(slot, constraint)
+        batch.add_constraint(slot, constraint)
         batch.state[slot] = state
     return batch
 
 
-def test_plain_table_path_allows_what_the_general_path_allows() -> None:
+def test_compiled_path_allows_what_the_python_path_allows() -> None:
     states = [0, 1, 2, 3, 4, DEAD]
     slots = np.arange(len(states))
     fast = _batch(TableConstraint(TABLE), states)
     general = _batch(GeneralTable(TABLE), states)
+    assert fast.num_forms == 1 and (general.form[slots] == PYTHON).all()
     assert _pairs(fast, slots) == _pairs(general, slots) == {
         (0, 5), (0, 7), (1, 6), (2, 0), (3, 5), (3, 0), (4, 0), (5, 0)}
     # stepping: the same states, DEAD where no edge (or already DEAD)
@@ -62,9 +67,77 @@ def test_a_table_subclass_with_its_own_rules_is_not_bypassed() -> None:
     assert _pairs(batch, np.arange(1)) == {(0, 7)}
 
 
-def test_plain_table_pairs_come_sorted_with_eos_merged_in() -> None:
+def test_pairs_come_sorted_with_eos_merged_in() -> None:
     # sorted pairs let the mask skip its per-row sort
     batch = _batch(TableConstraint(TABLE), [0, 3, 2], eos=(6, 0))  # EOS ids given unsorted
     rows, tokens = batch.allowed(np.arange(3))
     assert list(zip(rows.tolist(), tokens.tolist(), strict=True)) == [
         (0, 5), (0, 7), (1, 0), (1, 5), (1, 6), (2, 0), (2, 6)]
+
+
+def _random_table(rng: random.Random) -> TokenTable:
+    """A random tree-shaped automaton over tokens 1..40 (0 is EOS)."""
+    edges, n = [], 1
+    for s in range(12):
+        for t in rng.sample(range(1, 40), rng.randrange(0, 4)):
+            edges.append((s, t, n))
+            n += 1
+    n = max(n, 12)
+    return TokenTable.from_edges(n, edges, rng.sample(range(n), n // 3), 0, 41)
+
+
+def test_many_specs_step_in_one_compiled_call_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """64 slots with 64 different constraints, mixed with a Python one: one advance and one
+    allowed call per step for all compiled slots, each slot agreeing with itself alone."""
+    rng = random.Random(3)
+    tables = [_random_table(rng) for _ in range(64)]
+    batch = ConstraintBatch(EOS)
+    alone = []
+    for slot, table in enumerate(tables):
+        batch.add_constraint(slot, TableConstraint(table))
+        single = ConstraintBatch(EOS)
+        single.add_constraint(0, GeneralTable(table))  # the per-constraint Python path
+        alone.append(single)
+    batch.add_constraint(64, GeneralTable(tables[0]))
+    assert batch.num_forms == 64
+    calls = {"advance": 0, "allowed": 0}
+    for name in calls:
+        real = getattr(batch_kernels, name)
+
+        def counted(*args, _real=real, _name=name):
+            calls[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(batch_kernels, name, counted)
+    slots = np.arange(65)
+    for _step in range(6):
+        rows, tokens = batch.allowed(slots)
+        picks = []
+        for i in range(65):
+            options = sorted(tokens[rows == i].tolist())
+            mine = alone[i if i < 64 else 0]
+            _r0, t0 = mine.allowed(np.array([0]))
+            if i < 64:
+                assert options == sorted(t0.tolist()), f"slot {i} differs from its table alone"
+            picks.append(rng.choice([*options, 39]))  # sometimes a token that kills the row
+        batch._advance(slots, np.array(picks))
+        for i in range(64):
+            alone[i]._advance(np.array([0]), np.array([picks[i]]))
+    assert calls == {"advance": 6, "allowed": 6}
+
+
+def test_a_forms_last_request_frees_it_and_its_id_is_reused() -> None:
+    a, b = TableConstraint(TABLE), TableConstraint(_random_table(random.Random(1)))
+    batch = ConstraintBatch(EOS)
+    batch.add_constraint(0, a)
+    batch.add_constraint(1, a)
+    assert batch.num_forms == 1  # one compiled form shared by both requests
+    batch.remove(0)
+    assert batch.num_forms == 1
+    batch.remove(1)
+    assert batch.num_forms == 0 and len(batch._lists["tokens"][0]) == 0
+    batch.add_constraint(3, b)
+    assert batch.form[3] == 0 and batch.num_forms == 1
+    assert _pairs(batch, np.array([3])) == {(0, t) for t in
+                                            b.table.tokens[: b.table.offsets[1]].tolist()} | (
+        {(0, 0)} if b.table.accepting[0] or b.table.offsets[1] == 0 else set())

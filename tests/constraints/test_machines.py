@@ -176,8 +176,8 @@ def test_distinct_items_state_is_per_request(tok: TokenizerInfo) -> None:
 
     c = DistinctItemsConstraint(["Alien", "Heat"], 2, 2, tok)
     batch = ConstraintBatch(tok.eos_token_ids)
-    batch.add(0, c)
-    batch.add(1, c)
+    batch.add_constraint(0, c)
+    batch.add_constraint(1, c)
     first = _segments(tok, ["Alien", "Heat"])
     prefix = first[: len(_segments(tok, ["Alien"])) - 1]  # '[', '"Alien"'
     hist = {0: prefix, 1: []}

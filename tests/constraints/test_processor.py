@@ -23,6 +23,7 @@ from vllm.v1.sample.logits_processor.interface import BatchUpdate, MoveDirection
 
 from podium.constraints.admission import to_vllm_xargs, validate_constraint
 from podium.constraints.compiler import ConstraintCompiler
+from podium.constraints.precompile import KEY_XARGS
 from podium.constraints.processor import ConstraintLogitsProcessor
 from podium.constraints.vocab import TokenizerInfo
 from tests.support.catalog import make_titles
@@ -41,8 +42,24 @@ def _config(smol_dir: Any) -> Any:
         tokenizer=str(smol_dir), get_vocab_size=lambda: 49152))
 
 
-def _params(spec: dict[str, Any] | None) -> SamplingParams:
-    xargs = to_vllm_xargs(validate_constraint(spec)) if spec else None
+_PRECOMPILER: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _use_precompiler(precompiler: Any) -> None:
+    _PRECOMPILER[:] = [precompiler]
+
+
+def _params(spec: dict[str, Any] | None, *, precompiled: bool = True) -> SamplingParams:
+    """What admission hands the engine: the normalized spec and its compiled form's key."""
+    if not spec:
+        return SamplingParams(max_tokens=64)
+    normalized = validate_constraint(spec)
+    xargs: dict[str, Any] = to_vllm_xargs(normalized)
+    if precompiled:
+        key = _PRECOMPILER[0].compile_now(normalized).key
+        assert key is not None
+        xargs[KEY_XARGS] = key
     return SamplingParams(max_tokens=64, extra_args=xargs)
 
 

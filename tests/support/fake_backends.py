@@ -50,6 +50,8 @@ class FakeChat:
 
 
 class FakeLlmBackend(Backend):
+    engine: Any = None  # no vLLM engine: constraints are not compiled at admission here
+
     def __init__(self, name: str = "fake-llm", version: str = "1") -> None:
         manifest = parse_manifest({"name": name, "version": version, "backend": "vllm",
                                    "weights": {"source": "path", "path": "/nonexistent"}})

@@ -15,7 +15,7 @@ class Walker:
 
     def __init__(self, constraint: Constraint, eos: tuple[int, ...]) -> None:
         self.batch = ConstraintBatch(eos)
-        self.batch.add(0, constraint)
+        self.batch.add_constraint(0, constraint)
         self.history: list[int] = []
         self.eos = set(eos)
 

@@ -28,6 +28,7 @@ from podium.backends.vllm_sampling import (
     parse_sampling_parameters,
     vllm_sampling_params,
 )
+from podium.constraints.precompile import precompile_xargs
 from podium.errors import InvalidArgument
 from podium.package.manifest import TensorSpec
 
@@ -64,6 +65,8 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
     with checks.nesting_limit("sampling_parameters"):
         kwargs = parse_sampling_parameters(request)
     await checks.check_generation(engine, prompt, kwargs, caps)
+    # a constraint is compiled here, off the event loop, never in the engine step
+    await precompile_xargs(kwargs.get("extra_args"), engine.model_config)
     params = build_sampling_params(sampling_params, kwargs)
     request_id = request.id or uuid.uuid4().hex
     sent: list[int] = []

@@ -1,136 +1,232 @@
-"""Per-slot constraint state of a whole batch, kept in arrays and stepped together.
+"""Per-slot constraint state of a whole batch, kept in arrays and stepped in one pass.
 
-The engine owns the token history; this class only remembers, per slot, how many output
-tokens it has consumed and the last one. Each step it compares that with the history's
-current length, so every case the engine produces falls out of one rule:
+The engine owns the token history; this class only remembers, per slot, its compiled form, how
+many output tokens it has consumed and the last one. Each step it compares that with the
+history's current length, so every case the engine produces falls out of one rule:
 
-- one new token (decode): advance, vectorized over the slots of each distinct constraint;
+- one new token (decode): advance;
 - no new token (a chunk of prefill, or a step without this request): nothing to do;
 - several new tokens (a request resumed with history, a late add): replay them, stepping all
   such slots together one token position at a time;
 - fewer tokens than consumed, or a different last token (preemption, discarded tokens):
   reset the state machine and replay the history as it now is.
 
-Python loops here run over distinct constraints and token positions, never over requests.
+Every slot with a compiled form (:mod:`podium.constraints.compiled`: ``choice``, ``regex``,
+``distinct_items``, plain-table plugins) is advanced and queried by one compiled call per step
+for the whole batch (:mod:`podium.constraints.batch_kernels`), however many distinct specs it
+holds. Only plugin constraints with their own Python state are called per distinct constraint.
 """
 
 from __future__ import annotations
 
+import uuid
+import weakref
 from collections.abc import Callable
 
 import numpy as np
+from numba import typed, types
 
-from podium.constraints import kernels
-from podium.constraints.base import Constraint, TableConstraint
-from podium.constraints.table import DEAD, TokenTable
+from podium.constraints import batch_kernels as bk
+from podium.constraints.base import Constraint
+from podium.constraints.compiled import DISTINCT, FIELDS, CompiledForm
+from podium.constraints.table import DEAD
 
 FetchTokens = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``fetch(positions, indices)``: output token ``indices[i]`` of the i-th synced slot
 (``positions`` index into the ``slots`` array given to ``sync``); -1 where not yet known."""
 
-_NONE = -1
+EMPTY, PYTHON = -1, -2
+"""``form`` of a slot holding no constrained request; of one held by a Python constraint."""
+
+_LIST_TYPES = {
+    "offsets": types.int32[::1], "tokens": types.int32[::1], "targets": types.int32[::1],
+    "accepting": types.boolean[::1], "guard": types.int8[::1],
+    "item_of_node": types.int32[::1], "path_offsets": types.int32[::1],
+    "path_nodes": types.int32[::1], "base_alive": types.int32[::1],
+}
+_NO_ALIVE = np.zeros(0, dtype=np.int32)
 
 
-class _Released(Constraint):
-    """Placeholder for a group whose requests have all left."""
-
-    def start(self, handles: np.ndarray) -> np.ndarray:
-        raise AssertionError("released constraint group used")
-
-    advance = allowed = is_accepting = start  # type: ignore[assignment]
+_LOWERED: weakref.WeakKeyDictionary[Constraint, CompiledForm | None] = \
+    weakref.WeakKeyDictionary()
 
 
-_RELEASED = _Released()
+def _lowered(constraint: Constraint, eos: np.ndarray) -> CompiledForm | None:
+    """The compact form of a constraint object, made once per object."""
+    from podium.constraints.compiled import lower
+
+    if constraint not in _LOWERED:
+        vocab = getattr(getattr(constraint, "table", None), "vocab_size", 0)
+        _LOWERED[constraint] = lower(constraint, key=f"object:{uuid.uuid4().hex}",
+                                     vocab_size=vocab, eos_token_ids=tuple(eos.tolist()))
+    return _LOWERED[constraint]
 
 
 class ConstraintBatch:
     """Constraint state for up to ``capacity`` slots (batch rows or request slots)."""
 
     def __init__(self, eos_token_ids: tuple[int, ...], capacity: int = 8) -> None:
-        self.eos = np.sort(np.asarray(eos_token_ids, dtype=np.int64))  # sorted: see table_allowed
-        self._constraints: list[Constraint] = []  # group id -> constraint
-        self._tables: list[TokenTable | None] = []  # group id -> its table, if a plain one
-        self._group_of: dict[int, int] = {}  # id(constraint) -> group id
-        self._free_handles: dict[int, list[int]] = {}  # group id -> recycled handles
-        self._num_handles: dict[int, int] = {}
-        self._active: np.ndarray | None = None  # active_slots(), until the batch changes
+        self.eos = np.sort(np.asarray(eos_token_ids, dtype=np.int64))  # sorted: see allowed
+        # compiled forms by id: their arrays at that index of one typed list per field
+        self._lists = {name: typed.List.empty_list(t) for name, t in _LIST_TYPES.items()}
+        self._empty = {name: np.zeros(0, dtype=dtype) for name, dtype in FIELDS.items()}
+        self.meta = np.zeros((0, bk.META_COLUMNS), dtype=np.int64)
+        self._fid: dict[str, int] = {}  # form key -> form id
+        self._forms: list[CompiledForm | None] = []
+        self._refs: list[int] = []  # slots holding each form
+        self._free_fids: list[int] = []
+        self._alive = typed.List.empty_list(types.int32[::1])  # per slot (distinct_items)
+        # Python constraints (plugins with their own state): per slot, and handles by group
+        self._py: list[Constraint | None] = []
+        self._py_handles: dict[int, tuple[list[int], list[int]]] = {}  # id -> (free, [next])
+        self._num_py = 0
+        self._active: np.ndarray | None = None
         self._grow(capacity)
 
     def _grow(self, capacity: int) -> None:
-        def grown(old: np.ndarray | None, fill: int) -> np.ndarray:
+        def grown(name: str, fill: int) -> np.ndarray:
             new = np.full(capacity, fill, dtype=np.int64)
+            old = getattr(self, name, None)
             if old is not None:
                 new[: len(old)] = old
             return new
 
-        g = getattr
         self._active = None
-        self.group = grown(g(self, "group", None), _NONE)
-        self.handle = grown(g(self, "handle", None), _NONE)
-        self.state = grown(g(self, "state", None), DEAD)
-        self.consumed = grown(g(self, "consumed", None), 0)
-        self.last_token = grown(g(self, "last_token", None), _NONE)
+        self.form = grown("form", EMPTY)
+        self.handle = grown("handle", EMPTY)
+        self.state = grown("state", DEAD)
+        self.consumed = grown("consumed", 0)
+        self.last_token = grown("last_token", EMPTY)
+        self.count = grown("count", 0)
+        while len(self._alive) < capacity:
+            self._alive.append(_NO_ALIVE)
+        self._py.extend([None] * (capacity - len(self._py)))
+
+    @property
+    def num_forms(self) -> int:
+        """Distinct compiled forms held by the batch's slots now."""
+        return len(self._fid)
 
     # --- batch makeup (called when the engine changes the batch, not every step) ---
 
-    def add(self, slot: int, constraint: Constraint) -> None:
-        """Put a new request in ``slot`` (replacing any occupant), at its start state."""
-        if slot >= len(self.group):
-            self._grow(max(slot + 1, 2 * len(self.group)))
-        self.remove(slot)
-        gid = self._group_of.get(id(constraint))
-        if gid is None:
-            gid = self._group_of[id(constraint)] = len(self._constraints)
-            self._constraints.append(constraint)
-            self._tables.append(_plain_table(constraint))
-            self._free_handles[gid], self._num_handles[gid] = [], 0
-        free = self._free_handles[gid]
-        if free:
-            h = free.pop()
-        else:
-            h = self._num_handles[gid]
-            self._num_handles[gid] += 1
-        self.group[slot], self.handle[slot] = gid, h
-        self._active = None
+    def add(self, slot: int, form: CompiledForm) -> None:
+        """Put a new request in ``slot`` (replacing any occupant), at its form's start."""
+        self._make_room(slot)
+        fid = self._adopt(form)
+        self.form[slot] = fid
+        self._refs[fid] += 1
+        self._alive[slot] = (form.arrays["base_alive"].copy() if form.kind == DISTINCT
+                             else _NO_ALIVE)
         self._restart(np.array([slot]))
+
+    def add_constraint(self, slot: int, constraint: Constraint) -> None:
+        """Put a request with a compiled :class:`Constraint` in ``slot``: by its compact form
+        where it has one, else on the per-constraint Python path."""
+        form = _lowered(constraint, self.eos)
+        if form is not None:
+            self.add(slot, form)
+            return
+        self._make_room(slot)
+        free, nxt = self._py_handles.setdefault(id(constraint), ([], [0]))
+        h = free.pop() if free else nxt[0]
+        nxt[0] += h == nxt[0]
+        self.form[slot], self.handle[slot] = PYTHON, h
+        self._py[slot] = constraint
+        self._num_py += 1
+        self._restart(np.array([slot]))
+
+    def _make_room(self, slot: int) -> None:
+        if slot >= len(self.form):
+            self._grow(max(slot + 1, 2 * len(self.form)))
+        self.remove(slot)
+        self._active = None
+
+    def _adopt(self, form: CompiledForm) -> int:
+        fid = self._fid.get(form.key)
+        if fid is not None:
+            return fid
+        fid = self._free_fids.pop() if self._free_fids else len(self._forms)
+        if fid == len(self._forms):
+            self._forms.append(None)
+            self._refs.append(0)
+            self.meta = np.concatenate([self.meta, np.zeros((1, bk.META_COLUMNS), np.int64)])
+            for name, lst in self._lists.items():
+                lst.append(form.arrays[name])
+        else:
+            for name, lst in self._lists.items():
+                lst[fid] = form.arrays[name]
+        self.meta[fid] = (form.start, form.after_item, form.min_items, form.max_items,
+                          form.kind)
+        self._forms[fid] = form
+        self._fid[form.key] = fid
+        return fid
 
     def remove(self, slot: int) -> None:
         """Empty ``slot``; a no-op if it holds no constrained request."""
-        if slot >= len(self.group) or self.group[slot] == _NONE:
+        if slot >= len(self.form) or self.form[slot] == EMPTY:
             return
-        gid, h = int(self.group[slot]), int(self.handle[slot])
-        self._constraints[gid].release(np.array([h]))
-        self._free_handles[gid].append(h)
-        self.group[slot] = self.handle[slot] = _NONE
+        fid = int(self.form[slot])
+        if fid == PYTHON:
+            c = self._py[slot]
+            assert c is not None
+            h = int(self.handle[slot])
+            c.release(np.array([h]))
+            free, nxt = self._py_handles[id(c)]
+            free.append(h)
+            if len(free) == nxt[0]:
+                del self._py_handles[id(c)]  # its last request left
+            self._py[slot] = None
+            self._num_py -= 1
+        else:
+            self._refs[fid] -= 1
+            if self._refs[fid] == 0:  # the form's last request left: let it be freed
+                form = self._forms[fid]
+                assert form is not None
+                del self._fid[form.key]
+                self._forms[fid] = None
+                for name, lst in self._lists.items():
+                    lst[fid] = self._empty[name]
+                self._free_fids.append(fid)
+            self._alive[slot] = _NO_ALIVE
+        self.form[slot] = self.handle[slot] = EMPTY
         self._active = None
-        if len(self._free_handles[gid]) == self._num_handles[gid]:
-            # last request of this constraint left: let the compiled constraint be freed
-            self._group_of.pop(id(self._constraints[gid]), None)
-            self._constraints[gid] = _RELEASED
-            self._tables[gid] = None
 
     def move(self, src: int, dst: int) -> None:
         """One-way move: ``dst`` takes ``src``'s request (its occupant is dropped)."""
-        if max(src, dst) >= len(self.group):
+        if max(src, dst) >= len(self.form):
             self._grow(max(src, dst) + 1)
         self.remove(dst)
-        for a in (self.group, self.handle, self.state, self.consumed, self.last_token):
+        for a in self._slot_arrays():
             a[dst] = a[src]
-        self.group[src] = self.handle[src] = _NONE
+        self._alive[dst], self._alive[src] = self._alive[src], _NO_ALIVE
+        self._py[dst], self._py[src] = self._py[src], None
+        self.form[src] = self.handle[src] = EMPTY
         self._active = None
 
     def swap(self, a: int, b: int) -> None:
-        if max(a, b) >= len(self.group):
+        if max(a, b) >= len(self.form):
             self._grow(max(a, b) + 1)
-        for arr in (self.group, self.handle, self.state, self.consumed, self.last_token):
+        for arr in self._slot_arrays():
             arr[[a, b]] = arr[[b, a]]
+        self._alive[a], self._alive[b] = self._alive[b], self._alive[a]
+        self._py[a], self._py[b] = self._py[b], self._py[a]
         self._active = None
+
+    def _slot_arrays(self) -> tuple[np.ndarray, ...]:
+        return self.form, self.handle, self.state, self.consumed, self.last_token, self.count
 
     def active_slots(self) -> np.ndarray:
         """Slots holding a constrained request, ascending."""
         if self._active is None:
-            self._active = np.flatnonzero(self.group != _NONE)
+            self._active = np.flatnonzero(self.form != EMPTY)
         return self._active
+
+    def holds(self, slots: np.ndarray) -> np.ndarray:
+        """Whether each of ``slots`` (any non-negative ints) holds a constrained request."""
+        inside = slots < len(self.form)
+        out = np.zeros(len(slots), dtype=bool)
+        out[inside] = self.form[slots[inside]] != EMPTY
+        return out
 
     # --- per step ---
 
@@ -168,87 +264,90 @@ class ConstraintBatch:
     def allowed(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Allowed ``(position into slots, token)`` pairs; EOS where the constraint may end,
         EOS alone where nothing else is allowed (complete, or left the language)."""
-        groups = self.group[slots]
-        by_group = _by_group(groups)
-        if len(by_group) == 1 and by_group[0][0] != _NONE:
-            t = self._tables[by_group[0][0]]
-            if t is not None:  # the usual batch: one table constraint for every row
-                return kernels.table_allowed(t.offsets, t.tokens, t.accepting,
-                                             self.state[slots], self.eos)
-        rows_parts, tok_parts = [], []
-        need_eos = np.zeros(len(slots), dtype=bool)
-        has_any = np.zeros(len(slots), dtype=bool)
-        for gid, m in by_group:
-            if gid == _NONE:
-                continue
-            c = self._constraints[gid]
-            at = np.arange(len(slots)) if m is None else np.flatnonzero(m)
-            s = self.state[slots[at]]
-            h = self.handle[slots[at]]
-            live = s != DEAD
-            if not live.all():
-                at, s, h = at[live], s[live], h[live]
-            r, t = c.allowed(h, s)
-            rows_parts.append(at[r])
-            tok_parts.append(t)
-            has_any[at[r]] = True
-            need_eos[at] |= c.is_accepting(h, s)
-        need_eos |= (groups != _NONE) & ~has_any
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        if not self._num_py:
+            return self._compiled_allowed(slots)
+        py = self.form[slots] == PYTHON
+        at = np.flatnonzero(~py)
+        parts_r, parts_t = [], []
+        if len(at):
+            rows, tokens = self._compiled_allowed(slots[at])
+            parts_r, parts_t = [at[rows]], [tokens]
+        for c, m in self._python_groups(slots[py]):
+            where = np.flatnonzero(py)[m]
+            r, t = self._python_allowed(c, slots[where])
+            parts_r.append(where[r])
+            parts_t.append(t)
+        return np.concatenate(parts_r), np.concatenate(parts_t)
+
+    def _compiled_allowed(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        li = self._lists
+        return bk.allowed(slots, self.form, self.state, self.count, self.meta, li["offsets"],
+                          li["tokens"], li["targets"], li["accepting"], li["guard"],
+                          self._alive, self.eos)
+
+    def _python_allowed(self, c: Constraint, slots: np.ndarray) -> tuple[np.ndarray,
+                                                                           np.ndarray]:
+        s, h = self.state[slots], self.handle[slots]
+        live = np.flatnonzero(s != DEAD)
+        r, t = c.allowed(h[live], s[live])
+        r = live[r]
+        need_eos = np.ones(len(slots), dtype=bool)
+        need_eos[r] = False
+        need_eos[live] |= c.is_accepting(h[live], s[live])
         eos_rows = np.flatnonzero(need_eos)
-        if len(eos_rows):
-            k = len(self.eos)
-            rows_parts.append(np.repeat(eos_rows, k) if k > 1 else eos_rows)
-            tok_parts.append(np.full(len(eos_rows), self.eos[0]) if k == 1
-                             else np.tile(self.eos, len(eos_rows)))
-        if not rows_parts:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        return np.concatenate(rows_parts), np.concatenate(tok_parts)
+        k = len(self.eos)
+        return (np.concatenate([r, np.repeat(eos_rows, k)]),
+                np.concatenate([t, np.tile(self.eos, len(eos_rows))]).astype(np.int64))
+
+    def _python_groups(self, slots: np.ndarray) -> list[tuple[Constraint, np.ndarray]]:
+        """Python constraints among ``slots`` with a mask of their slots (one per constraint:
+        the only per-constraint loop of a step)."""
+        owners = [self._py[s] for s in slots.tolist()]
+        groups: dict[int, tuple[Constraint, list[int]]] = {}
+        for i, c in enumerate(owners):
+            assert c is not None
+            groups.setdefault(id(c), (c, []))[1].append(i)
+        out = []
+        for c, idx in groups.values():
+            m = np.zeros(len(slots), dtype=bool)
+            m[idx] = True
+            out.append((c, m))
+        return out
 
     def _restart(self, slots: np.ndarray) -> None:
-        groups = self.group[slots]
-        for gid in np.unique(groups):
-            at = slots[groups == gid]
-            self.state[at] = self._constraints[gid].start(self.handle[at])
-        self.consumed[slots] = 0
-        self.last_token[slots] = _NONE
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        py = self.form[slots] == PYTHON if self._num_py else None
+        compiled = slots if py is None else slots[~py]
+        if len(compiled):
+            bk.restart(compiled, self.form, self.state, self.count, self.consumed,
+                       self.last_token, self.meta, self._lists["base_alive"], self._alive)
+        if py is not None and py.any():
+            for c, m in self._python_groups(slots[py]):
+                at = slots[py][m]
+                self.state[at] = c.start(self.handle[at])
+                self.consumed[at] = 0
+                self.last_token[at] = EMPTY
 
     def _advance(self, slots: np.ndarray, tokens: np.ndarray) -> None:
-        groups = self.group[slots]
-        for gid, m in _by_group(groups):
-            at = slots if m is None else slots[m]
-            toks = tokens if m is None else tokens[m]
-            s = self.state[at]
-            t = self._tables[gid]
-            if t is not None:  # one compiled call; a table steps DEAD rows to DEAD itself
-                self.state[at] = kernels.step(t.offsets, t.tokens, t.targets, s, toks)
-                continue
-            live = s != DEAD
-            if live.all():
-                self.state[at] = self._constraints[gid].advance(self.handle[at], s, toks)
-                continue
-            nxt = np.full(len(at), DEAD, dtype=np.int64)
-            if live.any():
-                nxt[live] = self._constraints[gid].advance(self.handle[at][live], s[live],
-                                                           toks[live])
-            self.state[at] = nxt
-        self.consumed[slots] += 1
-        self.last_token[slots] = tokens
-
-
-def _plain_table(constraint: Constraint) -> TokenTable | None:
-    """The table of a constraint that is only a table (its methods are TableConstraint's own),
-    which the batch can then step and query in one compiled call per step."""
-    if not isinstance(constraint, TableConstraint):
-        return None
-    cls = type(constraint)
-    own = (cls.advance, cls.allowed, cls.is_accepting)
-    base = (TableConstraint.advance, TableConstraint.allowed, TableConstraint.is_accepting)
-    return constraint.table if own == base else None
-
-
-def _by_group(groups: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
-    """``(group, mask)`` for each distinct group; mask None when every row is in it (the
-    common batch: one constraint shared by all its requests)."""
-    if len(groups) and groups[0] == groups.min() == groups.max():
-        return [(int(groups[0]), None)]
-    return [(int(g), groups == g) for g in np.unique(groups)]
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+        py = self.form[slots] == PYTHON if self._num_py else None
+        compiled = slots if py is None else slots[~py]
+        li = self._lists
+        if len(compiled):
+            bk.advance(compiled, tokens if py is None else tokens[~py], self.form, self.state,
+                       self.count, self.consumed, self.last_token, self.meta, li["offsets"],
+                       li["tokens"], li["targets"], li["guard"], li["item_of_node"],
+                       li["path_offsets"], li["path_nodes"], self._alive)
+        if py is not None and py.any():
+            at, toks = slots[py], tokens[py]
+            for c, m in self._python_groups(at):
+                s = self.state[at[m]]
+                live = s != DEAD
+                nxt = np.full(len(s), DEAD, dtype=np.int64)
+                if live.any():
+                    nxt[live] = c.advance(self.handle[at[m]][live], s[live], toks[m][live])
+                self.state[at[m]] = nxt
+                self.consumed[at[m]] += 1
+                self.last_token[at[m]] = toks[m]

@@ -11,11 +11,13 @@ tokenized on its own, so the output is their concatenation, byte for byte.
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring
 
 import numpy as np
 
 from podium.constraints import kernels
 from podium.constraints.base import Constraint
+from podium.constraints.choice import trie
 from podium.constraints.table import TokenTable, as_i64
 from podium.constraints.vocab import TokenizerInfo
 
@@ -37,7 +39,8 @@ class DistinctItemsConstraint(Constraint):
             raise ValueError("distinct_items candidates must be unique")
         self.items, self.min_items = items, min_items
         self.max_items = min(max_items, len(items))
-        texts = [json.dumps(i, ensure_ascii=False) for i in items] + [OPEN, SEPARATOR, CLOSE]
+        # json.dumps(item, ensure_ascii=False) of a string, without its per-call overhead
+        texts = [*map(encode_basestring, items), OPEN, SEPARATOR, CLOSE]
         encoded = tok.encode_exact(texts)
         item_seqs, (open_seq, sep_seq, close_seq) = encoded[:-3], encoded[-3:]
         self._build(item_seqs, open_seq, sep_seq, close_seq, tok.vocab_size)
@@ -65,31 +68,26 @@ class DistinctItemsConstraint(Constraint):
         path(after_open, close_seq, done, _CLOSE)
         path(after_item, sep_seq, item_start, _SEP)
         path(after_item, close_seq, done, _CLOSE)
-        # the item trie; its first level hangs off both after_open and item_start
-        children: dict[tuple[int, int], int] = {}
-        item_path: list[list[int]] = []
-        for seq in item_seqs:
-            node, nodes = -1, []
-            for tok in seq:
-                child = children.get((node, tok))
-                if child is None:
-                    child = children[(node, tok)] = new()
-                    for src in ((after_open, item_start) if node == -1 else (node,)):
-                        edges.append((src, tok, child, _ITEM))
-                node = child
-                nodes.append(node)
-            item_path.append(nodes)
-        arr = np.array(edges, dtype=np.int64).reshape(-1, 4)
+        # the item trie (numbered from n); its first level hangs off after_open and item_start
+        offsets, nodes, parents, tokens, children = trie(item_seqs, n, vocab_size)
+        roots = parents < 0
+        fixed = np.array(edges, dtype=np.int64).reshape(-1, 4)
+        item = np.full(len(children), _ITEM, dtype=np.int64)
+        arr = np.concatenate([
+            fixed,
+            np.stack([np.where(roots, after_open, parents), tokens, children, item], axis=1),
+            np.stack([np.full(int(roots.sum()), item_start), tokens[roots], children[roots],
+                      item[roots]], axis=1)])
+        n += len(children)
         self.table = TokenTable.from_edges(n, arr[:, :3], [done], start, vocab_size)
         self._guard = np.zeros(self.table.num_edges, dtype=np.int8)
         self._guard[self.table.edge_index(arr[:, 0], arr[:, 1])] = arr[:, 3]
         self._after_item = after_item
-        leaves = np.array([p[-1] for p in item_path], dtype=np.int64)
+        leaves = nodes[offsets[1:] - 1]
         self._item_of_node = np.full(n, -1, dtype=np.int64)
-        self._item_of_node[leaves] = np.arange(len(item_path))
-        lengths = np.array([len(p) for p in item_path], dtype=np.int64)
-        self._path_offsets = np.concatenate([[0], np.cumsum(lengths)])
-        self._path_nodes = np.concatenate([np.asarray(p, dtype=np.int64) for p in item_path])
+        self._item_of_node[leaves] = np.arange(len(item_seqs))
+        self._path_offsets = offsets
+        self._path_nodes = nodes
         self._base_alive = np.bincount(self._path_nodes, minlength=n).astype(np.int32)
 
     def _ensure(self, handles: np.ndarray) -> None:

@@ -28,6 +28,8 @@ from vllm.v1.worker.gpu.sample.logits_processor.interface import (
 )
 
 from podium.constraints.admission import XARGS_KEY, validate_constraint
+from podium.constraints.precompile import KEY_XARGS
+from podium.constraints.store import FormStore
 from podium.constraints.vocab import TokenizerInfo
 from podium.errors import InvalidArgument
 
@@ -42,8 +44,8 @@ if TYPE_CHECKING:
         LogitsProcRequestState,
     )
 
-    from podium.constraints.base import Constraint
     from podium.constraints.batch import ConstraintBatch
+    from podium.constraints.compiled import CompiledForm
     from podium.constraints.compiler import ConstraintCompiler
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,10 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
         # V1 calls (vllm_config, device, is_pin_memory); V2 calls (vllm_config, req_states)
         self._req_states: LogitsProcRequestState | None = args[0] if len(args) == 1 else None
         self._model_config = vllm_config.model_config
-        self._compiler: ConstraintCompiler | None = None
+        self._compiler: ConstraintCompiler | None = None  # only for specs not precompiled
+        self._store = FormStore()
+        self.engine_compiles = 0
+        """Constraints compiled in the engine step because admission did not (should be 0)."""
         self._batch: ConstraintBatch | None = None
         self._lists: list[list[int] | None] = []  # V1: live output history per batch index
         # V1: allowed tokens computed in update_state, before the forward pass, for this step's
@@ -85,16 +90,12 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
     def is_argmax_invariant(self) -> bool:
         return False  # masking changes which token is the argmax
 
-    def _ensure_ready(self) -> ConstraintBatch:
+    def _ensure_batch(self, eos_token_ids: tuple[int, ...]) -> ConstraintBatch:
         if self._batch is None:
             # loaded on first use so engines serving no constrained request never pay for it
             from podium.constraints.batch import ConstraintBatch
-            from podium.constraints.compiler import ConstraintCompiler
 
-            mc = self._model_config
-            tok = TokenizerInfo.from_pretrained(mc.tokenizer, vocab_size=mc.get_vocab_size())
-            self._compiler = ConstraintCompiler(tok)
-            self._batch = ConstraintBatch(tok.eos_token_ids)
+            self._batch = ConstraintBatch(eos_token_ids)
         return self._batch
 
     def _add(self, slot: int, params: SamplingParams) -> bool:
@@ -103,17 +104,50 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
             if self._batch is not None:
                 self._batch.remove(slot)
             return False
-        batch = self._ensure_ready()
-        assert self._compiler is not None
+        key = params.extra_args.get(KEY_XARGS) if params.extra_args else None
+        form = self._store.get(key) if isinstance(key, str) else None
+        if form is None:
+            # not compiled at admission (a caller that skipped it, a plugin with Python state,
+            # a cache file gone): compile here, in the engine step, and count it
+            self.engine_compiles += 1
+            (log.warning if self.engine_compiles == 1 else log.debug)(
+                "a constraint reached the engine without its compiled form (key %s); "
+                "compiling it in the engine step (%d so far)", key, self.engine_compiles)
+            self._add_compiled_here(slot, spec)
+            return True
+        batch = self._ensure_batch(form.eos_token_ids)
+        if tuple(batch.eos.tolist()) != tuple(sorted(form.eos_token_ids)):
+            log.error("constraint compiled for another tokenizer (EOS %s, engine %s); the "
+                      "request will end at once", form.eos_token_ids, batch.eos.tolist())
+            form = _end_at_once(form.eos_token_ids)
+        batch.add(slot, form)
+        return True
+
+    def _add_compiled_here(self, slot: int, spec: str | dict[str, Any]) -> None:
+        from podium.constraints.compiled import lower
+        from podium.constraints.compiler import ConstraintCompiler
+
+        if self._compiler is None:
+            mc = self._model_config
+            tok = TokenizerInfo.from_pretrained(mc.tokenizer, vocab_size=mc.get_vocab_size())
+            self._compiler = ConstraintCompiler(tok)
+        tok = self._compiler.tok
+        batch = self._ensure_batch(tok.eos_token_ids)
+        text = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
         try:
-            constraint = self._compiler.compile(spec)
+            constraint = self._compiler.compile(text)
+            form = lower(constraint, key="engine:" + text, vocab_size=tok.vocab_size,
+                         eos_token_ids=tok.eos_token_ids)
         except Exception:
             # admission validates specs, so this is a bug or a plugin failure: fail the
             # request closed (EOS only) rather than take the engine down
             log.exception("constraint failed to compile; the request will end at once")
-            constraint = _end_at_once()
-        batch.add(slot, constraint)
-        return True
+            form, constraint = _end_at_once(tok.eos_token_ids), None
+        if form is not None:
+            batch.add(slot, form)
+        else:
+            assert constraint is not None
+            batch.add_constraint(slot, constraint)
 
     # --- V1 model runner ---
 
@@ -205,9 +239,7 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
         batch_slots = np.asarray(ctx.idx_mapping_np, dtype=np.int64)
         if logits.shape[0] != len(batch_slots):
             raise RuntimeError("podium constraints do not support speculative decoding")
-        in_range = batch_slots < len(self._batch.group)
-        positions = np.flatnonzero(in_range)
-        positions = positions[self._batch.group[batch_slots[positions]] >= 0]
+        positions = np.flatnonzero(self._batch.holds(batch_slots))
         if len(positions) == 0:
             return logits
         slots = batch_slots[positions]
@@ -231,9 +263,13 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
 
 
 @cache
-def _end_at_once() -> Constraint:
-    """A constraint with no edges and no accepting state: the batch allows only EOS."""
+def _end_at_once(eos_token_ids: tuple[int, ...]) -> CompiledForm:
+    """A form with no edges and no accepting state: the batch allows only EOS."""
     from podium.constraints.base import TableConstraint
+    from podium.constraints.compiled import lower
     from podium.constraints.table import TokenTable
 
-    return TableConstraint(TokenTable.from_edges(1, np.zeros((0, 3)), [], 0, 1))
+    table = TableConstraint(TokenTable.from_edges(1, np.zeros((0, 3)), [], 0, 1))
+    form = lower(table, key="engine:end-at-once", vocab_size=1, eos_token_ids=eos_token_ids)
+    assert form is not None
+    return form

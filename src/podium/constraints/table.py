@@ -70,7 +70,8 @@ class TokenTable:
         offsets = np.zeros(num_states + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         acc = np.zeros(num_states, dtype=bool)
-        acc[list(accepting)] = True
+        acc[np.asarray(accepting if isinstance(accepting, np.ndarray) else list(accepting),
+                       dtype=np.int64)] = True
         return cls(offsets, arr[:, 1].copy(), arr[:, 2].copy(), acc, start, vocab_size)
 
     def edge_index(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:

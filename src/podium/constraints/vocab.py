@@ -8,6 +8,9 @@ from typing import Any
 
 import numpy as np
 
+MEMO_SIZE = 200_000
+"""Texts whose verified tokenization :meth:`TokenizerInfo.encode_exact` remembers."""
+
 
 class TokenizerInfo:
     """A tokenizer seen by the constraint compiler: encoding, EOS ids and the logits width."""
@@ -27,6 +30,7 @@ class TokenizerInfo:
         if not ids:
             raise ValueError("the tokenizer has no end-of-sequence token; constraints need one")
         self.eos_token_ids = tuple(sorted(ids))
+        self._memo: dict[str, list[int]] = {}  # text -> verified canonical tokens
 
     @classmethod
     def from_pretrained(cls, path: str, vocab_size: int | None = None) -> TokenizerInfo:
@@ -47,7 +51,20 @@ class TokenizerInfo:
 
     def encode_exact(self, texts: list[str]) -> list[list[int]]:
         """Like :meth:`encode_batch`, but raise ``ValueError`` for a text the tokenizer cannot
-        reproduce (some drop control characters): its output could never equal the text."""
+        reproduce (some drop control characters): its output could never equal the text.
+
+        Texts seen before come from a memo: per-request candidate sets are mostly drawn from
+        one catalog, so most of a new spec's strings were tokenized for an earlier one."""
+        memo = self._memo
+        missing = [t for t in texts if t not in memo]
+        if missing:
+            missing = list(dict.fromkeys(missing))
+            if len(memo) + len(missing) > MEMO_SIZE:
+                memo.clear()  # a crude bound; the catalog refills it
+            memo.update(zip(missing, self._encode_checked(missing), strict=True))
+        return list(map(memo.__getitem__, texts))
+
+    def _encode_checked(self, texts: list[str]) -> list[list[int]]:
         encoded = self.encode_batch(texts)
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is not None:

@@ -32,6 +32,9 @@ from podium.package.manifest import VllmManifest
 from podium.repository import ModelEntry, ModelRepository
 from podium.validation import describe, first_field
 
+COMPILE_HEADER = "x-podium-constraint-compile-seconds"
+"""Response header: seconds this request's constraint took to compile at admission."""
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -91,6 +94,7 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, limits: OpenAILimi
             body["model"] = name
             backend.check_seed(body.get("seed"))
             _parse(endpoint, body, limits, backend)
+            compile_seconds = await _precompile(body, backend)
             hidden_usage = _ask_for_usage(endpoint, body)
             request_model = _validate(endpoint, body)
             stack.enter_context(track_in_flight("openai", endpoint.path, name, entry.version))
@@ -104,7 +108,10 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, limits: OpenAILimi
         except BaseException:
             await stack.aclose()
             raise
-        return await _respond(result, stack, hidden_usage)
+        response = await _respond(result, stack, hidden_usage, compile_seconds)
+        if compile_seconds is not None:
+            response.headers[COMPILE_HEADER] = f"{compile_seconds:.6f}"
+        return response
 
     handle.__name__ = f"openai_{endpoint.serving_attr}"
     return handle
@@ -148,6 +155,17 @@ def _parse(endpoint: Endpoint, body: dict[str, Any], limits: OpenAILimits,
         body["vllm_xargs"] = admit_constraint(body.pop("constraint"),
                                               min_tokens=body.get("min_tokens"))
     _check_response_format(body.get("response_format"))
+
+
+async def _precompile(body: dict[str, Any], backend: Any) -> float | None:
+    """Compile the admitted constraint before the engine sees it (a thread pool, not the
+    event loop); the seconds it took, or None without a constraint."""
+    engine = backend.engine  # an LLM backend's vLLM engine (None in the test doubles)
+    if "vllm_xargs" not in body or engine is None:
+        return None
+    from podium.constraints.precompile import precompile_xargs
+
+    return await precompile_xargs(body["vllm_xargs"], engine.model_config)
 
 
 def _validate(endpoint: Endpoint, body: dict[str, Any]) -> Any:
@@ -228,7 +246,8 @@ def _ask_for_usage(endpoint: Endpoint, body: dict[str, Any]) -> bool:
     return True
 
 
-async def _respond(result: Any, stack: AsyncExitStack, hidden_usage: bool = False) -> Response:
+async def _respond(result: Any, stack: AsyncExitStack, hidden_usage: bool = False,
+                   compile_seconds: float | None = None) -> Response:
     from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 
     if isinstance(result, ErrorResponse):
@@ -248,7 +267,10 @@ async def _respond(result: Any, stack: AsyncExitStack, hidden_usage: bool = Fals
                                  media_type="text/event-stream")
     await stack.aclose()
     _annotate_usage(getattr(result, "usage", None))
-    return JSONResponse(result.model_dump(exclude_none=False))
+    data = result.model_dump(exclude_none=False)
+    if compile_seconds is not None:
+        data["constraint_compile_seconds"] = round(compile_seconds, 6)
+    return JSONResponse(data)
 
 
 async def _leased(stream: AsyncIterator[str], stack: AsyncExitStack,

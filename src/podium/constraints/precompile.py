@@ -1,0 +1,191 @@
+"""Compiling a request's constraint before it reaches the engine, off the event loop.
+
+The frontend admits a spec (``admit_constraint``: validation, 400 on a bad one), then awaits
+:func:`precompile_xargs`: the spec is compiled in a small thread pool against the model's
+tokenizer, lowered to its compact form, published to the host's :class:`FormStore`, and the
+request's extra arguments gain the form's key. The engine's processor adopts the form by key and
+never compiles. Identical specs share one form (and one compile, even when they arrive together).
+A spec that does not compile fails its request alone, with a 400 naming ``constraint``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from podium.constraints.admission import XARGS_KEY
+from podium.errors import InvalidArgument
+
+KEY_XARGS = "podium_constraint_key"
+"""Extra argument naming the compiled form in the host's store (absent: the engine compiles)."""
+
+COMPILE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                   0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass(frozen=True)
+class Precompiled:
+    """What admission learned compiling one request's constraint."""
+
+    key: str | None
+    """The form's key; None for a plugin type without a compact form (the engine compiles)."""
+    seconds: float
+    """Time this request waited for its compiled form (a cache hit: microseconds)."""
+    cached: bool
+
+
+class ConstraintPrecompiler:
+    """Compiles specs for one tokenizer into the host's store; thread-safe."""
+
+    def __init__(self, tokenizer: str, vocab_size: int, *, store: Any = None,
+                 workers: int = 2) -> None:
+        from podium.constraints.store import FormStore
+
+        self.tokenizer_path, self.vocab_size = tokenizer, vocab_size
+        self.store = store if store is not None else FormStore()
+        self._pool = ThreadPoolExecutor(max_workers=workers,
+                                        thread_name_prefix="podium-constraint-compile")
+        self._lock = threading.Lock()
+        self._inflight: dict[str, Future[Precompiled]] = {}
+        self._tok: Any = None
+        self._fingerprint: str | None = None
+
+    def _tokenizer(self) -> tuple[Any, str]:
+        with self._lock:
+            if self._tok is None:
+                from podium.constraints.vocab import TokenizerInfo
+
+                tok = TokenizerInfo.from_pretrained(self.tokenizer_path, self.vocab_size)
+                self._fingerprint = _fingerprint(tok)
+                self._tok = tok
+            assert self._fingerprint is not None
+            return self._tok, self._fingerprint
+
+    async def compile(self, normalized: dict[str, Any]) -> Precompiled:
+        """Compile (or find) ``normalized`` in the pool; the event loop keeps serving."""
+        start = time.perf_counter()
+        future = self._submit(normalized)
+        result = await asyncio.wrap_future(future)
+        seconds = time.perf_counter() - start
+        _observe(normalized["type"], result.cached, seconds)
+        return Precompiled(result.key, seconds, result.cached)
+
+    def compile_now(self, normalized: dict[str, Any]) -> Precompiled:
+        """The same, in the calling thread (tests, benchmarks, synchronous callers)."""
+        start = time.perf_counter()
+        result = self._submit(normalized).result()
+        return Precompiled(result.key, time.perf_counter() - start, result.cached)
+
+    def _submit(self, normalized: dict[str, Any]) -> Future[Precompiled]:
+        canonical = json.dumps(normalized, sort_keys=True, ensure_ascii=False,
+                               separators=(",", ":"))
+        with self._lock:
+            fp = self._fingerprint
+        if fp is not None:
+            from podium.constraints.store import form_key
+
+            key = form_key(fp, canonical)
+            if self.store.get(key) is not None:
+                done: Future[Precompiled] = Future()
+                done.set_result(Precompiled(key, 0.0, True))
+                return done
+        else:
+            key = "first:" + canonical  # before the tokenizer is loaded: dedupe by text
+        with self._lock:
+            running = self._inflight.get(key)
+            if running is not None:
+                return running
+            future = self._pool.submit(self._compile, normalized, canonical)
+            self._inflight[key] = future
+        future.add_done_callback(lambda _f: self._forget(key))
+        return future
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._inflight.pop(key, None)
+
+    def _compile(self, normalized: dict[str, Any], canonical: str) -> Precompiled:
+        from podium.constraints.compiled import lower
+        from podium.constraints.registry import constraint_type
+        from podium.constraints.store import form_key
+
+        tok, fp = self._tokenizer()
+        key = form_key(fp, canonical)
+        if self.store.get(key) is not None:
+            return Precompiled(key, 0.0, True)
+        ct = constraint_type(normalized["type"])
+        if ct is None:
+            raise InvalidArgument(f"unknown constraint type {normalized['type']!r}",
+                                  param="constraint.type")
+        start = time.perf_counter()
+        try:
+            constraint = ct.compile(normalized, tok)
+            form = lower(constraint, key=key, vocab_size=tok.vocab_size,
+                         eos_token_ids=tok.eos_token_ids)
+        except InvalidArgument:
+            raise
+        except Exception as exc:  # a string the tokenizer cannot produce, a plugin's verdict
+            raise InvalidArgument(f"constraint ({normalized['type']}) cannot be compiled for "
+                                  f"this model's tokenizer: {exc}", param="constraint") from None
+        if form is None:
+            return Precompiled(None, 0.0, False)  # a plugin with Python state: engine-side
+        form.compile_seconds = time.perf_counter() - start
+        self.store.put(form)
+        return Precompiled(key, form.compile_seconds, False)
+
+
+@cache
+def precompiler_for(tokenizer: str, vocab_size: int) -> ConstraintPrecompiler:
+    """The process's precompiler for one tokenizer (one pool and one cache per model)."""
+    return ConstraintPrecompiler(tokenizer, vocab_size)
+
+
+async def precompile_xargs(xargs: dict[str, Any] | None, model_config: Any) -> float | None:
+    """Compile the constraint that ``xargs`` (from ``admit_constraint``) carries and add its
+    key; the seconds this request spent compiling, or None when it has no constraint."""
+    if not xargs or XARGS_KEY not in xargs:
+        return None
+    tokenizer = getattr(model_config, "tokenizer", None)
+    if tokenizer is None:  # an engine without a tokenizer folder (a test fake): engine-side
+        return None
+    normalized = json.loads(xargs[XARGS_KEY])
+    compiler = precompiler_for(str(tokenizer), int(model_config.get_vocab_size()))
+    result = await compiler.compile(normalized)
+    if result.key is not None:
+        xargs[KEY_XARGS] = result.key
+    return result.seconds
+
+
+def _fingerprint(tok: Any) -> str:
+    """What identifies a tokenizer for compiled forms: its vocabulary, merges and EOS."""
+    h = hashlib.sha256()
+    backend = getattr(tok.tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        h.update(backend.to_str().encode())
+    else:
+        h.update(json.dumps(sorted(tok.tokenizer.get_vocab().items())).encode())
+    h.update(json.dumps([tok.vocab_size, list(tok.eos_token_ids)]).encode())
+    return h.hexdigest()
+
+
+@cache
+def _histogram() -> Any:
+    from prometheus_client import Histogram
+
+    from podium.metrics.server import REGISTRY
+
+    return Histogram("podium:constraint_compile_seconds",
+                     "Time a request waited for its constraint's compiled form at admission "
+                     "(cache: hit or miss).", ("type", "cache"), buckets=COMPILE_BUCKETS,
+                     registry=REGISTRY)
+
+
+def _observe(kind: str, cached: bool, seconds: float) -> None:
+    _histogram().labels(kind, "hit" if cached else "miss").observe(seconds)

@@ -1,0 +1,146 @@
+"""Constraints compile at admission, off the event loop, and the engine only adopts them.
+
+The OpenAI app runs over fake vLLM serving objects (no engine), with the real tokenizer for
+the compile: what reaches the "engine" is the request vLLM would get, and a real processor
+is then handed its extra arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from vllm import SamplingParams
+
+from podium.constraints.admission import validate_constraint
+from podium.constraints.precompile import KEY_XARGS, ConstraintPrecompiler
+from podium.constraints.processor import ConstraintLogitsProcessor
+from podium.frontends.openai import COMPILE_HEADER
+from tests.support.catalog import make_titles
+from tests.support.openai_instance import CHAT, ContextBackend, client_for, openai_app
+
+USER = [{"role": "user", "content": "pick three"}]
+
+
+def _app(smol_dir: Any) -> tuple[Any, Any]:
+    backend = ContextBackend()
+    backend.engine = SimpleNamespace(model_config=SimpleNamespace(  # type: ignore[attr-defined]
+        get_vocab_size=lambda: 49152, tokenizer=str(smol_dir)))
+    return openai_app(backend)
+
+
+def _processor(smol_dir: Any) -> ConstraintLogitsProcessor:
+    config = SimpleNamespace(model_config=SimpleNamespace(
+        tokenizer=str(smol_dir), get_vocab_size=lambda: 49152))
+    return ConstraintLogitsProcessor(config, torch.device("cpu"), False)
+
+
+def _chat(constraint: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "fake-llm", "messages": USER, "constraint": constraint}
+
+
+async def test_openai_request_arrives_compiled_and_the_engine_never_compiles(
+        smol_dir: Any) -> None:
+    app, serving = _app(smol_dir)
+    items = random.Random(5).sample(make_titles(2000), 40)
+    spec = {"type": "distinct_items", "items": items, "min": 3, "max": 5}
+    async with client_for(app) as client:
+        first = await client.post(CHAT, json=_chat(spec))
+        assert first.status_code == 200, first.text
+        again = await client.post(CHAT, json=_chat(spec))  # the same spec: a cache hit
+        assert again.status_code == 200, again.text
+        metrics = (await client.get("/metrics")).text
+    seconds = first.json()["constraint_compile_seconds"]
+    assert seconds > 0 and float(first.headers[COMPILE_HEADER]) == pytest.approx(seconds,
+                                                                                 abs=1e-5)
+    assert again.json()["constraint_compile_seconds"] < seconds
+    assert 'podium:constraint_compile_seconds_count{cache="miss",type="distinct_items"}' \
+        in metrics
+    assert 'podium:constraint_compile_seconds_count{cache="hit",type="distinct_items"}' \
+        in metrics
+    one, two = serving.requests
+    key = one.vllm_xargs[KEY_XARGS]
+    assert two.vllm_xargs[KEY_XARGS] == key  # identical specs share one compiled form
+    # the engine side: a processor of another "process" (its own store object, same host
+    # directory) adopts the form by key, without a tokenizer and without compiling
+    proc = _processor(smol_dir)
+    for slot, request in enumerate((one, two)):
+        proc.add_request(slot, SamplingParams(extra_args=dict(request.vllm_xargs)))
+    assert proc.engine_compiles == 0 and proc._compiler is None
+    assert proc._batch is not None and proc._batch.num_forms == 1
+
+
+def _refuse_at_compile(spec: dict[str, Any], tok: Any) -> Any:
+    raise ValueError(f"token {spec['token']} is not in this vocabulary")
+
+
+async def test_a_spec_that_cannot_compile_is_a_400_before_the_engine(
+        smol_dir: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from podium.constraints import registry
+
+    # a type whose specs validate but whose compile refuses them (as a plugin's may)
+    broken = registry.ConstraintType("refuses", lambda spec: dict(spec), _refuse_at_compile)
+    monkeypatch.setitem(registry._TYPES, "refuses", broken)
+    app, serving = _app(smol_dir)
+    async with client_for(app) as client:
+        r = await client.post(CHAT, json=_chat({"type": "refuses", "token": 99}))
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == "constraint"
+        assert "cannot be compiled" in error["message"] and "token 99" in error["message"]
+        assert serving.requests == []  # nothing reached the engine
+        good = await client.post(CHAT, json=_chat({"type": "choice", "choices": ["Heat"]}))
+        assert good.status_code == 200, good.text
+    assert KEY_XARGS in serving.requests[0].vllm_xargs
+
+
+def test_a_spec_not_compiled_at_admission_is_compiled_in_the_engine_and_counted(
+        smol_dir: Any) -> None:
+    from podium.constraints.admission import to_vllm_xargs
+
+    proc = _processor(smol_dir)
+    spec = validate_constraint({"type": "choice", "choices": ["Heat", "Alien"]})
+    proc.add_request(0, SamplingParams(extra_args=to_vllm_xargs(spec)))
+    proc.add_request(1, SamplingParams(extra_args={**to_vllm_xargs(spec),
+                                                   KEY_XARGS: "0" * 40}))  # gone from store
+    assert proc.engine_compiles == 2
+
+
+async def test_identical_specs_arriving_together_compile_once(smol_dir: Any) -> None:
+    compiler = ConstraintPrecompiler(str(smol_dir), 49152)
+    compiler.compile_now(validate_constraint({"type": "choice", "choices": ["warm"]}))
+    puts = []
+    real_put = compiler.store.put
+    compiler.store.put = lambda form: (puts.append(form.key), real_put(form))  # type: ignore
+    spec = validate_constraint({"type": "choice", "choices": make_titles(3000)[1000:]})
+    results = await asyncio.gather(*(compiler.compile(spec) for _ in range(8)))
+    assert len({r.key for r in results}) == 1 and len(puts) == 1  # one compile for all 8
+    assert compiler.store.directory.joinpath(results[0].key + ".form").exists()
+    again = await compiler.compile(spec)
+    assert again.cached and again.seconds < min(r.seconds for r in results)
+
+
+async def test_compiling_leaves_the_event_loop_serving(smol_dir: Any) -> None:
+    compiler = ConstraintPrecompiler(str(smol_dir), 49152)
+    compiler.compile_now(validate_constraint({"type": "choice", "choices": ["warm"]}))
+    spec = validate_constraint({"type": "choice", "choices": make_titles(20000)})
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    start = time.perf_counter()
+    await compiler.compile(spec)
+    took = time.perf_counter() - start
+    task.cancel()
+    # on the loop, a compile would have let no tick run until it finished
+    assert took > 0.02 and ticks >= 3, (took, ticks)
