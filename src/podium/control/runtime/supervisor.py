@@ -79,6 +79,8 @@ class Supervisor(Generic[I]):
         self._instances: dict[str, I] = {}
         self._desired: dict[tuple[str, str], int] = {}
         self._crashes: dict[tuple[str, str], int] = {}
+        self._policies: dict[tuple[str, str], dict[str, Any]] = {}
+        """Per model@version, what the gateway reads from its package (`_traffic_policy`)."""
         # observed state not written yet because the database was away: db id -> fields
         self._unsaved: dict[int, dict[str, Any]] = {}
         self._unsaved_notes: list[tuple[str, str]] = []
@@ -251,13 +253,20 @@ class Supervisor(Generic[I]):
         self._set_state(instance, STOPPED)
 
     def _traffic_policy(self, instance: I) -> dict[str, Any]:
-        """What the gateway reads from the package: its in-flight bound, whether to resend."""
-        try:
-            manifest = self.store.get_package(instance.model, instance.version).manifest
-        except NotFound:  # forgotten since it started: the gateway's bound, resend nothing
-            return {"idempotent": False}
-        return {"max_in_flight": declared_bound(manifest),
-                "idempotent": bool(manifest.get("idempotent", True))}
+        """What the gateway reads from the package: its in-flight bound, whether to resend.
+        Read once per version and kept, so an instance that turns ready while the database is
+        away is still routed (then with the gateway's own bound and no resend)."""
+        key = (instance.model, instance.version)
+        if key not in self._policies:
+            try:
+                manifest = self.store.get_package(instance.model, instance.version).manifest
+            except NotFound:  # forgotten since it started: the gateway's bound, resend nothing
+                return {"idempotent": False}
+            except StoreUnavailable:
+                return {"idempotent": False}  # not kept: read again once the database is back
+            self._policies[key] = {"max_in_flight": declared_bound(manifest),
+                                   "idempotent": bool(manifest.get("idempotent", True))}
+        return self._policies[key]
 
     def _ready(self, instance: I) -> bool:
         if not instance.url:
