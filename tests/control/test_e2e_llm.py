@@ -22,28 +22,14 @@ import openai
 import pytest
 
 from podium.package.cache import ModelCache
-from podium.package.defaults import DEFAULT_MODEL, default_llm_manifest
-from podium.package.package import write_manifest
+from podium.package.defaults import DEFAULT_MODEL
 from tests.support.control_cli import podium
+from tests.support.llm_up import instances, write_llm
 from tests.support.up_process import Up, alive, wait
 
 pytestmark = pytest.mark.engine
 
 BOOT_TIMEOUT_S = 300  # one vLLM instance, possibly booting at nice 10 beside one under load
-
-
-def write_llm(root: Path, version: str) -> Path:
-    """The default LLM's package as `version` (same weights, so the cache entry is shared)."""
-    manifest = default_llm_manifest()
-    manifest["version"] = version
-    manifest["engine_args"] = {**manifest["engine_args"], "max_model_len": 2048}
-    return write_manifest(root / f"{DEFAULT_MODEL}-{version}", manifest).root
-
-
-def instances(up: Up, version: str, state: str | None = "ready") -> list[dict]:
-    versions = up.status()["models"].get(DEFAULT_MODEL, {}).get("versions", {})
-    return [i for i in versions.get(version, {}).get("instances", [])
-            if state is None or i["state"] == state]
 
 
 def gateway_counts(up: Up) -> Counter[tuple[str, str]]:

@@ -27,8 +27,8 @@ import pytest
 
 from podium.package.cache import ModelCache
 from podium.package.defaults import DEFAULT_MODEL
-from tests.control.test_e2e_llm import instances, write_llm
 from tests.support.control_cli import podium
+from tests.support.llm_up import instances, write_llm
 from tests.support.up_process import Up, wait
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1500)]  # two boots on a busy machine

@@ -26,9 +26,6 @@ from podium.errors import InvalidArgument
 KEY_XARGS = "podium_constraint_key"
 """Extra argument naming the compiled form in the host's store (absent: the engine compiles)."""
 
-COMPILE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                   0.25, 0.5, 1, 2.5, 5, 10)
-
 
 @dataclass(frozen=True)
 class Precompiled:
@@ -175,17 +172,7 @@ def _fingerprint(tok: Any) -> str:
     return h.hexdigest()
 
 
-@cache
-def _histogram() -> Any:
-    from prometheus_client import Histogram
-
-    from podium.metrics.server import REGISTRY
-
-    return Histogram("podium:constraint_compile_seconds",
-                     "Time a request waited for its constraint's compiled form at admission "
-                     "(cache: hit or miss).", ("type", "cache"), buckets=COMPILE_BUCKETS,
-                     registry=REGISTRY)
-
-
 def _observe(kind: str, cached: bool, seconds: float) -> None:
-    _histogram().labels(kind, "hit" if cached else "miss").observe(seconds)
+    from podium.metrics.server import observe_constraint_compile
+
+    observe_constraint_compile(kind, cached, seconds)

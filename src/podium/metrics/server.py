@@ -67,6 +67,16 @@ BATCH_SIZE = Histogram(
     buckets=BATCH_BUCKETS,
     registry=REGISTRY,
 )
+CONSTRAINT_COMPILE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                              0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+CONSTRAINT_COMPILE = Histogram(
+    "podium:constraint_compile_seconds",
+    "Time a request waited for its constraint's compiled form at admission (cache: hit or "
+    "miss).",
+    ("type", "cache"),
+    buckets=CONSTRAINT_COMPILE_BUCKETS,
+    registry=REGISTRY,
+)
 MODEL_LOADS = Counter(
     "podium:model_load_events",
     "Model load and unload events, by outcome (ok or error).",
@@ -139,6 +149,11 @@ def track_in_flight(protocol: Protocol, endpoint: str, model: str, version: str)
 def observe_queue(model: str, version: str, seconds: float) -> None:
     """Record how long a request waited before its backend took it."""
     QUEUE_DURATION.labels(model, version).observe(seconds)
+
+
+def observe_constraint_compile(kind: str, cached: bool, seconds: float) -> None:
+    """Record how long a request waited for its constraint's compiled form."""
+    CONSTRAINT_COMPILE.labels(kind, "hit" if cached else "miss").observe(seconds)
 
 
 def observe_batch(model: str, version: str, size: int) -> None:

@@ -1,0 +1,24 @@
+"""The default LLM under a real `podium up`: its package as a given version, its instances."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from podium.package.defaults import DEFAULT_MODEL, default_llm_manifest
+from podium.package.package import write_manifest
+from tests.support.up_process import Up
+
+
+def write_llm(root: Path, version: str) -> Path:
+    """The default LLM's package as `version` (same weights, so the cache entry is shared)."""
+    manifest = default_llm_manifest()
+    manifest["version"] = version
+    manifest["engine_args"] = {**manifest["engine_args"], "max_model_len": 2048}
+    return write_manifest(root / f"{DEFAULT_MODEL}-{version}", manifest).root
+
+
+def instances(up: Up, version: str, state: str | None = "ready") -> list[dict]:
+    """The instances of the default LLM's `version` in `state` (any state: None)."""
+    versions = up.status()["models"].get(DEFAULT_MODEL, {}).get("versions", {})
+    return [i for i in versions.get(version, {}).get("instances", [])
+            if state is None or i["state"] == state]
