@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import sys
 import threading
 from collections.abc import AsyncIterator
@@ -18,12 +17,10 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from podium.frontends.kserve_grpc import create_server
 from podium.package.package import open_package, write_manifest
-from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
-from tests.support.fake_llm_instance import llm_instance
+from tests.support.fake_llm_instance import llm_instance, served
 from tests.support.openai_instance import CHAT, GOOD, client_for, openai_app
 
 PROMPT = {"text_input": "what is the capital of France?"}
@@ -154,19 +151,13 @@ async def slow_python_instance(tmp_path: Path, batching: dict[str, Any] | None =
     entry = await instance.repository.load(package)
     gate = threading.Event()
     sys.modules[type(entry.backend._instance).__module__].GATE = gate  # the model's module
-    instance.booted = True
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = create_server(instance.repository, port=port, host="127.0.0.1",
-                           server_ready=instance.is_ready)
-    await server.start()
     try:
-        async with client_for(build_app(instance)) as client:
-            yield client, gate, f"127.0.0.1:{port}"
+        async with served(instance) as (client, grpc_url):
+            try:
+                yield client, gate, grpc_url
+            finally:
+                gate.set()  # before the gRPC server waits out its grace
     finally:
-        gate.set()
-        await server.stop(grace=1)
         await instance.repository.unload_all(timeout_s=5)
 
 

@@ -6,24 +6,15 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from podium.gateway.proxy import Gateway
 from podium.gateway.routing import Endpoint
+from tests.support.polling import eventually
 from tests.support.servers import Dropper, Served, Truncator, closed_port_url, upstream
-
-
-def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    """True once `condition` holds: bookkeeping ends just after the client has the body."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @pytest.fixture(scope="module")

@@ -44,6 +44,13 @@ async def llm_instance(tmp_path: Path, manifest: dict[str, Any] | None = None, *
     instance = Instance(ServerConfig(grpc_port=-1, **config))
     engine = RefusingEngine()
     await instance.repository.load(package, backend=FakeLlmBackend(package, engine=engine))
+    async with served(instance) as (client, grpc_url):
+        yield client, engine, grpc_url
+
+
+@contextlib.asynccontextmanager
+async def served(instance: Instance) -> AsyncIterator[tuple[Any, str]]:
+    """A loaded instance marked booted, served: (httpx client over its app, gRPC HOST:PORT)."""
     instance.booted = True
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -53,6 +60,6 @@ async def llm_instance(tmp_path: Path, manifest: dict[str, Any] | None = None, *
     await server.start()
     try:
         async with client_for(build_app(instance)) as client:
-            yield client, engine, f"127.0.0.1:{port}"
+            yield client, f"127.0.0.1:{port}"
     finally:
         await server.stop(grace=1)
