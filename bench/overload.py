@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,15 @@ class Answer:
     ok: bool
 
 
+Call = Callable[[httpx.AsyncClient], Awaitable[Answer]]
+"""One request of the load, sent with the given client."""
+
+
+def completion(url: str, max_tokens: int) -> Call:
+    """The LLM load's request: a streamed `/v1/completions`."""
+    return lambda client: one(client, url, max_tokens)
+
+
 async def one(client: httpx.AsyncClient, url: str, max_tokens: int) -> Answer:
     """A streamed completion: status, time to the first content chunk, whether it ended well."""
     sent = time.monotonic()
@@ -82,21 +92,20 @@ async def one(client: httpx.AsyncClient, url: str, max_tokens: int) -> Answer:
         return Answer(sent, 599, time.monotonic() - sent, False)
 
 
-async def closed_loop(url: str, concurrency: int, seconds: float, max_tokens: int
-                      ) -> list[Answer]:
+async def closed_loop(call: Call, concurrency: int, seconds: float) -> list[Answer]:
     answers: list[Answer] = []
     deadline = time.monotonic() + seconds
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=None)) as c:
         async def worker() -> None:
             while time.monotonic() < deadline:
-                answers.append(await one(c, url, max_tokens))
+                answers.append(await call(c))
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return answers
 
 
-async def open_loop(url: str, phases: list[tuple[float, float]], max_tokens: int,
-                    seed: int = 0) -> list[Answer]:
+async def open_loop(call: Call, phases: list[tuple[float, float]], seed: int = 0
+                    ) -> list[Answer]:
     """Poisson arrivals, `phases` of (rate per second, seconds) one after another."""
     rng = random.Random(seed)
     tasks: list[asyncio.Task[Answer]] = []
@@ -104,7 +113,7 @@ async def open_loop(url: str, phases: list[tuple[float, float]], max_tokens: int
         for rate, seconds in phases:
             end = time.monotonic() + seconds
             while (now := time.monotonic()) < end:
-                tasks.append(asyncio.create_task(one(c, url, max_tokens)))
+                tasks.append(asyncio.create_task(call(c)))
                 await asyncio.sleep(max(0.0, rng.expovariate(rate) - (time.monotonic() - now)))
         return list(await asyncio.gather(*tasks))
 
@@ -116,18 +125,17 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
+def measure(call: Call, opts: argparse.Namespace) -> dict[str, Any]:
     """Capacity, the spike and the recovery against one ready server."""
-    asyncio.run(closed_loop(url, 2, 3, opts.max_tokens))  # warm up
-    base = asyncio.run(closed_loop(url, opts.concurrency, opts.capacity_seconds,
-                                   opts.max_tokens))
+    asyncio.run(closed_loop(call, 2, 3))  # warm up
+    base = asyncio.run(closed_loop(call, opts.concurrency, opts.capacity_seconds))
     admitted = [a for a in base if a.ok]
     capacity = len(admitted) / opts.capacity_seconds
     base_p99 = p99([a.seconds for a in admitted])
     spike_end_offset = opts.seconds
     started = time.monotonic()
-    answers = asyncio.run(open_loop(url, [(opts.factor * capacity, opts.seconds),
-                                          (capacity, opts.recovery_seconds)], opts.max_tokens))
+    answers = asyncio.run(open_loop(call, [(opts.factor * capacity, opts.seconds),
+                                           (capacity, opts.recovery_seconds)]))
     spike = [a for a in answers if a.sent - started < spike_end_offset]
     after = [a for a in answers if a.sent - started >= spike_end_offset]
     ok = [a for a in spike if a.ok]
@@ -217,7 +225,7 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}"
         ready = url + ("/health/ready" if name == "podium" else "/health")
         with child(command, ready, logs / f"{name}.log", env):
-            results[name] = measure(url, opts)
+            results[name] = measure(completion(url, opts.max_tokens), opts)
         print(json.dumps({"server": name, **results[name]}), flush=True)
     report(results)
     return 0
