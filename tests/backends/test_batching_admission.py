@@ -11,6 +11,13 @@ import pytest
 
 from podium.backends.batching import BatchingConfig, DynamicBatcher
 from podium.errors import Overloaded
+from podium.metrics.server import REGISTRY
+
+
+def num_refused(model: str, reason: str) -> float:
+    """`podium:queue_refused_total` for one model and reason (0 before any)."""
+    return REGISTRY.get_sample_value("podium:queue_refused_total",
+                                     {"model": model, "version": "1", "reason": reason}) or 0
 
 
 class Gate:
@@ -37,7 +44,8 @@ def test_a_full_queue_refuses_at_once_and_the_refused_request_never_runs() -> No
     model = Gate()
 
     async def go() -> tuple[list, float]:
-        batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=1, max_queue=2))
+        batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=1, max_queue=2),
+                                 name="full-queue", version="1")
         try:
             running = asyncio.ensure_future(batcher.submit(0))  # occupies the model
             await _wait_started(model)
@@ -52,6 +60,7 @@ def test_a_full_queue_refuses_at_once_and_the_refused_request_never_runs() -> No
             model.opened.set()
             results = await asyncio.gather(running, *queued)
             assert batcher.num_rejected == 1
+            assert num_refused("full-queue", "queue_full") == 1  # in /metrics, with its reason
             # the queue drained: a new request is served again
             return [*results, await batcher.submit(4)], took
         finally:
@@ -69,7 +78,8 @@ def test_a_request_waiting_past_the_queue_timeout_is_refused_and_never_runs() ->
 
     async def go() -> list:
         batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=1,
-                                                       queue_timeout_s=0.05))
+                                                       queue_timeout_s=0.05),
+                                 name="slow-queue", version="1")
         try:
             running = asyncio.ensure_future(batcher.submit(0))
             await _wait_started(model)
@@ -77,6 +87,8 @@ def test_a_request_waiting_past_the_queue_timeout_is_refused_and_never_runs() ->
             with pytest.raises(Overloaded, match=r"waited 0.05s in its queue"):
                 await batcher.submit(1)
             assert time.monotonic() - started < 1
+            assert num_refused("slow-queue", "queue_timeout") == 1
+            assert num_refused("slow-queue", "queue_full") == 0
             model.opened.set()
             # the first request had started: it is answered although it waited longer
             return [await running, await batcher.submit(2)]

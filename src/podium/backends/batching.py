@@ -133,7 +133,7 @@ class DynamicBatcher(Generic[Item, Result]):
             raise InvalidArgument(f"model {self._key} got an empty batch (batch size {size}); "
                                   "send at least one row")
         if len(self._pending) >= self.config.max_queue:
-            self.num_rejected += 1
+            self._refused("queue_full")
             raise Overloaded(f"model {self._key} is overloaded: its queue is full "
                              f"({len(self._pending)} requests waiting, max_queue="
                              f"{self.config.max_queue}); retry later, or raise "
@@ -152,7 +152,7 @@ class DynamicBatcher(Generic[Item, Result]):
                 return await future
             self._pending.remove(pending)
             future.cancel()
-            self.num_rejected += 1
+            self._refused("queue_timeout")
             raise Overloaded(f"model {self._key} is overloaded: this request waited "
                              f"{self.config.queue_timeout_s:g}s in its queue without starting "
                              "(queue_timeout_ms); retry later", param="queue_timeout_ms"
@@ -263,6 +263,12 @@ class DynamicBatcher(Generic[Item, Result]):
         for pending in batch:
             if not pending.future.done():
                 pending.future.set_exception(error)
+
+    def _refused(self, reason: str) -> None:
+        from podium.metrics.server import observe_queue_refused
+
+        self.num_rejected += 1
+        observe_queue_refused(self._name, self._version, reason)
 
     def _observe(self, batch: list[_Pending[Item, Result]]) -> None:
         from podium.metrics.server import observe_batch, observe_queue

@@ -60,6 +60,13 @@ QUEUE_DURATION = Histogram(
     buckets=QUEUE_BUCKETS,
     registry=REGISTRY,
 )
+QUEUE_REFUSED = Counter(
+    "podium:queue_refused",
+    "Requests the dynamic batching queue refused (429), by why: queue_full (max_queue) or "
+    "queue_timeout (queue_timeout_ms).",
+    (*MODEL_LABELS, "reason"),
+    registry=REGISTRY,
+)
 BATCH_SIZE = Histogram(
     "podium:batch_size",
     "Requests per batch formed by dynamic batching.",
@@ -149,6 +156,11 @@ def track_in_flight(protocol: Protocol, endpoint: str, model: str, version: str)
 def observe_queue(model: str, version: str, seconds: float) -> None:
     """Record how long a request waited before its backend took it."""
     QUEUE_DURATION.labels(model, version).observe(seconds)
+
+
+def observe_queue_refused(model: str, version: str, reason: str) -> None:
+    """Count one request the batching queue refused (`queue_full` or `queue_timeout`)."""
+    QUEUE_REFUSED.labels(model, version, reason).inc()
 
 
 def observe_constraint_compile(kind: str, cached: bool, seconds: float) -> None:
