@@ -141,3 +141,24 @@ def test_a_forms_last_request_frees_it_and_its_id_is_reused() -> None:
     assert _pairs(batch, np.array([3])) == {(0, t) for t in
                                             b.table.tokens[: b.table.offsets[1]].tolist()} | (
         {(0, 0)} if b.table.accepting[0] or b.table.offsets[1] == 0 else set())
+
+
+def test_peek_steps_copies_through_drafts_and_leaves_the_slots_as_they_were() -> None:
+    batch = ConstraintBatch(EOS)
+    batch.add_constraint(0, TableConstraint(TABLE))  # compiled
+    batch.add_constraint(1, GeneralTable(TABLE))  # Python path: state it cannot copy
+    before = (batch.state.copy(), batch.consumed.copy(), batch.active_slots().copy())
+    parents = np.array([0, 0, 0, 0, 1])
+    drafts = np.array([[5, 6], [7, 5], [7, 9], [5, 6], [5, 6]])  # 9: no edge, the walk dies
+    depth = np.array([1, 2, 2, 0, 1])
+    pairs = set(zip(*(a.tolist() for a in batch.peek(parents, drafts, depth)), strict=True))
+    assert pairs == {(0, 6),  # after a: b
+                     (1, 0),  # after c, a: state 2, accepting, nothing on: EOS
+                     (2, 0),  # after c, 9: dead: EOS only
+                     (3, 5), (3, 7),  # no drafts: the committed state's own tokens
+                     (4, 0)}  # the Python path's draft row: EOS only (fail closed)
+    # the arrays grew for the scratch copies; the held slots are untouched, the copies gone
+    assert np.array_equal(batch.active_slots(), before[2])
+    for now, was in zip((batch.state, batch.consumed), before[:2], strict=True):
+        assert np.array_equal(now[: len(was)], was)
+    assert _pairs(batch, np.array([0, 1])) == {(0, 5), (0, 7), (1, 5), (1, 7)}

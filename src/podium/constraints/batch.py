@@ -280,6 +280,50 @@ class ConstraintBatch:
             parts_t.append(t)
         return np.concatenate(parts_r), np.concatenate(parts_t)
 
+    def peek(self, parents: np.ndarray, drafts: np.ndarray, depth: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """Allowed ``(position into parents, token)`` pairs after each parent slot's committed
+        state is stepped through its first ``depth[i]`` draft tokens (``drafts[i, :depth]``),
+        without changing the slot: speculative decoding's draft rows.
+
+        The steps run on scratch copies of the parents past the batch's slots. A parent on
+        the Python path (a plugin constraint with its own state, which cannot be copied) gets
+        EOS alone: the request ends rather than risk an answer its constraint does not allow.
+        """
+        parents = np.ascontiguousarray(parents, dtype=np.int64)
+        n = len(parents)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        python = self.form[parents] == PYTHON
+        base = int(self.active_slots()[-1]) + 1  # past every held slot (parents are held)
+        if base + n > len(self.form):
+            self._grow(base + n)
+        scratch = np.arange(base, base + n, dtype=np.int64)
+        try:
+            for a in self._slot_arrays():
+                a[scratch] = a[parents]
+            self.form[scratch[python]] = EMPTY
+            for i, parent in enumerate(parents.tolist()):
+                alive = self._alive[parent]
+                self._alive[base + i] = alive.copy() if len(alive) else _NO_ALIVE
+            compiled = np.flatnonzero(~python)
+            for k in range(int(depth.max(initial=0))):
+                at = compiled[depth[compiled] > k]
+                if len(at):
+                    self._advance(scratch[at], drafts[at, k])
+            rows, tokens = self._compiled_allowed(scratch[compiled])
+            rows = compiled[rows]
+            ended = np.flatnonzero(python)
+            return (np.concatenate([rows, np.repeat(ended, len(self.eos))]),
+                    np.concatenate([tokens, np.tile(self.eos, len(ended))]))
+        finally:  # the scratch copies held no references: emptying them is enough
+            self.form[scratch] = self.handle[scratch] = self.last_token[scratch] = EMPTY
+            self.state[scratch] = DEAD
+            self.consumed[scratch] = self.count[scratch] = 0
+            for i in range(n):
+                self._alive[base + i] = _NO_ALIVE
+            self._active = None
+
     def _compiled_allowed(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         li = self._lists
         return bk.allowed(slots, self.form, self.state, self.count, self.meta, li["offsets"],

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
         LogitsProcRequestState,
     )
 
-    from podium.constraints.batch import ConstraintBatch
+    from podium.constraints.batch import ConstraintBatch, FetchTokens
     from podium.constraints.compiled import CompiledForm
     from podium.constraints.compiler import ConstraintCompiler
 
@@ -237,8 +237,8 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
     def _apply_v2(self, logits: torch.Tensor, ctx: LogitsContext) -> torch.Tensor:
         assert self._batch is not None and self._req_states is not None
         batch_slots = np.asarray(ctx.idx_mapping_np, dtype=np.int64)
-        if logits.shape[0] != len(batch_slots):
-            raise RuntimeError("podium constraints do not support speculative decoding")
+        if logits.shape[0] != len(batch_slots):  # speculative decoding: rows for drafts
+            return self._apply_v2_drafts(logits, ctx)
         positions = np.flatnonzero(self._batch.holds(batch_slots))
         if len(positions) == 0:
             return logits
@@ -248,6 +248,55 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
         # during (re)prefill the visible length is below prompt + output: that reads as a
         # shrink and the replay catches up as the refill proceeds
         lengths = np.maximum(seq_len - prompt_len, 0)
+        self._batch.sync(slots, lengths, self._history(slots, prompt_len))
+        rows, tokens = self._batch.allowed(slots)
+        from podium.constraints.masking import keep_only
+
+        return keep_only(logits, positions, positions[rows], tokens)
+
+    def _apply_v2_drafts(self, logits: torch.Tensor, ctx: LogitsContext) -> torch.Tensor:
+        """Rows are not requests: a request owns one row per draft token plus one. Its first
+        row (local offset 0) predicts the token after its committed history; the row at
+        offset k predicts the one after draft tokens 1..k, which were fed to the rows at
+        offsets 1..k. The committed state advances as without drafts; draft rows are masked
+        from scratch copies stepped through the drafts (`ConstraintBatch.peek`), so rejected
+        drafts leave nothing behind: the next step's history says which were accepted."""
+        assert self._batch is not None and self._req_states is not None
+        # the step's layout in one device -> host copy (4 x rows integers)
+        layout = torch.stack([t.to(torch.int64) for t in (
+            ctx.expanded_idx_mapping, ctx.expanded_local_pos, ctx.pos, ctx.input_ids)])
+        row_slot, local, pos, fed = layout.cpu().numpy()
+        constrained = np.flatnonzero(self._batch.holds(row_slot))
+        if len(constrained) == 0:
+            return logits
+        heads = constrained[local[constrained] == 0]
+        slots = row_slot[heads]
+        prompt_len = np.asarray(self._req_states.prompt_len.np, dtype=np.int64)[slots]
+        # the head row's position is the last committed token's: pos + 1 tokens are visible
+        lengths = np.maximum(pos[heads] + 1 - prompt_len, 0)
+        self._batch.sync(slots, lengths, self._history(slots, prompt_len))
+        rows, tokens = self._batch.allowed(slots)
+        keep_rows, keep_tokens = [heads[rows]], [tokens]
+        tails = constrained[(local[constrained] > 0) & np.isin(row_slot[constrained], slots)]
+        if len(tails):
+            owners, owner = np.unique(row_slot[constrained], return_inverse=True)
+            fed_by = np.full((len(owners), int(local[constrained].max()) + 1), -1, np.int64)
+            fed_by[owner, local[constrained]] = fed[constrained]  # request x offset -> token
+            tail_owner = np.searchsorted(owners, row_slot[tails])
+            rows, tokens = self._batch.peek(row_slot[tails], fed_by[tail_owner, 1:],
+                                            local[tails])
+            keep_rows.append(tails[rows])
+            keep_tokens.append(tokens)
+        else:
+            tails = tails.astype(np.int64)
+        from podium.constraints.masking import keep_only
+
+        return keep_only(logits, np.concatenate([heads, tails]), np.concatenate(keep_rows),
+                         np.concatenate(keep_tokens))
+
+    def _history(self, slots: np.ndarray, prompt_len: np.ndarray) -> FetchTokens:
+        """`ConstraintBatch.sync`'s fetch over V2's on-device committed token history."""
+        assert self._req_states is not None
         history = self._req_states.all_token_ids.gpu
 
         def fetch(pos: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -255,11 +304,7 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
             c = torch.from_numpy(prompt_len[pos] + idx).to(history.device)
             return history[s, c].to(torch.int64).cpu().numpy()
 
-        self._batch.sync(slots, lengths, fetch)
-        rows, tokens = self._batch.allowed(slots)
-        from podium.constraints.masking import keep_only
-
-        return keep_only(logits, positions, positions[rows], tokens)
+        return fetch
 
 
 @cache
