@@ -129,6 +129,16 @@ def test_constraint_inside_sampling_parameters(instance) -> None:
     import re
 
     assert re.fullmatch("[A-Z]{3}-[0-9]{4}", result.as_numpy("text_output")[0].decode())
+    # the time this request waited for its constraint's compiled form, as over OpenAI
+    compiled = result.get_response()["parameters"]["constraint_compile_seconds"]
+    assert isinstance(compiled, float) and 0 <= compiled < 60
+    r = httpx.post(f"{instance.http_url}/v2/models/{LLM}/generate", headers=auth(), timeout=60,
+                   json={"text_input": "A product code:", "parameters": {
+                       "max_tokens": 4, "constraint": {"type": "choice", "choices": ["AB"]}}})
+    assert r.status_code == 200 and r.json()["constraint_compile_seconds"] >= 0, r.text
+    r = httpx.post(f"{instance.http_url}/v2/models/{LLM}/generate", headers=auth(), timeout=60,
+                   json={"text_input": "A product code:", "parameters": {"max_tokens": 2}})
+    assert r.status_code == 200 and "constraint_compile_seconds" not in r.json(), r.text
 
 
 def test_out_of_range_sampling_value_is_a_400(instance) -> None:

@@ -38,6 +38,9 @@ GENERATE_INPUTS = [
     TensorSpec(name="sampling_parameters", datatype="BYTES", shape=[1]),
     TensorSpec(name="exclude_input_in_output", datatype="BOOL", shape=[1]),
 ]
+COMPILE_PARAMETER = "constraint_compile_seconds"
+"""Response parameter: the seconds this request waited for its constraint's compiled form
+(0 on a cache hit; absent without a constraint), as the OpenAI answer's field of that name."""
 GENERATE_OUTPUTS = [TensorSpec(name="text_output", datatype="BYTES", shape=[-1])]
 
 
@@ -66,7 +69,8 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
         kwargs = parse_sampling_parameters(request)
     await checks.check_generation(engine, prompt, kwargs, caps)
     # a constraint is compiled here, off the event loop, never in the engine step
-    await precompile_xargs(kwargs.get("extra_args"), engine.model_config)
+    compile_seconds = await precompile_xargs(kwargs.get("extra_args"), engine.model_config)
+    extra = {} if compile_seconds is None else {COMPILE_PARAMETER: round(compile_seconds, 6)}
     params = build_sampling_params(sampling_params, kwargs)
     request_id = request.id or uuid.uuid4().hex
     sent: list[int] = []
@@ -79,12 +83,14 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
                 sent += [0] * (len(texts) - len(sent))
                 deltas = [t[n:] for t, n in zip(texts, sent, strict=False)]
                 sent = [len(t) for t in texts]
-                yield _text_response(deltas, request, final=bool(output.finished))
+                yield _text_response(deltas, request, final=bool(output.finished), extra=extra)
+                extra = {}  # said once, on the stream's first response
     if final is None:
         raise InvalidArgument("the engine produced no output for this prompt")
     if not stream:
         prefix = "" if exclude_input else prompt
-        yield _text_response([prefix + c.text for c in final.outputs], request, final=True)
+        yield _text_response([prefix + c.text for c in final.outputs], request, final=True,
+                             extra=extra)
 
 
 async def generate_once(engine: EngineClient, request: InferenceRequest, *,
@@ -103,7 +109,7 @@ async def generate_once(engine: EngineClient, request: InferenceRequest, *,
     return last
 
 
-def _text_response(texts: list[str], request: InferenceRequest, *, final: bool
-                   ) -> InferenceResponse:
+def _text_response(texts: list[str], request: InferenceRequest, *, final: bool,
+                   extra: dict[str, Any]) -> InferenceResponse:
     return InferenceResponse(outputs=[text_tensor("text_output", texts)], id=request.id,
-                             final=final)
+                             final=final, parameters=dict(extra))

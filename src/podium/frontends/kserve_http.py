@@ -328,6 +328,8 @@ def generate_response(response: InferenceResponse, model: str, version: str) -> 
     for tensor in response.outputs:
         data = codec.tensor_to_json(tensor)
         body[tensor.name] = data[0] if len(data) == 1 else data
+    for key, value in response.parameters.items():  # e.g. constraint_compile_seconds
+        body.setdefault(key, value)
     return body
 
 
