@@ -101,7 +101,8 @@ def _handler(repository: ModelRepository, endpoint: Endpoint, limits: OpenAILimi
             # a client that leaves before the answer (or a stream's start) aborts the
             # generation: vLLM's serving objects do not watch the connection themselves
             result = await cancel_on_disconnect(
-                request, _call(serving, endpoint, request_model, request))
+                request, _call_and_peek(serving, endpoint, request_model, request))
+            _name_the_field(result, body)
             if _engine_died(result, backend):
                 raise BackendDead(f"the engine of {entry.key} died while serving this request; "
                                   "the instance restarts, retry it")
@@ -244,6 +245,69 @@ def _ask_for_usage(endpoint: Endpoint, body: dict[str, Any]) -> bool:
         return False
     body["stream_options"] = {**options, "include_usage": True}
     return True
+
+
+class _Stream:
+    """A stream whose first chunk has been read (and was not an error)."""
+
+    def __init__(self, first: str | None, rest: AsyncIterator[str]) -> None:
+        self.first, self.rest = first, rest
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        if self.first is not None:
+            yield self.first
+        async for chunk in self.rest:
+            yield chunk
+
+
+async def _call_and_peek(serving: Any, endpoint: Endpoint, request_model: Any,
+                         request: Request) -> Any:
+    return await _first_chunk(await _call(serving, endpoint, request_model, request))
+
+
+def _name_the_field(result: Any, body: dict[str, Any]) -> None:
+    """vLLM names no field when its structured-outputs backend cannot build a grammar."""
+    error = getattr(result, "error", None)
+    if error is None or error.param is not None or "grammar" not in error.message.lower():
+        return
+    for field in ("response_format", "structured_outputs"):
+        if field in body:
+            error.param = field
+            return
+
+
+async def _first_chunk(result: Any) -> Any:
+    """A stream's first chunk read before any byte is sent, so a request vLLM refuses inside
+    its stream (a grammar its structured-outputs backend cannot build, an admission check
+    past the frontend's) is answered with its own 4xx / 429 status, not a 200 whose first
+    event is the error. Runs inside the disconnect watch: a client that leaves while the
+    request waits for its first token still aborts it."""
+    if not hasattr(result, "__aiter__"):
+        return result
+    stream = result.__aiter__()
+    try:
+        first = await anext(stream)
+    except StopAsyncIteration:
+        return _Stream(None, stream)
+    except BaseException:
+        await stream.aclose()
+        raise
+    if (error := _stream_error(first)) is not None:
+        await stream.aclose()
+        return error
+    return _Stream(first, stream)
+
+
+def _stream_error(chunk: str) -> Any:
+    """vLLM's `ErrorResponse` when an SSE chunk is its error event, else None."""
+    if not chunk.startswith('data: {"error"'):
+        return None
+    from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+    try:
+        return ErrorResponse.model_validate_json(chunk.removeprefix("data: ").strip())
+    except ValidationError:
+        return None
 
 
 async def _respond(result: Any, stack: AsyncExitStack, hidden_usage: bool = False,

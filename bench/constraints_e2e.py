@@ -1,0 +1,222 @@
+"""Per-request catalogs end to end: Podium's `distinct_items` vs vLLM's structured outputs vs
+unconstrained, on one real engine behind Podium's OpenAI server, in one run.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/constraints_e2e.py [--requests 64]
+        [--concurrency 32] [--min-candidates 20] [--max-candidates 100] [--rounds 2]
+
+Every request asks for 3 to 5 different titles from its own candidates (a different set each
+time, drawn from a 50,000-title catalog and listed in the prompt), as a JSON array; streamed
+chat completions at temperature 1.0, `--concurrency` at a time. The three modes:
+
+- `podium`: the request's `constraint` (`distinct_items`, min 3, max 5): one attempt;
+- `vllm`: `response_format` `json_schema` (an array of the candidates as an `enum`,
+  `minItems` 3, `maxItems` 5, `uniqueItems`), which Podium hands to vLLM's own structured
+  outputs (xgrammar, a grammar compiled per distinct schema); an answer that still repeats a
+  title, or is cut off, is asked again, as a user would (up to `--attempts` in all);
+- `free`: no constraint, invalid answers asked again likewise.
+
+Reported per mode: valid answers per second (valid / the mode's wall time), answers per second
+(all attempts), share valid at the first attempt, p50 / p99 TTFT of every attempt, and for
+`podium` the compile time per request from the `x-podium-constraint-compile-seconds` header.
+The modes alternate order between rounds (a shared machine drifts); figures are per round,
+then the ratios of the medians: podium / vllm valid answers per second (issue 13's target
+>= 2x), podium / free answers per second (>= 0.9x), podium compile p99 (<= 5 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from catalog import make_titles  # noqa: E402
+
+from gateway_llm import child  # noqa: E402
+from gateway_overhead import free_port  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+MIN_ITEMS, MAX_ITEMS = 3, 5
+COMPILE_HEADER = "x-podium-constraint-compile-seconds"
+
+
+@dataclass
+class Tally:
+    """One mode's run."""
+
+    valid: int = 0
+    valid_first: int = 0
+    attempts: int = 0
+    ttft_s: list[float] = field(default_factory=list)
+    compile_s: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def is_valid(text: str, candidates: list[str]) -> bool:
+    """A JSON array of 3 to 5 distinct titles, each one of the request's candidates."""
+    start = text.find("[")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
+    except json.JSONDecodeError:
+        return False
+    allowed = set(candidates)
+    return (isinstance(value, list) and MIN_ITEMS <= len(value) <= MAX_ITEMS
+            and all(isinstance(v, str) and v in allowed for v in value)
+            and len(set(value)) == len(value))
+
+
+def body(mode: str, candidates: list[str], max_tokens: int) -> dict[str, Any]:
+    listing = "\n".join(f"- {c}" for c in candidates)
+    out: dict[str, Any] = {
+        "model": MODEL, "stream": True, "temperature": 1.0, "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content":
+                      f"Recommend {MIN_ITEMS} to {MAX_ITEMS} different movies from this list "
+                      f"for tonight:\n{listing}\nAnswer only with a JSON array of titles, "
+                      "exactly as written above."}]}
+    if mode == "podium":
+        out["constraint"] = {"type": "distinct_items", "items": candidates, "min": MIN_ITEMS,
+                             "max": MAX_ITEMS}
+    elif mode == "vllm":
+        schema = {"type": "array", "items": {"type": "string", "enum": candidates},
+                  "minItems": MIN_ITEMS, "maxItems": MAX_ITEMS, "uniqueItems": True}
+        out["response_format"] = {"type": "json_schema",
+                                  "json_schema": {"name": "picks", "schema": schema}}
+    return out
+
+
+async def attempt(client: httpx.AsyncClient, url: str, payload: dict[str, Any],
+                  tally: Tally) -> str:
+    """One streamed attempt: its text; records TTFT (and the compile time when said)."""
+    sent = time.monotonic()
+    parts: list[str] = []
+    first = None
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{r.status_code}: {(await r.aread())[:300]!r}")
+        if COMPILE_HEADER in r.headers:
+            tally.compile_s.append(float(r.headers[COMPILE_HEADER]))
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            for choice in json.loads(line[6:]).get("choices", []):
+                text = (choice.get("delta") or {}).get("content") or ""
+                if text and first is None:
+                    first = time.monotonic()
+                parts.append(text)
+    tally.ttft_s.append((first or time.monotonic()) - sent)
+    return "".join(parts)
+
+
+async def run_mode(url: str, mode: str, requests: list[list[str]], opts: argparse.Namespace
+                   ) -> Tally:
+    tally = Tally()
+    gate = asyncio.Semaphore(opts.concurrency)
+    tries = 1 if mode == "podium" else opts.attempts
+
+    async def one(client: httpx.AsyncClient, candidates: list[str]) -> None:
+        for n in range(tries):
+            async with gate:
+                text = await attempt(client, url, body(mode, candidates, opts.max_tokens),
+                                     tally)
+            tally.attempts += 1
+            if is_valid(text, candidates):
+                tally.valid += 1
+                tally.valid_first += n == 0
+                return
+
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=600,
+                                 limits=httpx.Limits(max_connections=None)) as client:
+        await asyncio.gather(*(one(client, c) for c in requests))
+    tally.seconds = time.monotonic() - started
+    return tally
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def summary(mode: str, t: Tally, n: int) -> dict[str, Any]:
+    return {"mode": mode, "valid_per_s": round(t.valid / t.seconds, 3),
+            "answers_per_s": round(t.attempts / t.seconds, 3),
+            "valid_first": round(t.valid_first / n, 3), "valid": round(t.valid / n, 3),
+            "attempts": t.attempts, "p50_ttft_s": round(pct(t.ttft_s, 0.5), 3),
+            "p99_ttft_s": round(pct(t.ttft_s, 0.99), 3), "seconds": round(t.seconds, 1),
+            "compile_p50_ms": round(pct(t.compile_s, 0.5) * 1000, 2) if t.compile_s else None,
+            "compile_p99_ms": round(pct(t.compile_s, 0.99) * 1000, 2) if t.compile_s else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=64, help="requests per mode and round")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--min-candidates", type=int, default=20)
+    ap.add_argument("--max-candidates", type=int, default=100)
+    ap.add_argument("--attempts", type=int, default=3, help="attempts when retrying")
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--modes", default="podium,vllm,free")
+    opts = ap.parse_args()
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from podium.package.defaults import write_default_package
+
+    package = write_default_package()
+    rng = random.Random(0)
+    catalog = make_titles(50_000)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.mkdtemp(prefix="podium-constraints-e2e-")) / "serve.log"
+    command = [sys.executable, "-m", "podium.cli", "serve", str(package.root), "--host",
+               "127.0.0.1", "--http-port", str(port), "--grpc-port", "-1"]
+    modes = opts.modes.split(",")
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    print(f"{opts.requests} requests per mode and round, concurrency {opts.concurrency}, "
+          f"{opts.min_candidates}-{opts.max_candidates} candidates each; log {log}", flush=True)
+    with child(command, f"{url}/health/ready", log, dict(os.environ)):
+        warm = [rng.sample(catalog, opts.min_candidates) for _ in range(4)]
+        for mode in modes:  # warm-up: first-use costs (numba, xgrammar) out of the figures
+            asyncio.run(run_mode(url, mode, warm, opts))
+        for round_no in range(opts.rounds):
+            requests = [rng.sample(catalog, rng.randint(opts.min_candidates,
+                                                        opts.max_candidates))
+                        for _ in range(opts.requests)]
+            for mode in modes if round_no % 2 == 0 else modes[::-1]:
+                figures = summary(mode, asyncio.run(run_mode(url, mode, requests, opts)),
+                                  opts.requests)
+                results[mode].append(figures)
+                print(json.dumps({"round": round_no, **figures}), flush=True)
+
+    def med(mode: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[mode])
+
+    if "podium" in results and "vllm" in results:
+        print(f"podium / vllm valid answers per second: "
+              f"{med('podium', 'valid_per_s') / med('vllm', 'valid_per_s'):.2f}x (target >= 2)")
+    if "podium" in results and "free" in results:
+        print(f"podium / free answers per second: "
+              f"{med('podium', 'answers_per_s') / med('free', 'answers_per_s'):.2f}x "
+              "(target >= 0.9)")
+    if results.get("podium"):
+        print(f"podium compile p99: {max(r['compile_p99_ms'] for r in results['podium'])} ms "
+              "(target <= 5)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
