@@ -45,10 +45,10 @@ class RegionSpec:
         if self.ray_address is not None and self.runtime != "ray":
             raise InvalidArgument(f"region {self.name}: ray_address needs runtime=ray",
                                   param="ray_address")
-        for key, low in (("http_port", 1), ("grpc_port", -1)):
+        for key, low in (("http_port", 0), ("grpc_port", -1)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or not (
-                    low <= value <= 65535) or value == 0:
+                    low <= value <= 65535):
                 raise InvalidArgument(f"region {self.name}: {key}={value!r} is out of range; "
                                       f"use 1..65535{' or -1' if low < 0 else ''}", param=key)
 
