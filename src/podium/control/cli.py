@@ -177,16 +177,12 @@ def _up(args: argparse.Namespace) -> int:
     from podium.control.up import UpConfig, run_up
     from podium.errors import InvalidArgument
 
-    try:
-        regions = [parse_flag(text) for text in args.regions]
-        if args.regions_file is not None:
-            if regions:
-                raise InvalidArgument("give regions by --region or --regions-file, not both",
-                                      param="regions")
-            regions = load_file(args.regions_file)
-    except InvalidArgument as exc:
-        print(f"podium up: {exc.message}", file=sys.stderr)
-        return 2
+    regions = [parse_flag(text) for text in args.regions]
+    if args.regions_file is not None:
+        if regions:
+            raise InvalidArgument("give regions by --region or --regions-file, not both",
+                                  param="regions")
+        regions = load_file(args.regions_file)
     return run_up(UpConfig(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
                            api_port=args.api_port, num_gateways=args.gateways,
                            database_url=args.database, runtime=args.runtime,
