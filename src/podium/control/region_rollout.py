@@ -90,8 +90,9 @@ class RegionRollout:
 
     @property
     def phase(self) -> str:
-        """The current leg's phase, or `bake` / `unwind` between and after them."""
-        if self.mode in (BAKE, UNWIND):
+        """The current leg's phase; `bake` between legs; `unwind` while only earlier regions
+        are still rolling back."""
+        if self.mode == BAKE or (self.mode == UNWIND and self.leg.status != RUNNING):
             return self.mode
         return self.leg.phase
 
