@@ -16,9 +16,9 @@ from podium.control.plane import ControlPlane
 from podium.control.region_config import RegionSpec, load_file, parse_flag
 from podium.control.store import Store
 from podium.errors import InvalidArgument
-from tests.control.region_fakes import FakeRegions
 from tests.support.control_api import package_dir
 from tests.support.control_cli import podium
+from tests.support.fake_regions import FakeRegions
 from tests.support.servers import Served
 
 FAST = {"stages": [50, 100], "num_instances": 1, "ready_timeout_ms": 5_000,

@@ -14,7 +14,7 @@ from podium.control.region_config import RegionSpec
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import Store
 from podium.errors import InvalidArgument
-from tests.control.region_fakes import FakeRegions
+from tests.support.fake_regions import FakeRegions
 from tests.support.fake_world import Behaviour
 
 CONFIG = RolloutConfig(stages=(50, 100), num_instances=2, ready_timeout_ms=5_000,

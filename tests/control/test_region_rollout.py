@@ -10,7 +10,7 @@ from podium.control import region_rollout, rollout
 from podium.control.actions import Scale
 from podium.control.region_rollout import RegionRollout
 from podium.control.rollout_config import RolloutConfig
-from tests.control.region_fakes import FakeRegions, legs, run
+from tests.support.fake_regions import FakeRegions, legs, run
 from tests.support.fake_world import Behaviour
 
 BAKE_MS = 5_000
