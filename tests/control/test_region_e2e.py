@@ -4,6 +4,7 @@ a good version rolls out region by region and a broken one fails in the first re
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from podium.control.actions import MoveAlias, Scale, SetSplit
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
 from podium.control.region_config import RegionSpec
@@ -24,8 +26,6 @@ from tests.support.servers import Served
 
 NAMES = ("a", "b")
 BAKE_MS = 2_000
-FIRST = RolloutConfig(stages=(100,), num_instances=1, ready_timeout_ms=60_000,
-                      analysis_window_ms=0, warm_delay_ms=0, bake_ms=0)
 # loose on latency as in test_e2e_rollout (2 shared cores); errors are what this run judges
 STAGED = RolloutConfig(stages=(50, 100), num_instances=1, ready_timeout_ms=60_000,
                        analysis_window_ms=1_500, min_requests=20, warm_delay_ms=500,
@@ -52,6 +52,19 @@ class TwoRegions:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.served = {n: Served(g.app()) for n, g in self.gateways.items()}
+
+    def serve_v1(self) -> None:
+        """echo@1 in both regions at once, as an earlier rollout would have left it."""
+        actions = [a for n in NAMES for a in (Scale("echo", "1", 1, region=n),
+                                              SetSplit("echo", {"1": 100}, region=n),
+                                              MoveAlias("echo", "latest", "1", region=n))]
+        with self.plane.lock:
+            self.store.apply(actions)
+            self.plane.world.apply(actions)
+        deadline = time.monotonic() + 60
+        while not all(self.gateways[n].table.endpoints() for n in NAMES):
+            assert time.monotonic() < deadline, "echo@1 never got ready"
+            time.sleep(0.05)
 
     def wait_done(self, rollout_id: int, timeout_s: float = 90) -> str:
         deadline = time.monotonic() + timeout_s
@@ -86,7 +99,7 @@ def test_two_regions_roll_one_after_the_other_and_a_broken_version_stops_in_the_
         regions: TwoRegions, tmp_path: Path) -> None:
     for version, params in (("1", {}), ("2", {}), ("3", {"fail": True})):
         regions.plane.announce(str(write_echo(tmp_path / "packages", version, **params)))
-    assert regions.wait_done(regions.plane.deploy("echo", "1", FIRST)) == "succeeded"
+    regions.serve_v1()
     loads = {n: Load(regions.served[n].url, num_clients=8) for n in NAMES}  # 16 clients
     for load in loads.values():
         load.start()
@@ -107,7 +120,9 @@ def test_two_regions_roll_one_after_the_other_and_a_broken_version_stops_in_the_
     broken = regions.plane.deploy("echo", "3", STAGED)
     assert regions.wait_done(broken) == "rolled_back"
     record = regions.store.get_rollout(broken)
-    assert record.reason.startswith("a: analysis failed at 50%: error rate 100.0%"), record.reason
+    # at the first stage, unless a loaded machine gave v3 fewer than min_requests in its window
+    assert re.match(r"a: analysis failed at (50|100)%: error rate 100\.0% vs 0\.0%",
+                    record.reason), record.reason
     # v3 never reached b: no deployment, no instance, no route there
     assert [d.version for d in regions.store.list_deployments("echo", region="b")] == ["1", "2"]
     assert regions.store.list_instances("echo", "3", region="b", include_stopped=True) == []
