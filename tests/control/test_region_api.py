@@ -152,3 +152,19 @@ def test_region_flags_and_files_are_checked_with_the_field_named(tmp_path: Path)
                "--region", "name=us,http=9000,grpc=9003")
     with pytest.raises(InvalidArgument, match="--region or --regions-file, not both"):
         podium("up", "--region", "name=eu,http=9000,grpc=9001", "--regions-file", str(toml))
+
+
+def test_each_regions_gateways_follow_its_part_of_the_api_on_its_ports(tmp_path: Path) -> None:
+    from podium.control.up import UpConfig, gateway_command
+
+    spec = RegionSpec("eu", http_port=9100, grpc_port=9101)
+    config = UpConfig(home=tmp_path, api_port=8090, regions=(spec,))
+    command = gateway_command(config, "eu-gateway-0", region=spec)
+    flags = dict(zip(command[4::2], command[5::2], strict=False))
+    assert (flags["--control"], flags["--http-port"], flags["--grpc-port"]) == (
+        "http://127.0.0.1:8090/regions/eu", "9100", "9101")
+    plain = gateway_command(UpConfig(home=tmp_path, api_port=8090), "gateway-0")
+    assert "http://127.0.0.1:8090" in plain and "/regions/" not in " ".join(plain)
+    with pytest.raises(InvalidArgument, match="port 8090 is given to two gateways"):
+        UpConfig(home=tmp_path, api_port=8090,
+                 regions=(spec, RegionSpec("us", http_port=8090, grpc_port=-1)))
