@@ -94,7 +94,7 @@ def test_a_step_is_written_with_the_desired_state_it_implies(store: Store) -> No
     assert step.actions[1] == {"model": "iris", "weights": {"1": 90, "2": 10}, "kind": "split"}
     record = store.get_rollout(rollout_id)
     assert record.num_steps == 1
-    assert record.state == state
+    assert record.state.legs == (state,)  # a one-region rollout: one leg
 
 
 def test_a_failing_step_writes_nothing(store: Store) -> None:

@@ -1,13 +1,17 @@
 """What the rollout controller asks the world to do: desired state, never procedures.
 
 Every action is idempotent (scale *to* n, set the split *to* w), so a control plane that dies
-between writing a step and carrying it out simply carries it out again after a restart.
+between writing a step and carrying it out simply carries it out again after a restart. Each
+names the region it acts in (`default` where only one is declared).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+DEFAULT_REGION = "default"
+"""The one region of a control plane that declares none."""
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,7 @@ class Scale:
     model: str
     version: str
     count: int
+    region: str = DEFAULT_REGION
     kind: str = field(default="scale", init=False)
 
 
@@ -26,6 +31,7 @@ class SetSplit:
 
     model: str
     weights: dict[str, int]
+    region: str = DEFAULT_REGION
     kind: str = field(default="split", init=False)
 
 
@@ -36,6 +42,7 @@ class MoveAlias:
     model: str
     alias: str
     version: str
+    region: str = DEFAULT_REGION
     kind: str = field(default="alias", init=False)
 
 
@@ -43,6 +50,10 @@ Action = Scale | SetSplit | MoveAlias
 
 
 def action_to_dict(action: Action) -> dict[str, Any]:
-    """JSON-ready form of an action, as stored in `rollout_steps.actions`."""
-    return asdict(action)
+    """JSON-ready form of an action, as stored in `rollout_steps.actions` (the region only
+    where it is not `default`: a single-region plane's steps read as they always did)."""
+    data = asdict(action)
+    if data["region"] == DEFAULT_REGION:
+        del data["region"]
+    return data
 

@@ -73,12 +73,20 @@ class DeployRequest(_Strict):
     p99_slack_ms: float | None = None
     latency_checks: int | None = None
     warm_delay_ms: int | None = None
+    regions: list[str] | None = Field(default=None, max_length=64, description=(
+        "Regions to roll out to, in this order (default: every declared region)."))
+    bake_ms: int | None = Field(default=None, description=(
+        "Between regions: how long a finished region bakes before the next starts."))
+    region_failure: Literal["roll-back-all", "keep-earlier"] | None = Field(
+        default=None, description="When a region fails: roll the earlier ones back too "
+                                  "(default) or let them keep the new version.")
 
     def config(self) -> RolloutConfig:
         """The validated rollout config (InvalidArgument names a bad field)."""
         given = self.model_dump(exclude={"model", "version"}, exclude_none=True)
-        if "stages" in given:
-            given["stages"] = tuple(given["stages"])
+        for key in ("stages", "regions"):
+            if key in given:
+                given[key] = tuple(given[key])
         return RolloutConfig(**given)
 
 
@@ -87,6 +95,8 @@ class ScalingRequest(_Strict):
 
     min_instances: int = Field(description="0..64")
     max_instances: int = Field(description="min_instances..64")
+    region: str | None = Field(default=None, pattern=NAME, description=(
+        "Only this region (default: every region the deployment lives in)."))
 
 
 def create_app(plane: ControlPlane, *, api_key: str | None = None,
@@ -128,9 +138,21 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None,
 
     @app.put("/v1/deployments/{model}/{version}/scaling")
     def scaling(model: ModelName, version: VersionName, body: ScalingRequest) -> dict[str, Any]:
-        row = plane.set_scaling(model, version, body.min_instances, body.max_instances)
+        row = plane.set_scaling(model, version, body.min_instances, body.max_instances,
+                                region=body.region)
         return {"model": model, "version": version, "min_instances": row.min_instances,
-                "max_instances": row.max_instances, "num_desired": row.num_desired}
+                "max_instances": row.max_instances, "num_desired": row.num_desired,
+                "region": row.region}
+
+    @app.get("/v1/regions")
+    def regions() -> list[dict[str, Any]]:
+        """The declared regions in rollout order (one `default` when none is declared)."""
+        declared = plane.store.list_regions()
+        if not declared:
+            return [{"name": "default", "position": 0}]
+        return [{"name": r.name, "position": r.position, "runtime": r.runtime,
+                 "ray_address": r.ray_address, "http_port": r.http_port,
+                 "grpc_port": r.grpc_port} for r in declared]
 
     @app.post("/v1/rollouts", status_code=201)
     def deploy(body: DeployRequest) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""`podium up | gateway | announce | deploy | scale | status | gateways | rollouts | rollback |
-events`: the control plane's CLI.
+"""`podium up | gateway | announce | deploy | scale | status | regions | gateways | rollouts |
+rollback | events`: the control plane's CLI.
 
 Every command but `up` is a client of the REST API (PODIUM_CONTROL_URL, default
 http://127.0.0.1:8080). A rejected request prints the API's message and exits 2; an API that
@@ -44,6 +44,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-cpus", type=float, metavar="N",
                    help="CPUs each instance reserves on Ray (default 1; also its "
                         "OMP_NUM_THREADS, so give a CPU LLM several)")
+    p.add_argument("--region", dest="regions", action="append", default=[],
+                   metavar="name=N,http=PORT,grpc=PORT[,runtime=ray][,ray-address=HOST:PORT]",
+                   help="declare a region with its own runtime and gateway (repeatable; "
+                        "rollouts go through them in this order); default: one region on "
+                        "--runtime and --http-port/--grpc-port")
+    p.add_argument("--regions-file", type=Path, metavar="FILE",
+                   help="regions from a TOML ([[region]] tables) or JSON file, instead of "
+                        "--region flags")
     from podium.cli import add_key_flags
 
     add_key_flags(p)  # inference keys guard the gateway, admin keys the API (and /metrics)
@@ -98,6 +106,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ready-timeout", type=float, help="seconds a new instance may take")
     p.add_argument("--latency-checks", type=int,
                    help="consecutive slow windows before a latency regression rolls back")
+    p.add_argument("--regions", metavar="A,B",
+                   help="regions to roll out to, in this order (default: every region)")
+    p.add_argument("--bake", type=float, metavar="SECONDS",
+                   help="between regions: how long a finished region bakes (default 300)")
+    p.add_argument("--region-failure", choices=["roll-back-all", "keep-earlier"],
+                   help="when a region fails: roll the earlier regions back too (default) or "
+                        "let them keep the new version")
     _api_arg(p)
     p.set_defaults(func=_deploy)
 
@@ -105,12 +120,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("target", metavar="MODEL@VERSION")
     p.add_argument("--min", dest="min_instances", type=int, required=True)
     p.add_argument("--max", dest="max_instances", type=int, required=True)
+    p.add_argument("--region", help="only this region (default: every region it lives in)")
     _api_arg(p)
     p.set_defaults(func=_scale)
 
     p = subparsers.add_parser("status", help="deployments, instances, splits")
     _api_arg(p)
     p.set_defaults(func=lambda a: _show(a, "GET", "/v1/status"))
+
+    p = subparsers.add_parser("regions", help="declared regions in rollout order")
+    _api_arg(p)
+    p.set_defaults(func=lambda a: _show(a, "GET", "/v1/regions"))
 
     p = subparsers.add_parser("gateways", help="gateway processes and whether each routes by "
                               "the current table")
@@ -153,8 +173,16 @@ def _up(args: argparse.Namespace) -> int:
     from podium.auth_keys import KeyConfig
     from podium.cli import key_settings
     from podium.control.loop import LoopConfig
+    from podium.control.region_config import load_file, parse_flag
     from podium.control.up import UpConfig, run_up
+    from podium.errors import InvalidArgument
 
+    regions = [parse_flag(text) for text in args.regions]
+    if args.regions_file is not None:
+        if regions:
+            raise InvalidArgument("give regions by --region or --regions-file, not both",
+                                  param="regions")
+        regions = load_file(args.regions_file)
     return run_up(UpConfig(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
                            api_port=args.api_port, num_gateways=args.gateways,
                            database_url=args.database, runtime=args.runtime,
@@ -164,7 +192,8 @@ def _up(args: argparse.Namespace) -> int:
                            api_max_header_bytes=args.api_max_header_bytes,
                            package_roots=tuple(args.package_roots), limits=limits.from_flags(args),
                            shutdown_timeout_s=args.shutdown_timeout,
-                           loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000))))
+                           loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000)),
+                           regions=tuple(regions)))
 
 
 def _gateway(args: argparse.Namespace) -> int:
@@ -208,7 +237,8 @@ def _scale(args: argparse.Namespace) -> int:
         return 2
     model, version = target
     return _show(args, "PUT", f"/v1/deployments/{model}/{version}/scaling",
-                 body={"min_instances": args.min_instances, "max_instances": args.max_instances})
+                 body={"min_instances": args.min_instances, "max_instances": args.max_instances,
+                       **({"region": args.region} if args.region else {})})
 
 
 def _deploy(args: argparse.Namespace) -> int:
@@ -232,6 +262,12 @@ def _deploy(args: argparse.Namespace) -> int:
         body["num_instances"] = args.instances
     if args.latency_checks is not None:
         body["latency_checks"] = args.latency_checks
+    if args.regions:
+        body["regions"] = [r.strip() for r in args.regions.split(",") if r.strip()]
+    if args.bake is not None:
+        body["bake_ms"] = int(args.bake * 1000)
+    if args.region_failure:
+        body["region_failure"] = args.region_failure
     return _show(args, "POST", "/v1/rollouts", body=body)
 
 
@@ -280,14 +316,21 @@ def _human(path: str, data: Any) -> str:
     if path == "/v1/status":
         lines = []
         for model, entry in data["models"].items():
-            lines.append(f"{model}  split={entry['splits']}  aliases={entry['aliases']}")
-            for version, info in entry["versions"].items():
-                states = ",".join(i["state"] for i in info["instances"]) or "-"
-                lines.append(f"  @{version}  {info['strategy']:<10} wanted={info['num_desired']}"
-                             f"  instances={states}")
+            regions = entry.get("regions") or {"default": entry}
+            for region, part in regions.items():
+                where = "" if list(regions) == ["default"] else f"  [{region}]"
+                lines.append(f"{model}{where}  split={part['splits']}  aliases={part['aliases']}")
+                for version, info in part["versions"].items():
+                    states = ",".join(i["state"] for i in info["instances"]) or "-"
+                    lines.append(f"  @{version}  {info['strategy']:<10} "
+                                 f"wanted={info['num_desired']}  instances={states}")
         for r in data["rollouts"]:
             lines.append(_rollout_line(r))
         return "\n".join(lines) or "nothing deployed"
+    if path == "/v1/regions":
+        return "\n".join(f"{r['position'] + 1}. {r['name']}" + (
+            f"  runtime={r['runtime']}  http={r['http_port']}  grpc={r['grpc_port']}"
+            if "runtime" in r else "") for r in data)
     if path == "/v1/gateways":
         return "\n".join(
             f"{g['id']}  pid={g['pid']}  http={g['http']}  "
@@ -303,8 +346,13 @@ def _human(path: str, data: Any) -> str:
 
 def _rollout_line(r: dict[str, Any]) -> str:
     reason = f"  ({r['reason']})" if r.get("reason") else ""
-    return (f"#{r['id']} {r['model']} {r['from_version'] or '-'} -> {r['to_version']} "
+    line = (f"#{r['id']} {r['model']} {r['from_version'] or '-'} -> {r['to_version']} "
             f"{r['strategy']} {r['status']} {r['phase']} {r['weight_new']}%{reason}")
+    regions = r.get("regions") or []
+    if len(regions) > 1:  # one line per region, in rollout order
+        line += "".join(f"\n    {g['region']}: {g['status']} {g['phase']} stage {g['stage']} "
+                        f"{g['weight_new']}%" for g in regions)
+    return line
 
 
 def _events_table(events: list[dict[str, Any]]) -> str:

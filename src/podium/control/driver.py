@@ -3,14 +3,15 @@
 The driver owns no state of its own: everything it needs to resume is in the store. A driver
 created after a crash first re-applies the whole desired state recorded in the store (in case
 the crash fell between writing a step and acting on it, even the last one), then keeps stepping.
+Every rollout runs region by region (`region_rollout`); with one region it is one leg.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from podium.control import rollout
-from podium.control.actions import Action
+from podium.control import region_rollout, rollout
+from podium.control.actions import DEFAULT_REGION, Action
 from podium.control.rollout import LATEST, Observation, RolloutState
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import RolloutRecord, Store
@@ -24,7 +25,7 @@ class World(Protocol):
         """Carry out idempotent actions (scale, split, alias)."""
 
     def observe(self, state: RolloutState, since_ms: int) -> Observation:
-        """Health of the rollout's versions; request stats counted from `since_ms`."""
+        """Health of the rollout's versions in its region; request stats from `since_ms`."""
 
 
 class RolloutDriver:
@@ -36,15 +37,26 @@ class RolloutDriver:
         self._reconciled = False
 
     def start(self, model: str, version: str, config: RolloutConfig, now_ms: int) -> int:
-        """Begin a rollout of model@version; Conflict if one is running, NotFound if unknown."""
+        """Begin a rollout of model@version in its regions (default: every region, in declared
+        order); Conflict if one is running, NotFound if unknown."""
         self.store.get_package(model, version)
-        from_version, num_old = self._current(model, config)
-        if from_version == version and config.strategy == "red-black":
-            raise InvalidArgument(f"{model}@{version} already takes all of {model}'s traffic",
-                                  param="version")
-        state = rollout.begin(model, version, from_version, config, num_old=num_old,
-                              now_ms=now_ms)
-        return self.store.create_rollout(state)
+        declared = self.store.region_names()
+        unknown = [r for r in config.regions if r not in declared]
+        if unknown:
+            raise InvalidArgument(f"region {unknown[0]!r} is not declared; declared regions: "
+                                  f"{', '.join(declared)}", param="regions")
+        legs = []
+        for region in config.regions or declared:
+            from_version, num_old = self._current(model, config, region)
+            if from_version == version and config.strategy == "red-black":
+                continue  # already there: nothing to roll in this region
+            legs.append(rollout.begin(model, version, from_version, config, num_old=num_old,
+                                      now_ms=now_ms, region=region))
+        if not legs:
+            where = "" if declared == [DEFAULT_REGION] else " in every region asked"
+            raise InvalidArgument(f"{model}@{version} already takes all of {model}'s traffic"
+                                  f"{where}", param="version")
+        return self.store.create_rollout(region_rollout.begin(legs, now_ms))
 
     def tick(self, now_ms: int) -> None:
         """Advance every running rollout by at most one step."""
@@ -58,7 +70,7 @@ class RolloutDriver:
         record = self.store.running_rollout(model)
         if record is None:
             return None
-        decision = rollout.abort(record.state, reason, now_ms)
+        decision = region_rollout.abort(record.state, reason, now_ms)
         if decision is not None:
             self._commit(record.id, decision, now_ms)
         return record.id
@@ -66,7 +78,7 @@ class RolloutDriver:
     def resume(self, paused_ms: int, reason: str, now_ms: int) -> None:
         """The plane could not act for `paused_ms`: every running rollout's timers move on."""
         for record in self.store.list_rollouts(status=rollout.RUNNING):
-            decision = rollout.resume(record.state, paused_ms, reason)
+            decision = region_rollout.resume(record.state, paused_ms, reason)
             if decision is not None:
                 self._commit(record.id, decision, now_ms)
 
@@ -82,28 +94,30 @@ class RolloutDriver:
 
     def _tick_one(self, record: RolloutRecord, now_ms: int) -> None:
         state = record.state
-        observation = self.world.observe(state, since_ms=state.phase_since_ms)
-        decision = rollout.step(state, observation, now_ms)
+        observations = {leg.region: self.world.observe(leg, since_ms=leg.phase_since_ms)
+                        for leg in region_rollout.watched(state)}
+        decision = region_rollout.step(state, observations, now_ms)
         if decision is not None:
             self._commit(record.id, decision, now_ms)
 
-    def _commit(self, rollout_id: int, decision: rollout.Decision, now_ms: int) -> None:
+    def _commit(self, rollout_id: int, decision: region_rollout.Decision, now_ms: int) -> None:
         # written before acted on: a crash after this line re-applies it on resume
         self.store.record_step(rollout_id, decision, now_ms)
         self.world.apply(decision.actions)
 
-    def _current(self, model: str, config: RolloutConfig) -> tuple[str | None, int]:
-        """The version serving the model now, and how many instances it wants."""
+    def _current(self, model: str, config: RolloutConfig,
+                 region: str) -> tuple[str | None, int]:
+        """The version serving the model in a region now, and how many instances it wants."""
         if config.strategy == "versioned":
-            current = self.store.aliases(model).get(LATEST)
+            current = self.store.aliases(model, region).get(LATEST)
         else:
-            splits = self.store.splits(model)
+            splits = self.store.splits(model, region)
             current = max(splits, key=lambda v: splits[v]) if splits else None
             if current is not None and splits[current] == 0:
                 current = None
         if current is None:
             return None, 0
-        deployments = {d.version: d for d in self.store.list_deployments(model)}
+        deployments = {d.version: d for d in self.store.list_deployments(model, region=region)}
         dep = deployments.get(current)
         if dep is None or dep.num_desired == 0:
             return None, 0

@@ -30,10 +30,12 @@ class QuietSync(logging.Filter):
         return SYNC_PATH not in record.getMessage()
 
 
-def add_gateway_routes(app: FastAPI, feed: RouteFeed, *, wait_s: float = WAIT_S) -> None:
-    """Serve the gateways' sync and list routes on the control API `app`."""
+def add_gateway_routes(app: FastAPI, feed: RouteFeed, *, wait_s: float = WAIT_S,
+                       prefix: str = "") -> None:
+    """Serve the gateways' sync and list routes on the control API `app` (under `prefix`, e.g.
+    `/regions/eu`, for one region's gateways: they follow `--control API/regions/eu`)."""
 
-    @app.post(SYNC_PATH, include_in_schema=False)
+    @app.post(prefix + SYNC_PATH, include_in_schema=False)
     async def sync(request: Request) -> Response:
         try:
             report = REPORT_DECODER.decode(await request.body())
@@ -44,12 +46,12 @@ def add_gateway_routes(app: FastAPI, feed: RouteFeed, *, wait_s: float = WAIT_S)
         answer = await run_in_threadpool(feed.sync, report, wait_s=wait_s)
         return Response(ENCODER.encode(answer), media_type="application/json")
 
-    @app.get("/v1/gateways")
+    @app.get(prefix + "/v1/gateways")
     def gateways() -> list[dict[str, Any]]:
         """Gateway processes heard from, and whether each routes by the current table."""
         return feed.gateways()
 
-    @app.get("/metrics", include_in_schema=False)
+    @app.get(prefix + "/metrics", include_in_schema=False)
     def metrics() -> Response:
         # every gateway's traffic summed (the shared gateway port answers from one of them)
         return Response(render_metrics(feed.table, feed.stats), media_type=METRICS_TYPE)

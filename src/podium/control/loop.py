@@ -18,10 +18,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from podium.control.actions import Scale
+from podium.control.actions import DEFAULT_REGION, Scale
 from podium.control.autoscale import AutoscalePolicy, AutoscaleState, decide
 from podium.control.gc import VersionUsage, idle_versions
 from podium.control.plane import ControlPlane
+from podium.control.region_world import Region
 from podium.control.rollout import LATEST
 from podium.control.runtime.base import Runtime
 from podium.control.store import StoreUnavailable
@@ -56,16 +57,19 @@ class Outage:
 
 
 class ControlLoop:
-    """One `step()` = poll instances, advance rollouts, autoscale idle models, collect versions."""
+    """One `step()` = poll instances, advance rollouts, autoscale idle models, collect versions;
+    in every region (`regions`; without it, the one region of `runtime`, `table`, `stats`)."""
 
     def __init__(self, plane: ControlPlane, runtime: Runtime, table: RouteTable,
-                 stats: VersionStats, config: LoopConfig | None = None) -> None:
+                 stats: VersionStats, config: LoopConfig | None = None, *,
+                 regions: list[Region] | None = None) -> None:
         self.plane = plane
+        self.regions = {r.name: r for r in regions or [Region.default(runtime, table, stats)]}
         self.runtime = runtime
         self.table = table
         self.stats = stats
         self.config = config or LoopConfig()
-        self._scale_states: dict[tuple[str, str], AutoscaleState] = {}
+        self._scale_states: dict[tuple[str, str, str], AutoscaleState] = {}
         self._stop = threading.Event()
         self.outage: Outage | None = None
         """Set while the loop is paused because the database is away."""
@@ -74,7 +78,7 @@ class ControlLoop:
         """One pass."""
         with self.plane.lock:
             self.plane.driver.reconcile()  # after a boot or a failed pass: the world as stored
-            self.runtime.poll()
+            self._poll()
             self.plane.tick()
             now = self.plane.clock()
             busy = {r.state.model for r in self.plane.store.list_rollouts(status="running")}
@@ -115,7 +119,7 @@ class ControlLoop:
         assert self.outage is not None
         with self.plane.lock:
             with contextlib.suppress(StoreUnavailable):  # what it could not write waits
-                self.runtime.poll()
+                self._poll()
             self.plane.store.ping()
             paused_ms = max(0, self.plane.clock() - self.outage.since_ms)
             reason = f"database unreachable: {self.outage.reason}"
@@ -130,45 +134,64 @@ class ControlLoop:
         """Ask `run_forever` to return after its current pass."""
         self._stop.set()
 
+    def _poll(self) -> None:
+        """Poll every region's runtime (all of them even when the database is away)."""
+        failed: StoreUnavailable | None = None
+        for region in self.regions.values():
+            try:
+                region.runtime.poll()
+            except StoreUnavailable as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
     def _autoscale(self, now_ms: int, busy: set[str]) -> None:
         for dep in self.plane.store.list_deployments():
-            if dep.model in busy or dep.num_desired == 0 or dep.min_instances >= dep.max_instances:
+            region = self.regions.get(dep.region)
+            if region is None or dep.model in busy or dep.num_desired == 0 or (
+                    dep.min_instances >= dep.max_instances):
                 continue  # rollouts own their scale; fixed-size deployments need no policy
             policy = AutoscalePolicy(min_instances=max(1, dep.min_instances),
                                      max_instances=dep.max_instances,
                                      target_in_flight=self.config.target_in_flight,
                                      scale_down_cooldown_ms=self.config.scale_down_cooldown_ms)
-            key = (dep.model, dep.version)
+            key = (dep.region, dep.model, dep.version)
             state = self._scale_states.get(key) or AutoscaleState(dep.num_desired, now_ms)
-            in_flight = sum(e.num_in_flight for e in self.table.endpoints()
+            in_flight = sum(e.num_in_flight for e in region.table.endpoints()
                             if e.id.startswith(f"{dep.model}-{dep.version}-"))
             state = decide(policy, state, in_flight, now_ms)
             self._scale_states[key] = state
             if state.num_instances != dep.num_desired:
-                self._scale(dep.model, dep.version, state.num_instances, "autoscale")
+                self._scale(dep.model, dep.version, state.num_instances, "autoscale",
+                            region=dep.region)
 
     def _collect(self, now_ms: int, busy: set[str]) -> None:
-        by_model: dict[str, list[VersionUsage]] = {}
+        by_model: dict[tuple[str, str], list[VersionUsage]] = {}
         for dep in self.plane.store.list_deployments():
-            if dep.strategy == "versioned" and dep.num_desired > 0:
+            region = self.regions.get(dep.region)
+            if region is not None and dep.strategy == "versioned" and dep.num_desired > 0:
                 deployed_ms = int(dep.created_at.timestamp() * 1000)
-                seen = self.stats.last_request_ms(dep.model, dep.version)
+                seen = region.stats.last_request_ms(dep.model, dep.version)
                 if seen - dep.last_request_ms > TOUCH_EVERY_MS:
                     # persisted now and then, so a restart does not make a busy version look idle
-                    self.plane.store.touch(dep.model, dep.version, seen)
+                    self.plane.store.touch(dep.model, dep.version, seen, region=dep.region)
                 last = max(dep.last_request_ms, seen)
-                by_model.setdefault(dep.model, []).append(
+                by_model.setdefault((dep.region, dep.model), []).append(
                     VersionUsage(dep.version, last, deployed_ms))
-        for model, usages in by_model.items():
-            latest = self.plane.store.aliases(model).get(LATEST)
+        for (region_name, model), usages in by_model.items():
+            latest = self.plane.store.aliases(model, region_name).get(LATEST)
             # while a rollout of the model runs, none of its versions is collected
             held = {u.version for u in usages} if model in busy else set()
             for version in idle_versions(usages, latest=latest, busy=held, now_ms=now_ms,
                                          ttl_ms=self.config.version_ttl_ms):
-                self._scale(model, version, 0, f"idle longer than {self.config.version_ttl_ms} ms")
+                self._scale(model, version, 0, f"idle longer than {self.config.version_ttl_ms} ms",
+                            region=region_name)
 
-    def _scale(self, model: str, version: str, count: int, why: str) -> None:
-        action = Scale(model, version, count)
+    def _scale(self, model: str, version: str, count: int, why: str, *,
+               region: str = DEFAULT_REGION) -> None:
+        action = Scale(model, version, count, region=region)
         self.plane.store.apply([action])  # written before acted on, like rollout steps
         self.plane.world.apply([action])
-        self.plane.store.record_event("scale", f"{model}@{version} -> {count} ({why})", model)
+        where = "" if region == DEFAULT_REGION else f" in {region}"
+        self.plane.store.record_event("scale", f"{model}@{version} -> {count}{where} ({why})",
+                                      model)

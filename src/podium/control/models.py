@@ -23,6 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from podium.control.actions import DEFAULT_REGION
+
 
 def utcnow() -> datetime:
     """Timezone-aware now, so SQLite and PostgreSQL rows compare the same way."""
@@ -48,15 +50,30 @@ class PackageRow(Base):
     announced_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class RegionRow(Base):
+    """A region: its own runtime and its own gateway, rolled out to in `position` order."""
+
+    __tablename__ = "regions"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    runtime: Mapped[str] = mapped_column(String(16))
+    ray_address: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    http_port: Mapped[int] = mapped_column(Integer)
+    grpc_port: Mapped[int] = mapped_column(Integer)
+
+
 class DeploymentRow(Base):
-    """One (model, version) the runtime keeps `num_desired` instances of."""
+    """One (model, version) a region's runtime keeps `num_desired` instances of."""
 
     __tablename__ = "deployments"
-    __table_args__ = (UniqueConstraint("model", "version", name="uq_deployments_model_version"),)
+    __table_args__ = (UniqueConstraint("model", "region", "version",
+                                       name="uq_deployments_model_region_version"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     model: Mapped[str] = mapped_column(String(64), index=True)
     version: Mapped[str] = mapped_column(String(64))
+    region: Mapped[str] = mapped_column(String(64), server_default=DEFAULT_REGION)
     strategy: Mapped[str] = mapped_column(String(16))
     state: Mapped[str] = mapped_column(String(16), default="active")
     num_desired: Mapped[int] = mapped_column(Integer, default=0)
@@ -132,21 +149,23 @@ class RolloutStepRow(Base):
 
 
 class TrafficSplitRow(Base):
-    """The share (0-100) of a model's unversioned traffic that goes to one version."""
+    """The share (0-100) of a model's unversioned traffic in a region that goes to a version."""
 
     __tablename__ = "traffic_splits"
 
     model: Mapped[str] = mapped_column(String(64), primary_key=True)
+    region: Mapped[str] = mapped_column(String(64), primary_key=True)
     version: Mapped[str] = mapped_column(String(64), primary_key=True)
     weight: Mapped[int] = mapped_column(Integer)
 
 
 class AliasRow(Base):
-    """A named pointer to a version of a model (`latest`)."""
+    """A named pointer to a version of a model in a region (`latest`)."""
 
     __tablename__ = "aliases"
 
     model: Mapped[str] = mapped_column(String(64), primary_key=True)
+    region: Mapped[str] = mapped_column(String(64), primary_key=True)
     alias: Mapped[str] = mapped_column(String(32), primary_key=True)
     version: Mapped[str] = mapped_column(String(64))
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
+from podium.control import region_rollout
 from podium.control.actions import Scale
 from podium.control.driver import RolloutDriver, World
 from podium.control.models import DeploymentRow, EventRow
@@ -101,17 +102,22 @@ class ControlPlane:
         return self.deploy(model, state.from_version, config)
 
     def set_scaling(self, model: str, version: str, min_instances: int,
-                    max_instances: int) -> DeploymentRow:
-        """Change a deployment's bounds; a size pushed into them is written, then acted on."""
+                    max_instances: int, *, region: str | None = None) -> DeploymentRow:
+        """Change a deployment's bounds (in one region, or every region it lives in); a size
+        pushed into them is written, then acted on."""
         with self.lock:
-            before = {d.version: d.num_desired for d in self.store.list_deployments(model)}
-            row = self.store.set_scaling(model, version, min_instances, max_instances)
-            if row.num_desired != before.get(version):
-                # the autoscaler skips fixed-size deployments and starts from the stored size:
-                # nobody else would tell the runtime
-                self.world.apply([Scale(model, version, row.num_desired)])
-                self.store.record_event("scale", f"{model}@{version} -> {row.num_desired} "
-                                        f"(bounds {min_instances}..{max_instances})", model)
+            before = {d.region: d.num_desired for d in self.store.list_deployments(model)
+                      if d.version == version}
+            regions = [region] if region else (list(before) or [None])
+            for name in regions:
+                row = self.store.set_scaling(model, version, min_instances, max_instances,
+                                             region=name)
+                if row.num_desired != before.get(row.region):
+                    # the autoscaler skips fixed-size deployments and starts from the stored
+                    # size: nobody else would tell the runtime
+                    self.world.apply([Scale(model, version, row.num_desired, region=row.region)])
+                    self.store.record_event("scale", f"{model}@{version} -> {row.num_desired} "
+                                            f"(bounds {min_instances}..{max_instances})", model)
             return row
 
     def tick(self) -> None:
@@ -128,20 +134,27 @@ class ControlPlane:
                            "actions": s.actions} for s in steps]}
 
     def status(self) -> dict[str, Any]:
-        """Deployments with instances, splits and aliases, plus running rollouts."""
+        """Per model and region: versions with instances, splits and aliases (the model's first
+        region also at the top, as a single-region plane shows it), plus running rollouts."""
         models: dict[str, dict[str, Any]] = {}
         instances = self.store.list_instances()
-        for dep in self.store.list_deployments():
-            entry = models.setdefault(dep.model, {
-                "splits": self.store.splits(dep.model), "aliases": self.store.aliases(dep.model),
-                "versions": {}})
+        order = {name: i for i, name in enumerate(self.store.region_names())}
+        deployments = sorted(self.store.list_deployments(),
+                             key=lambda d: (d.model, order.get(d.region, len(order)), d.id))
+        for dep in deployments:
+            regions = models.setdefault(dep.model, {"regions": {}})["regions"]
+            entry = regions.setdefault(dep.region, {
+                "splits": self.store.splits(dep.model, dep.region),
+                "aliases": self.store.aliases(dep.model, dep.region), "versions": {}})
             entry["versions"][dep.version] = {
                 "strategy": dep.strategy, "state": dep.state, "num_desired": dep.num_desired,
                 "min_instances": dep.min_instances, "max_instances": dep.max_instances,
                 "instances": [{"id": i.id, "state": i.state, "http_port": i.http_port,
                                "grpc_port": i.grpc_port, "pid": i.pid,
                                "num_restarts": i.num_restarts}
-                              for m, v, i in instances if (m, v) == (dep.model, dep.version)]}
+                              for _m, _v, i in instances if i.deployment_id == dep.id]}
+        for entry in models.values():
+            entry.update(next(iter(entry["regions"].values())))
         running = [rollout_summary(r) for r in self.store.list_rollouts(status="running")]
         return {"models": models, "rollouts": running}
 
@@ -167,4 +180,5 @@ def rollout_summary(record: RolloutRecord) -> dict[str, Any]:
             "status": record.status, "phase": state.phase, "weight_new": state.weight_new,
             "stage": f"{state.stage_index + 1}/{len(state.config.stages)}",
             "reason": record.reason, "num_steps": record.num_steps,
-            "config": state.config.to_dict(), LATEST: state.latest}
+            "config": state.config.to_dict(), LATEST: state.latest, "region": state.region,
+            "regions": region_rollout.progress(state)}

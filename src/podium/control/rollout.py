@@ -28,7 +28,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from podium.control.actions import Action, MoveAlias, Scale, SetSplit
+from podium.control.actions import DEFAULT_REGION, Action, MoveAlias, Scale, SetSplit
 from podium.control.rollout_config import RolloutConfig
 from podium.gateway.stats import VersionHealth
 
@@ -73,6 +73,8 @@ class RolloutState:
     """The old version's health over the last window where it had enough traffic: what the
     new version is compared with once the old one no longer takes any (the 100% stage)."""
     reason: str = ""
+    region: str = DEFAULT_REGION
+    """The region this rollout acts in: one leg of a rollout region by region."""
 
     @property
     def is_done(self) -> bool:
@@ -106,22 +108,23 @@ class Decision:
 
 
 def begin(model: str, to_version: str, from_version: str | None, config: RolloutConfig,
-          *, num_old: int = 0, now_ms: int = 0) -> RolloutState:
-    """The state of a rollout that has not taken its first step yet."""
+          *, num_old: int = 0, now_ms: int = 0,
+          region: str = DEFAULT_REGION) -> RolloutState:
+    """The state of a rollout (in one region) that has not taken its first step yet."""
     if from_version is not None and from_version == to_version:
         from_version = None
     split = {from_version: 100} if from_version else {}
     desired = {from_version: num_old} if from_version else {}
     return RolloutState(model=model, to_version=to_version, from_version=from_version,
                         config=config, num_old=num_old if from_version else 0,
-                        phase_since_ms=now_ms, desired=desired, split=split)
+                        phase_since_ms=now_ms, desired=desired, split=split, region=region)
 
 
 def abort(state: RolloutState, reason: str, now_ms: int) -> Decision | None:
     """An operator asked to roll back a running rollout."""
     if state.is_done or state.phase == ROLL_BACK:
         return None  # done, or already rolling back
-    return _roll_back(state, f"rollback requested: {reason}", now_ms)
+    return roll_back(state, f"rollback requested: {reason}", now_ms)
 
 
 def resume(state: RolloutState, paused_ms: int, reason: str) -> Decision | None:
@@ -146,7 +149,7 @@ def step(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
         return _ramp_back(state, obs, now_ms)
     crashed = obs.new.num_crashes > state.crash_baseline
     if crashed:
-        return _roll_back(state, f"{state.model}@{state.to_version} crashed "
+        return roll_back(state, f"{state.model}@{state.to_version} crashed "
                           f"({obs.new.num_crashes - state.crash_baseline} times)", now_ms)
     if state.phase == "wait_ready":
         return _wait_ready(state, obs, now_ms)
@@ -168,7 +171,7 @@ def _start(state: RolloutState, obs: Observation, now_ms: int) -> Decision:
     desired = {**state.desired, state.to_version: count}
     nxt = replace(state, phase="wait_ready", phase_since_ms=now_ms, desired=desired,
                   crash_baseline=obs.new.num_crashes)
-    return Decision(nxt, [Scale(state.model, state.to_version, count)],
+    return Decision(nxt, [_scale(state, state.to_version, count)],
                     f"starting {count} instance(s) of {state.model}@{state.to_version}")
 
 
@@ -177,7 +180,7 @@ def _wait_ready(state: RolloutState, obs: Observation, now_ms: int) -> Decision 
     if obs.new.num_ready < need:
         waited = now_ms - state.phase_since_ms
         if waited >= state.config.ready_timeout_ms:
-            return _roll_back(state, f"{state.model}@{state.to_version} not ready after "
+            return roll_back(state, f"{state.model}@{state.to_version} not ready after "
                               f"{waited} ms ({obs.new.num_ready}/{need} instances ready)", now_ms)
         return None
     if state.config.strategy == "versioned" or state.from_version is None:
@@ -188,8 +191,8 @@ def _wait_ready(state: RolloutState, obs: Observation, now_ms: int) -> Decision 
     nxt = replace(state, phase="analyze", phase_since_ms=now_ms, split=split,
                   desired={**state.desired, state.from_version: num_old})
     # shift traffic first, then scale the old version down: it never serves more than it holds
-    return Decision(nxt, [SetSplit(state.model, split),
-                          Scale(state.model, state.from_version, num_old)],
+    return Decision(nxt, [_split(state, split),
+                          _scale(state, state.from_version, num_old)],
                     f"stage {state.stage_index + 1}/{len(_stages(state))}: {weight}% to "
                     f"{state.to_version}, {num_old} old instance(s) left")
 
@@ -208,7 +211,7 @@ def _check_still_ready(state: RolloutState, obs: Observation, now_ms: int) -> De
                         f"{state.to_version} not ready ({obs.new.num_ready}/{need}); holding")
     waited = now_ms - state.unready_since_ms
     if waited >= state.config.ready_timeout_ms:
-        return _roll_back(state, f"{state.model}@{state.to_version} stopped being ready for "
+        return roll_back(state, f"{state.model}@{state.to_version} stopped being ready for "
                           f"{waited} ms ({obs.new.num_ready}/{need} instances ready)", now_ms)
     return None
 
@@ -217,13 +220,13 @@ def _finish_without_old(state: RolloutState, now_ms: int) -> Decision:
     if state.config.strategy == "versioned":
         nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms,
                       latest=state.to_version)
-        return Decision(nxt, [MoveAlias(state.model, LATEST, state.to_version)],
+        return Decision(nxt, [_alias(state, state.to_version)],
                         f"{LATEST} -> {state.to_version}")
     split = {state.to_version: 100}
     nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms, split=split,
                   latest=state.to_version)
-    return Decision(nxt, [SetSplit(state.model, split),
-                          MoveAlias(state.model, LATEST, state.to_version)],
+    return Decision(nxt, [_split(state, split),
+                          _alias(state, state.to_version)],
                     f"first version {state.to_version} ready: 100% of traffic")
 
 
@@ -237,14 +240,14 @@ def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision | N
     judged = Observation(new=obs.new, old=old)
     failure = judge_errors(state.config, judged)
     if failure:
-        return _roll_back(state, f"analysis failed at {state.weight_new}%: {failure}", now_ms)
+        return roll_back(state, f"analysis failed at {state.weight_new}%: {failure}", now_ms)
     slow = judge_latency(state.config, judged)
     if slow:
         strikes = state.latency_strikes + 1
         checks = state.config.latency_checks
         if strikes >= checks:
             times = f" ({strikes} windows in a row)" if strikes > 1 else ""
-            return _roll_back(state, f"analysis failed at {state.weight_new}%: {slow}{times}",
+            return roll_back(state, f"analysis failed at {state.weight_new}%: {slow}{times}",
                               now_ms)
         # judged again over a fresh window: one slow window is noise until it repeats
         return Decision(replace(state, latency_strikes=strikes, phase_since_ms=now_ms), [],
@@ -260,11 +263,11 @@ def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision | N
         count = _num_new(state, index)
         nxt = replace(state, phase="wait_ready", phase_since_ms=now_ms, stage_index=index,
                       desired={**state.desired, state.to_version: count})
-        return Decision(nxt, [Scale(state.model, state.to_version, count)],
+        return Decision(nxt, [_scale(state, state.to_version, count)],
                         f"analysis passed at {state.weight_new}%; scaling "
                         f"{state.to_version} to {count}")
     nxt = replace(state, phase="warm", phase_since_ms=now_ms, latest=state.to_version)
-    return Decision(nxt, [MoveAlias(state.model, LATEST, state.to_version)],
+    return Decision(nxt, [_alias(state, state.to_version)],
                     f"analysis passed at 100%; keeping {state.from_version} warm for "
                     f"{state.config.warm_delay_ms} ms")
 
@@ -303,17 +306,18 @@ def _warm(state: RolloutState, now_ms: int) -> Decision | None:
     nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms,
                   split={state.to_version: 100},
                   desired={**state.desired, state.from_version: 0})
-    return Decision(nxt, [SetSplit(state.model, {state.to_version: 100}),
-                          Scale(state.model, state.from_version, 0)],
+    return Decision(nxt, [_split(state, {state.to_version: 100}),
+                          _scale(state, state.from_version, 0)],
                     f"warm delay over: draining and stopping {state.from_version}")
 
 
-def _roll_back(state: RolloutState, reason: str, now_ms: int) -> Decision:
+def roll_back(state: RolloutState, reason: str, now_ms: int) -> Decision:
+    """Start rolling back to the old version (at once when it kept all its instances)."""
     if state.config.strategy != "red-black" or state.from_version is None:
         # nothing to roll back to: the previous routing was never touched
         nxt = replace(state, status=FAILED, phase="done", phase_since_ms=now_ms,
                       desired={**state.desired, state.to_version: 0}, reason=reason)
-        return Decision(nxt, [Scale(state.model, state.to_version, 0)], reason)
+        return Decision(nxt, [_scale(state, state.to_version, 0)], reason)
     old = state.from_version
     have = state.desired.get(old, 0)
     if have >= state.num_old:
@@ -324,7 +328,7 @@ def _roll_back(state: RolloutState, reason: str, now_ms: int) -> Decision:
     split = {old: weight, state.to_version: 100 - weight}
     nxt = replace(state, phase=ROLL_BACK, phase_since_ms=now_ms, reason=reason, split=split,
                   desired={**state.desired, old: state.num_old})
-    return Decision(nxt, [Scale(state.model, old, state.num_old), SetSplit(state.model, split)],
+    return Decision(nxt, [_scale(state, old, state.num_old), _split(state, split)],
                     f"{reason}; rolling back: scaling {old} from {have} to {state.num_old} "
                     f"instance(s), {weight}% of traffic on it until more are ready")
 
@@ -347,13 +351,13 @@ def _ramp_back(state: RolloutState, obs: Observation, now_ms: int) -> Decision |
     # the new version serves nothing without ready instances: send everything it had back
     weight = 100 if gone else max(state.split.get(old, 0), _share(ready, target))
     if weight != state.split.get(old, 0):
-        actions.append(SetSplit(state.model, {old: weight, new: 100 - weight}))
+        actions.append(_split(state, {old: weight, new: 100 - weight}))
     if gone and desired.get(new, 0) > 0:
         desired = {**desired, new: 0}
-        actions.append(Scale(state.model, new, 0))  # its boot loop would slow the old's
+        actions.append(_scale(state, new, 0))  # its boot loop would slow the old's
     if gone and latest == new:
         latest = old
-        actions.append(MoveAlias(state.model, LATEST, old))
+        actions.append(_alias(state, old))
     if not actions:
         return None
     nxt = replace(state, split={old: weight, new: 100 - weight}, desired=desired, latest=latest)
@@ -365,15 +369,27 @@ def _finish_roll_back(state: RolloutState, now_ms: int, note: str) -> Decision:
     assert state.from_version is not None
     old, new = state.from_version, state.to_version
     split = {old: 100, new: 0}
-    actions: list[Action] = [SetSplit(state.model, split), Scale(state.model, old, state.num_old)]
+    actions: list[Action] = [_split(state, split), _scale(state, old, state.num_old)]
     latest = state.latest
     if latest is not None and latest != old:
         latest = old
-        actions.append(MoveAlias(state.model, LATEST, old))
-    actions.append(Scale(state.model, new, 0))
+        actions.append(_alias(state, old))
+    actions.append(_scale(state, new, 0))
     nxt = replace(state, status=ROLLED_BACK, phase="done", phase_since_ms=now_ms, split=split,
                   desired={**state.desired, old: state.num_old, new: 0}, latest=latest)
     return Decision(nxt, actions, note)
+
+
+def _scale(state: RolloutState, version: str, count: int) -> Scale:
+    return Scale(state.model, version, count, region=state.region)
+
+
+def _split(state: RolloutState, weights: dict[str, int]) -> SetSplit:
+    return SetSplit(state.model, weights, region=state.region)
+
+
+def _alias(state: RolloutState, version: str) -> MoveAlias:
+    return MoveAlias(state.model, LATEST, version, region=state.region)
 
 
 def _share(num_ready: int, num_wanted: int) -> int:

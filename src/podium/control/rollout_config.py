@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any, Literal
@@ -10,6 +11,8 @@ from podium.errors import InvalidArgument
 
 Strategy = Literal["red-black", "versioned"]
 STRATEGIES: tuple[str, ...] = ("red-black", "versioned")
+REGION_FAILURE: tuple[str, ...] = ("roll-back-all", "keep-earlier")
+REGION_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,15 @@ class RolloutConfig:
     crashes and readiness roll back at once."""
     warm_delay_ms: int = 60_000
     """Red-Black: old instances stay warm this long after success, then drain and stop."""
+    regions: tuple[str, ...] = ()
+    """Regions to roll out to, one after the other in this order; empty: every declared region
+    in its declared order."""
+    bake_ms: int = 300_000
+    """Between regions: how long a region that finished keeps the new version, watched for
+    crashes, before the next region starts."""
+    region_failure: str = "roll-back-all"
+    """When region k fails (it always rolls back at once): `roll-back-all` also rolls back the
+    regions before it, `keep-earlier` leaves them on the new version."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Ignored; lets older stored configs with unknown keys load."""
 
@@ -62,11 +74,23 @@ class RolloutConfig:
         _check_range("p99_slack_ms", self.p99_slack_ms, 0.0, 60_000.0)
         _check_range("latency_checks", self.latency_checks, 1, 100)
         _check_range("warm_delay_ms", self.warm_delay_ms, 0, 86_400_000)
+        _check_range("bake_ms", self.bake_ms, 0, 86_400_000)
+        if self.region_failure not in REGION_FAILURE:
+            raise InvalidArgument(f"region_failure={self.region_failure!r} is unknown; use one "
+                                  f"of {', '.join(REGION_FAILURE)}", param="region_failure")
+        regions = tuple(self.regions)
+        object.__setattr__(self, "regions", regions)
+        bad = [r for r in regions if not isinstance(r, str) or not REGION_NAME.match(r)]
+        if bad or len(set(regions)) != len(regions) or len(regions) > 64:
+            raise InvalidArgument(f"regions={list(regions)} must be distinct region names "
+                                  "(lowercase letters, digits, '.', '_', '-'), e.g. eu,us",
+                                  param="regions")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, stored with the rollout."""
         data = asdict(self)
         data["stages"] = list(self.stages)
+        data["regions"] = list(self.regions)
         data.pop("extra")
         return data
 

@@ -1,6 +1,11 @@
 """`podium up`: control plane (API on :8080) + gateway processes (:8000 HTTP, :8001 gRPC) +
 instances (local processes or Ray actors); one per home and per database (`plane_lock`).
 
+With regions declared (`--region`, `--regions-file`), each region gets its own runtime, its own
+gateway processes on its own ports (following `API/regions/NAME`) and its own route table; its
+state lives under `$PODIUM_HOME/regions/NAME/`. Without, one region `default` is exactly the
+single-region plane.
+
 The data plane never runs in this process: `--gateways N` gateway processes (`podium
 gateway`, `control.gateways`) share the gateway ports and route by the table this process
 publishes (`control.gateway_feed`); they and the instances live in their own sessions, so a
@@ -39,9 +44,10 @@ from podium.control.gateways import GatewayProcesses
 from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
 from podium.control.plane_lock import PlaneLock, holder_info
+from podium.control.region_config import RegionSpec, check_regions
+from podium.control.region_world import Region, RegionWorlds
 from podium.control.runtime import Runtime, create_runtime
 from podium.control.store import Store, default_url
-from podium.control.world import RuntimeWorld
 from podium.errors import InvalidArgument
 from podium.gateway.http_server import bounded_head_protocol
 from podium.gateway.limits import GatewayLimits, to_flags
@@ -100,8 +106,13 @@ class UpConfig:
     shutdown_timeout_s: float = 60.0
     """SIGTERM ends `podium up` within this many seconds (1..3600): requests finish, instances
     drain and stop; at the deadline whatever is left of its process tree is killed."""
+    regions: tuple[RegionSpec, ...] = ()
+    """Declared regions in rollout order, each with its runtime and gateway ports (then
+    `runtime`, `ray_address`, `http_port` and `grpc_port` are not used); none: one region."""
 
     def __post_init__(self) -> None:
+        if self.regions:
+            check_regions(list(self.regions), api_port=self.api_port)
         if isinstance(self.api_max_body_bytes, bool) or not (
                 1024 <= self.api_max_body_bytes <= 1024**3):
             raise InvalidArgument(f"api_max_body_bytes={self.api_max_body_bytes!r} is out of "
@@ -161,47 +172,95 @@ def run_up(config: UpConfig) -> int:
         _on_stop_signal(watchdog)  # until the servers run: stop as soon as they start
         store = Store.open(url)
         cleanup.callback(store.close)
+        store.set_regions(list(config.regions))  # none declared: the one `default` region
         # the one key the instances accept: kept under the home, so adopted ones still do
         credential = internal_credential.load_or_create(home)
-        table, stats = PublishedTable(), VersionStats()
-        feed = table.feed = RouteFeed(table, stats)
-        gateways = GatewayProcesses(
-            home, [gateway_command(config, f"gateway-{i}") for i in range(config.num_gateways)],
-            secrets=gateway_secrets(config, credential),
-            note=lambda message: store.record_event("gateway", message))
-        # before any instance is adopted: a refusal must leave them running
-        gateways.adopt(host=config.host, port=config.http_port)
-        runtime = create_runtime(config.runtime, store, table, home / "instances",
-                                 ray_address=config.ray_address,
-                                 ray_num_cpus=config.ray_num_cpus, credential=credential)
-        world = RuntimeWorld(runtime, table, stats)
-        plane = ControlPlane(store, world)
-        cleanup.callback(_stop_instances, plane, runtime, watchdog)
-        loop = _FeedingLoop(plane, runtime, table, stats, config.loop, feed=feed,
-                            gateways=gateways)
+        served = [_RegionServed.build(config, spec, home, store, credential, declared)
+                  for spec, declared in _specs(config)]
+        for part in served:
+            # before any instance is adopted: a refusal must leave them running
+            part.gateways.adopt(host=config.host, port=part.spec.http_port)
+        regions = []
+        for part in served:
+            runtime, address = ((part.spec.runtime, part.spec.ray_address) if config.regions
+                                else (config.runtime, config.ray_address))
+            part.runtime = create_runtime(
+                runtime, store.for_region(part.spec.name) if config.regions else store,
+                part.table, part.home / "instances", ray_address=address,
+                ray_num_cpus=config.ray_num_cpus, credential=credential)
+            regions.append(Region(part.spec.name, part.runtime, part.table, part.stats))
+        plane = ControlPlane(store, RegionWorlds(regions))
+        cleanup.callback(_stop_instances, plane, [r.runtime for r in regions], watchdog)
+        first = regions[0]
+        loop = _FeedingLoop(plane, first.runtime, first.table, first.stats, config.loop,
+                            feeds=[p.feed for p in served],
+                            gateways=[p.gateways for p in served], regions=regions)
         thread = threading.Thread(target=loop.run_forever, name="podium-control", daemon=True)
         # adopted gateways keep their table until the loop's first pass has rebuilt this one
-        gateways.start()
-        cleanup.callback(_stop_gateways, gateways, feed, watchdog)  # first to stop: they drain
+        for part in served:
+            part.gateways.start()
+        cleanup.callback(_stop_gateways, served, watchdog)  # first to stop: they drain
         thread.start()
         cleanup.callback(_stop_loop, loop, thread, watchdog)
         try:
-            asyncio.run(_serve(config, plane, feed, gateways, watchdog, credential))
+            asyncio.run(_serve(config, plane, served, watchdog, credential))
         finally:
             _on_stop_signal(watchdog)  # asyncio's handlers left with its loop
             watchdog.arm()  # whatever ended serving, the rest of the stop is bounded
     return 0
 
 
-def gateway_command(config: UpConfig, name: str) -> list[str]:
-    """The `podium gateway` command line of one of this plane's gateways."""
+class _RegionServed:
+    """What `podium up` runs for one region: its table and feed, gateways, then runtime."""
+
+    def __init__(self, spec: RegionSpec, home: Path, prefix: str, gateways: GatewayProcesses,
+                 table: PublishedTable, stats: VersionStats, feed: RouteFeed) -> None:
+        self.spec, self.home, self.prefix = spec, home, prefix
+        self.gateways, self.table, self.stats, self.feed = gateways, table, stats, feed
+        self.runtime: Runtime | None = None
+
+    @classmethod
+    def build(cls, config: UpConfig, spec: RegionSpec, home: Path, store: Store,
+              credential: str, declared: bool) -> _RegionServed:
+        """A region's table, feed and gateway processes (not started yet)."""
+        table, stats = PublishedTable(), VersionStats()
+        feed = table.feed = RouteFeed(table, stats)
+        where = home / "regions" / spec.name if declared else home
+        prefix = f"/regions/{spec.name}" if declared else ""
+        names = [f"gateway-{i}" if not declared else f"{spec.name}-gateway-{i}"
+                 for i in range(config.num_gateways)]
+        gateways = GatewayProcesses(
+            where, [gateway_command(config, name, region=spec if declared else None)
+                    for name in names],
+            secrets=gateway_secrets(config, credential),
+            note=lambda message: store.record_event("gateway", message))
+        return cls(spec, where, prefix, gateways, table, stats, feed)
+
+
+def _specs(config: UpConfig) -> list[tuple[RegionSpec, bool]]:
+    """The regions to run, and whether they were declared (else: the implicit default)."""
+    if config.regions:
+        return [(spec, True) for spec in config.regions]
+    # its runtime comes from --runtime / --ray-address, checked by create_runtime itself
+    return [(RegionSpec(http_port=config.http_port, grpc_port=config.grpc_port), False)]
+
+
+def gateway_command(config: UpConfig, name: str, *,
+                    region: RegionSpec | None = None) -> list[str]:
+    """The `podium gateway` command line of one of this plane's gateways (of one region's,
+    on its ports, following its part of the API)."""
     api_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
     if ":" in api_host:
         api_host = f"[{api_host}]"
+    control = f"http://{api_host}:{config.api_port}"
+    http_port, grpc_port = config.http_port, config.grpc_port
+    if region is not None:
+        control += f"/regions/{region.name}"
+        http_port, grpc_port = region.http_port, region.grpc_port
     return [sys.executable, "-m", "podium.cli", "gateway",
-            "--control", f"http://{api_host}:{config.api_port}", "--id", name,
-            "--host", config.host, "--http-port", str(config.http_port),
-            "--grpc-port", str(config.grpc_port), "--reuse-port",
+            "--control", control, "--id", name,
+            "--host", config.host, "--http-port", str(http_port),
+            "--grpc-port", str(grpc_port), "--reuse-port",
             "--shutdown-timeout", f"{gateway_shutdown_s(config):g}", *to_flags(config.limits),
             *(arg for path in config.keys.api_key_files for arg in ("--api-key-file", str(path))),
             *(arg for path in config.keys.admin_key_files
@@ -226,22 +285,25 @@ def gateway_shutdown_s(config: UpConfig) -> float:
 class _FeedingLoop(ControlLoop):
     """The control loop, plus what `podium up` adds to each pass: publish, watch gateways."""
 
-    def __init__(self, *args: Any, feed: RouteFeed, gateways: GatewayProcesses,
+    def __init__(self, *args: Any, feeds: list[RouteFeed], gateways: list[GatewayProcesses],
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.feed = feed
+        self.feeds = feeds
         self.gateways = gateways
 
     def step(self) -> None:
-        """One pass; after the first, the route table is whole and gateways may take it."""
+        """One pass; after the first, the route tables are whole and gateways may take them."""
         try:
-            self.feed.changed()  # re-count drains against the gateways' latest reports
+            for feed in self.feeds:
+                feed.changed()  # re-count drains against the gateways' latest reports
             super().step()
-            # only a pass that went through (instances probed back in) makes the table whole:
+            # only a pass that went through (instances probed back in) makes a table whole:
             # until then gateways keep the one they have
-            self.feed.open()
+            for feed in self.feeds:
+                feed.open()
         finally:
-            self.gateways.poll()  # even while the store is away
+            for gateways in self.gateways:
+                gateways.poll()  # even while the store is away
 
 
 def _on_stop_signal(watchdog: ShutdownWatchdog) -> None:
@@ -250,11 +312,13 @@ def _on_stop_signal(watchdog: ShutdownWatchdog) -> None:
         signal.signal(sig, lambda signum, frame: watchdog.arm())
 
 
-def _stop_gateways(gateways: GatewayProcesses, feed: RouteFeed,
-                   watchdog: ShutdownWatchdog) -> None:
-    # the instances are still up: in-flight requests finish before they are stopped
-    gateways.stop(timeout_s=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
-    feed.forget_gateways()  # gone: nothing more is in flight through them, drains may end
+def _stop_gateways(served: list[_RegionServed], watchdog: ShutdownWatchdog) -> None:
+    for part in served:
+        part.gateways.terminate()  # every region's drain at once, on their own clocks
+    for part in served:
+        # the instances are still up: in-flight requests finish before they are stopped
+        part.gateways.stop(timeout_s=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
+        part.feed.forget_gateways()  # gone: nothing more is in flight through them
 
 
 def _stop_loop(loop: ControlLoop, thread: threading.Thread, watchdog: ShutdownWatchdog) -> None:
@@ -262,13 +326,15 @@ def _stop_loop(loop: ControlLoop, thread: threading.Thread, watchdog: ShutdownWa
     thread.join(timeout=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
 
 
-def _stop_instances(plane: ControlPlane, runtime: Runtime, watchdog: ShutdownWatchdog) -> None:
+def _stop_instances(plane: ControlPlane, runtimes: list[Runtime],
+                    watchdog: ShutdownWatchdog) -> None:
     # a loop pass stuck past its share must not keep the instances running
     locked = plane.lock.acquire(timeout=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
     if not locked:
         log.warning("a control-loop pass still runs; stopping the instances anyway")
     try:
-        runtime.close(timeout_s=watchdog.remaining(reserve_s=STOP_RESERVE_S))
+        for runtime in runtimes:
+            runtime.close(timeout_s=watchdog.remaining(reserve_s=STOP_RESERVE_S))
     finally:
         if locked:
             plane.lock.release()
@@ -283,14 +349,20 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _serve(config: UpConfig, plane: ControlPlane, feed: RouteFeed,
-                 gateways: GatewayProcesses, watchdog: ShutdownWatchdog, credential: str) -> None:
+async def _serve(config: UpConfig, plane: ControlPlane, served: list[_RegionServed],
+                 watchdog: ShutdownWatchdog, credential: str) -> None:
     # the gateways follow the plane with its credential: it opens the admin routes too
     app = create_app(plane, access=config.access(internal_key=credential),
                      max_body_bytes=config.api_max_body_bytes,
                      max_header_bytes=config.api_max_header_bytes,
                      package_roots=config.package_roots)
-    add_gateway_routes(app, feed)
+    for part in served:
+        add_gateway_routes(app, part.feed, prefix=part.prefix)
+    if served[0].prefix:  # regions declared: `podium gateways` lists every region's
+
+        @app.get("/v1/gateways")
+        def all_gateways() -> list[dict[str, Any]]:
+            return [{"region": p.spec.name, **g} for p in served for g in p.feed.gateways()]
     server = _Server(uvicorn.Config(app, host=config.host, port=config.api_port,
                                     http=bounded_head_protocol(config.api_max_header_bytes,
                                                                server="the control API",
@@ -300,7 +372,8 @@ async def _serve(config: UpConfig, plane: ControlPlane, feed: RouteFeed,
 
     def stop() -> None:
         watchdog.arm()
-        gateways.terminate()  # they drain meanwhile, on their own clock
+        for part in served:
+            part.gateways.terminate()  # they drain meanwhile, on their own clock
         # counted by uvicorn from now: API requests get a quarter of the budget, draining
         # the gateways and the instances the rest
         server.config.timeout_graceful_shutdown = watchdog.remaining(
@@ -312,8 +385,10 @@ async def _serve(config: UpConfig, plane: ControlPlane, feed: RouteFeed,
         loop.add_signal_handler(sig, stop)
     if watchdog.armed:  # told to stop before the server ran
         stop()
-    log.info("control-plane API on :%d; %d gateway process(es) on :%d (gRPC :%d)",
-             config.api_port, config.num_gateways, config.http_port, config.grpc_port)
+    for part in served:
+        log.info("control-plane API on :%d; region %s: %d gateway process(es) on :%d "
+                 "(gRPC :%d)", config.api_port, part.spec.name, config.num_gateways,
+                 part.spec.http_port, part.spec.grpc_port)
     try:
         await server.serve()
     finally:
