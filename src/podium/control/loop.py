@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from podium.control.actions import DEFAULT_REGION, Scale
-from podium.control.autoscale import AutoscalePolicy, AutoscaleState, decide
+from podium.control.autoscaler import Autoscaler, Defaults
 from podium.control.gc import VersionUsage, idle_versions
 from podium.control.plane import ControlPlane
 from podium.control.region_world import Region
@@ -69,7 +69,12 @@ class ControlLoop:
         self.table = table
         self.stats = stats
         self.config = config or LoopConfig()
-        self._scale_states: dict[tuple[str, str, str], AutoscaleState] = {}
+        self.autoscaler = Autoscaler(
+            plane.store, self.regions,
+            lambda model, version, n, why, region: self._scale(model, version, n, why,
+                                                               region=region),
+            Defaults(target_in_flight=self.config.target_in_flight,
+                     scale_down_cooldown_ms=self.config.scale_down_cooldown_ms))
         self._stop = threading.Event()
         self.outage: Outage | None = None
         """Set while the loop is paused because the database is away."""
@@ -146,24 +151,7 @@ class ControlLoop:
             raise failed
 
     def _autoscale(self, now_ms: int, busy: set[str]) -> None:
-        for dep in self.plane.store.list_deployments():
-            region = self.regions.get(dep.region)
-            if region is None or dep.model in busy or dep.num_desired == 0 or (
-                    dep.min_instances >= dep.max_instances):
-                continue  # rollouts own their scale; fixed-size deployments need no policy
-            policy = AutoscalePolicy(min_instances=max(1, dep.min_instances),
-                                     max_instances=dep.max_instances,
-                                     target_in_flight=self.config.target_in_flight,
-                                     scale_down_cooldown_ms=self.config.scale_down_cooldown_ms)
-            key = (dep.region, dep.model, dep.version)
-            state = self._scale_states.get(key) or AutoscaleState(dep.num_desired, now_ms)
-            in_flight = sum(e.num_in_flight for e in region.table.endpoints()
-                            if e.id.startswith(f"{dep.model}-{dep.version}-"))
-            state = decide(policy, state, in_flight, now_ms)
-            self._scale_states[key] = state
-            if state.num_instances != dep.num_desired:
-                self._scale(dep.model, dep.version, state.num_instances, "autoscale",
-                            region=dep.region)
+        self.autoscaler.step(now_ms, busy)  # observe → decide → scale, in control/autoscaler.py
 
     def _collect(self, now_ms: int, busy: set[str]) -> None:
         by_model: dict[tuple[str, str], list[VersionUsage]] = {}

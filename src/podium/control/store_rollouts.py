@@ -147,11 +147,16 @@ def apply_action(s: Session, action: Action, *, strategy: str) -> None:
             row = DeploymentRow(model=action.model, version=action.version, strategy=strategy,
                                 region=action.region,
                                 state="active", num_desired=0, min_instances=1,
-                                max_instances=max(1, action.count), last_request_ms=0)
+                                max_instances=1, last_request_ms=0)
             s.add(row)
         if row.num_desired == 0 and action.count > 0:
             row.created_at = utcnow()  # deployed (again) now: idle-version GC counts from here
         row.num_desired = action.count
+        if row.min_instances >= row.max_instances and action.count > 0:
+            # fixed size (nobody set bounds with `podium scale`): a deploy's instance count is
+            # its floor and its ceiling, or the autoscaler would shrink `--instances 2` to 1
+            # (and a scale-down would leave a range behind)
+            row.min_instances = row.max_instances = action.count
         row.max_instances = max(row.max_instances, action.count)
         row.state = "active" if action.count > 0 else "retired"
     elif isinstance(action, SetSplit):

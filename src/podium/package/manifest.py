@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from podium.errors import PackageError
 from podium.package.paths import read_small_file
+from podium.package.scaling import EngineScalingTargets, ScalingTargets
 from podium.validation import describe, first_field
 
 MANIFEST_NAME = "podium.json"
@@ -99,6 +100,8 @@ class _ManifestBase(_Strict):
         description="Whether a request may be sent twice: during a rollout the gateway resends "
         "a request the new version failed to the stable one. False for a model with side "
         "effects (it writes, charges or sends something per request).")
+    autoscale: ScalingTargets | None = Field(
+        default=None, description="Autoscaling targets per instance (bounds: `podium scale`).")
 
     @field_validator("version", mode="before")
     @classmethod
@@ -133,6 +136,9 @@ class VllmManifest(_ManifestBase):
         description="Prompt tokens of requests still in prefill the engine holds before it "
         "refuses more with 429 / RESOURCE_EXHAUSTED; bounds time to first token. None: the "
         "instance's --max-num-queued-tokens (65536).")
+    autoscale: EngineScalingTargets | None = Field(
+        default=None, description="Autoscaling targets per instance, the engine's waiting "
+        "requests and KV-cache usage among them (bounds: `podium scale`).")
 
     @field_validator("engine_args")
     @classmethod

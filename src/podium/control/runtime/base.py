@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from podium.control.engine_signals import VersionSignals
 
 STARTING, READY, DRAINING, STOPPED, FAILED = "starting", "ready", "draining", "stopped", "failed"
 
@@ -34,6 +37,10 @@ class Runtime(Protocol):
     def instances(self, model: str | None = None,
                   version: str | None = None) -> list[InstanceView]:
         """Instances that are not stopped."""
+
+    def engine_signals(self, model: str, version: str) -> VersionSignals:
+        """vLLM's waiting requests and KV-cache usage on model@version's ready instances (the
+        autoscaler asks only for deployments that declare engine targets)."""
 
     def num_crashes(self, model: str, version: str) -> int:
         """How many times instances of model@version exited without being asked to."""

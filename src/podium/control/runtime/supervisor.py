@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
+from podium.control.engine_signals import SignalReader, VersionSignals
 from podium.control.models import PackageRow
 from podium.control.runtime.base import (
     DRAINING,
@@ -66,7 +67,8 @@ class Supervisor(Generic[I]):
 
     def __init__(self, store: Store, table: RouteTable, *, max_restarts: int = 5,
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
-                 probe_timeout_s: float = 1.0, credential: str | None = None) -> None:
+                 probe_timeout_s: float = 1.0, credential: str | None = None,
+                 signal_interval_s: float = 2.0) -> None:
         self.store = store
         self.credential = credential
         """The control plane's internal credential, handed to every instance it starts."""
@@ -76,6 +78,7 @@ class Supervisor(Generic[I]):
         self.stop_timeout_s = stop_timeout_s
         self.probe_timeout_s = probe_timeout_s
         self._probe = httpx.Client(timeout=probe_timeout_s, headers=bearer(credential))
+        self._signals = SignalReader(self._probe, interval_s=signal_interval_s)
         self._instances: dict[str, I] = {}
         self._desired: dict[tuple[str, str], int] = {}
         self._crashes: dict[tuple[str, str], int] = {}
@@ -147,6 +150,7 @@ class Supervisor(Generic[I]):
     def _poll_one(self, instance: I) -> None:
         if instance.state == STOPPED:
             del self._instances[instance.id]  # the store keeps its history
+            self._signals.forget(instance.id)
             return
         code = self._exit_code(instance)
         if instance.state == DRAINING:
@@ -171,6 +175,13 @@ class Supervisor(Generic[I]):
                 for i in self._instances.values()
                 if (model is None or i.model == model) and (version is None or i.version == version)
                 and i.state != STOPPED]
+
+    def engine_signals(self, model: str, version: str) -> VersionSignals:
+        """The engine's load signals on model@version's ready instances, from their /metrics
+        (each scraped at most every `signal_interval_s`; a failed scrape is unread, not 0)."""
+        return self._signals.read((i.id, i.url) for i in self._instances.values()
+                                  if (i.model, i.version) == (model, version)
+                                  and i.state == READY and i.url)
 
     def num_crashes(self, model: str, version: str) -> int:
         """Unrequested exits of model@version's instances since this runtime started."""
