@@ -26,6 +26,10 @@ API_KEY = "test-key-0123456789"
 MAX_NUM_QUEUED_TOKENS = 3000
 """The shared instance's prefill backlog limit: far above any one test's prompts, low enough
 for tests/frontends/test_admission_real.py to pass it with three long prompts."""
+MAX_NUM_BATCHED_TOKENS = 256
+"""The shared instance's prefill chunk (vLLM's budget of tokens a step; its CPU default is
+2,048): a prompt just over it is prefilled in two chunks, and on a CPU every prompt token
+costs (tests/engine_patches/test_cpu_seed_real.py sends one)."""
 
 
 @pytest.fixture(scope="session")
@@ -39,11 +43,16 @@ def default_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def model_repository(tmp_path_factory: pytest.TempPathFactory,
                      default_model_dir: Path) -> Path:
-    """A repository with the default LLM and the embedding model."""
-    from podium.package.defaults import write_default_package, write_embedding_package
+    """A repository with the default LLM (its scheduling as shipped, chunked prefill on, with a
+    smaller chunk) and the embedding model."""
+    from podium.package.defaults import default_llm_manifest, write_embedding_package
+    from podium.package.package import write_manifest
 
     repo = tmp_path_factory.mktemp("repository")
-    write_default_package(repo / LLM)
+    manifest = default_llm_manifest()
+    manifest["engine_args"] = {**manifest["engine_args"],
+                               "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS}
+    write_manifest(repo / LLM, manifest)
     write_embedding_package(repo / EMBEDDER)
     return repo
 
