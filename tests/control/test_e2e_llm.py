@@ -106,9 +106,14 @@ class ChatLoad:
 @pytest.fixture
 def up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, default_model_dir: Path) -> Iterator[Up]:
     """`podium up` with its own PODIUM_HOME (store, instance logs) reading the session's model
-    cache, so every instance boots from the already materialized weights."""
+    cache, so every instance boots from the already materialized weights.
+
+    Its instances' vLLM workers are not pinned to cores: vLLM pins every worker to the same
+    first core of the machine, so v2's worker booted (at nice 10) on the core where v1's worker
+    serves and busy-polls, and took 90 s instead of 14 to start, with the other core idle."""
     assert default_model_dir.is_dir()
     monkeypatch.setenv("PODIUM_CACHE", str(ModelCache().root))
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     u = Up(tmp_path)
     yield u
     pids: list[int] = []
