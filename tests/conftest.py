@@ -23,9 +23,10 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 LLM = "smollm2-135m-instruct"
 EMBEDDER = "all-minilm-l6-v2"
 API_KEY = "test-key-0123456789"
-MAX_NUM_QUEUED_TOKENS = 3000
-"""The shared instance's prefill backlog limit: far above any one test's prompts, low enough
-for tests/frontends/test_admission_real.py to pass it with three long prompts."""
+MAX_NUM_QUEUED_TOKENS = 1500
+"""The shared instance's prefill backlog limit: far above any one test's prompts (16 chats at
+once are 700 tokens), low enough for tests/frontends/test_admission_real.py to pass it with
+three prompts of 700 tokens (every admitted one is prefilled: its tokens cost CPU time)."""
 MAX_NUM_BATCHED_TOKENS = 256
 """The shared instance's prefill chunk (vLLM's budget of tokens a step; its CPU default is
 2,048): a prompt just over it is prefilled in two chunks, and on a CPU every prompt token
