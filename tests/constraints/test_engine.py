@@ -24,8 +24,8 @@ from tests.support.catalog import make_titles
 
 pytestmark = pytest.mark.engine
 
-# per built-in: the KV cache holds about ten at once, so requests keep joining and leaving
-# the batch (and their rows move) for the whole run
+# per built-in: the KV cache holds a fraction of them at once, so requests keep joining and
+# leaving the batch (and their rows move) for the whole run
 NUM_REQUESTS = int(os.environ.get("PODIUM_CONSTRAINT_ENGINE_REQUESTS", "32"))
 NUM_PREEMPTED = 16  # outputs of ~60 tokens: 16 of them need three times the KV cache
 MAX_BATCHED_TOKENS = 32
