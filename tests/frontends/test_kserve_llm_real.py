@@ -149,9 +149,9 @@ def _prefix_cache_hits(instance) -> float:
 
 
 def test_scoring_with_a_cached_long_context_keeps_the_engine_alive(instance) -> None:
-    """A context longer than a KV block (128 tokens on CPU; this one is 144) is served from the
-    prefix cache for later candidates; vLLM's placeholder ids at cached positions once crashed
-    its output handler. Every candidate's prompt is prefilled, so they are few and short."""
+    """A context spanning several KV blocks (144 tokens: 4 blocks of the shared instance's 32,
+    1 of vLLM's CPU default of 128) is served from the prefix cache for later candidates; vLLM's
+    placeholder ids at cached positions once crashed its output handler."""
     context = " ".join(["The river runs past the old stone market near the harbor."] * 12)
     body = {"context": context, "candidates": [f" Then item {i} arrived." for i in range(4)]}
     hits = _prefix_cache_hits(instance)
