@@ -23,9 +23,18 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 LLM = "smollm2-135m-instruct"
 EMBEDDER = "all-minilm-l6-v2"
 API_KEY = "test-key-0123456789"
-MAX_NUM_QUEUED_TOKENS = 3000
-"""The shared instance's prefill backlog limit: far above any one test's prompts, low enough
-for tests/frontends/test_admission_real.py to pass it with three long prompts."""
+MAX_NUM_QUEUED_TOKENS = 1500
+"""The shared instance's prefill backlog limit: far above any one test's prompts (16 chats at
+once are 700 tokens), low enough for tests/frontends/test_admission_real.py to pass it with
+three prompts of 700 tokens (every admitted one is prefilled: its tokens cost CPU time)."""
+MAX_NUM_BATCHED_TOKENS = 256
+"""The shared instance's prefill chunk (vLLM's budget of tokens a step; its CPU default is
+2,048): a prompt just over it is prefilled in two chunks, and on a CPU every prompt token
+costs (tests/engine_patches/test_cpu_seed_real.py sends one)."""
+KV_BLOCK_SIZE = 32
+"""The shared instance's KV block (vLLM's CPU default is 128): the prefix cache shares whole
+blocks only, and with 32 the chat template's system prompt and a test's repeated task are read
+from it instead of prefilled again by each of the many similar requests."""
 
 
 @pytest.fixture(scope="session")
@@ -39,11 +48,17 @@ def default_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def model_repository(tmp_path_factory: pytest.TempPathFactory,
                      default_model_dir: Path) -> Path:
-    """A repository with the default LLM and the embedding model."""
-    from podium.package.defaults import write_default_package, write_embedding_package
+    """A repository with the default LLM (its scheduling as shipped, chunked prefill and prefix
+    caching on, with a smaller chunk and KV block) and the embedding model."""
+    from podium.package.defaults import default_llm_manifest, write_embedding_package
+    from podium.package.package import write_manifest
 
     repo = tmp_path_factory.mktemp("repository")
-    write_default_package(repo / LLM)
+    manifest = default_llm_manifest()
+    manifest["engine_args"] = {**manifest["engine_args"],
+                               "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+                               "block_size": KV_BLOCK_SIZE}
+    write_manifest(repo / LLM, manifest)
     write_embedding_package(repo / EMBEDDER)
     return repo
 

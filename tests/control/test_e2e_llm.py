@@ -30,6 +30,7 @@ from tests.support.up_process import Up, alive, wait
 pytestmark = pytest.mark.engine
 
 BOOT_TIMEOUT_S = 300  # one vLLM instance, possibly booting at nice 10 beside one under load
+BOOT_POLL_S = 1.0  # how often a wait for a boot asks the control plane
 
 
 def gateway_counts(up: Up) -> Counter[tuple[str, str]]:
@@ -106,9 +107,14 @@ class ChatLoad:
 @pytest.fixture
 def up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, default_model_dir: Path) -> Iterator[Up]:
     """`podium up` with its own PODIUM_HOME (store, instance logs) reading the session's model
-    cache, so every instance boots from the already materialized weights."""
+    cache, so every instance boots from the already materialized weights.
+
+    Its instances' vLLM workers are not pinned to cores: vLLM pins every worker to the same
+    first core of the machine, so v2's worker booted (at nice 10) on the core where v1's worker
+    serves and busy-polls, and took 90 s instead of 14 to start, with the other core idle."""
     assert default_model_dir.is_dir()
     monkeypatch.setenv("PODIUM_CACHE", str(ModelCache().root))
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     u = Up(tmp_path)
     yield u
     pids: list[int] = []
@@ -133,7 +139,7 @@ def test_red_black_rollout_of_the_llm_under_openai_clients_drops_no_request(
                   "--warm-delay", "0", "--ready-timeout", str(BOOT_TIMEOUT_S),
                   "--api", up.api) == 0
     wait(lambda: up.rollout(1)["status"] != "running", what="v1 deployed",
-         timeout_s=BOOT_TIMEOUT_S + 30)
+         timeout_s=BOOT_TIMEOUT_S + 30, interval_s=BOOT_POLL_S)
     assert up.rollout(1)["status"] == "succeeded", up.rollout(1)
     wait(lambda: len(instances(up, "1")) == 1, what="v1 ready")
     [v1] = instances(up, "1")
@@ -157,7 +163,7 @@ def test_red_black_rollout_of_the_llm_under_openai_clients_drops_no_request(
     # the 50% stage: both versions serve, by split and explicitly as model@version
     wait(lambda: up.rollout(rollout_id)["weight_new"] == 50
          or up.rollout(rollout_id)["status"] != "running",
-         what="the 50% stage", timeout_s=BOOT_TIMEOUT_S + 30)
+         what="the 50% stage", timeout_s=BOOT_TIMEOUT_S + 30, interval_s=BOOT_POLL_S)
     assert up.rollout(rollout_id)["status"] == "running", up.rollout(rollout_id)
     at_50 = gateway_counts(up)
     gateway = openai.OpenAI(base_url=up.gateway + "/v1", api_key="unused", max_retries=0,

@@ -34,6 +34,7 @@ from tests.support.up_process import Up, wait
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1500)]  # two boots on a busy machine
 
 BOOT_TIMEOUT_S = 600  # one vLLM instance: ~40 s on a quiet machine, 325 s at load average 30
+BOOT_POLL_S = 1.0  # how often a wait for a boot asks the control plane
 OUT_OF_ROUTING_S = 3.0  # a supervisor pass (0.5 s) probing readiness, with room for a busy box
 REQUEST = {"model": DEFAULT_MODEL, "max_tokens": 24, "temperature": 0,
            "messages": [{"role": "user", "content": "Count from one to twenty."}]}
@@ -131,7 +132,7 @@ def test_engine_killed_under_load_fails_in_flight_requests_clearly_and_is_restar
                   "--warm-delay", "0", "--ready-timeout", str(BOOT_TIMEOUT_S),
                   "--api", up.api) == 0
     wait(lambda: up.rollout(1)["status"] != "running", what="v1 deployed",
-         timeout_s=BOOT_TIMEOUT_S + 30)
+         timeout_s=BOOT_TIMEOUT_S + 30, interval_s=BOOT_POLL_S)
     assert up.rollout(1)["status"] == "succeeded", up.rollout(1)
     [victim] = instances(up, "1")
     victim_url = f"http://127.0.0.1:{victim['http_port']}"
@@ -150,7 +151,8 @@ def test_engine_killed_under_load_fails_in_flight_requests_clearly_and_is_restar
     not_ready_s = time.monotonic() - killed_at
 
     wait(lambda: any(i["num_restarts"] == 1 for i in instances(up, "1")),
-         what="the instance restarted and ready", timeout_s=BOOT_TIMEOUT_S)
+         what="the instance restarted and ready", timeout_s=BOOT_TIMEOUT_S,
+         interval_s=BOOT_POLL_S)
     restarted_at = time.monotonic()
     count = len(load.calls)
     wait(lambda: len(load.calls) >= count + 4, what="calls after the restart", timeout_s=180)

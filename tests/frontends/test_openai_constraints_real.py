@@ -1,8 +1,9 @@
 """Constraints as a client uses them: the official `openai` SDK against the shared real instance.
 
-For every built-in, 50 sampled requests at temperature 1.0 go through the whole serving path
-(``extra_body`` → admission → the engine's batch processor) 16 at a time, and every answer must
-satisfy its constraint. The engine-level traps (chunked prefill, preemption) are in
+For every built-in, 32 sampled requests at temperature 1.0 go through the whole serving path
+(``extra_body`` → admission → the engine's batch processor) 16 at a time, so the second half
+joins a batch whose first half is still decoding, and every answer must satisfy its constraint.
+The engine-level traps (chunked prefill, preemption) and the larger samples are in
 ``tests/constraints/test_engine.py``.
 """
 
@@ -23,7 +24,7 @@ from tests.support.catalog import make_titles
 
 pytestmark = pytest.mark.engine
 
-REQUESTS = 50  # sampled requests per built-in
+REQUESTS = 32  # sampled requests per built-in: two batches' worth
 CONCURRENCY = 16
 
 

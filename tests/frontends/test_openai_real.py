@@ -225,15 +225,6 @@ def test_invalid_constraint_is_a_400_then_good(instance) -> None:
     assert good.status_code == 200
 
 
-def test_long_seeded_prompt_is_served(openai_client: openai.OpenAI) -> None:
-    """A seeded request whose prompt is long enough to be prefilled in chunks once killed
-    vLLM's CPU engine; the default package prefills whole prompts."""
-    r = openai_client.completions.create(model=LLM, prompt="word " * 3000, max_tokens=3,
-                                         seed=5)
-    assert r.choices[0].text is not None
-    assert openai_client.completions.create(model=LLM, prompt="Hi", max_tokens=2).choices
-
-
 def test_stream_without_usage_is_logged_with_token_counts(instance) -> None:
     """The client did not ask for usage: it gets none, but the request log still counts."""
     body = {**GOOD, "stream": True, "max_tokens": 6, "temperature": 0}

@@ -96,12 +96,15 @@ def _ok(url: str) -> bool:
         return False
 
 
-def wait(condition: Callable[[], bool], *, what: str, timeout_s: float = 90) -> None:
-    """Poll `condition` every 0.1 s; fail naming `what` after `timeout_s`."""
+def wait(condition: Callable[[], bool], *, what: str, timeout_s: float = 90,
+         interval_s: float = 0.1) -> None:
+    """Poll `condition` every `interval_s`; fail naming `what` after `timeout_s`. A wait for
+    an engine to boot polls every second: each poll costs the control plane CPU time that the
+    booting engine shares."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+        time.sleep(interval_s)
 
 
 def alive(pid: int) -> bool:
