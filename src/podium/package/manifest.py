@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from podium.errors import PackageError
 from podium.package.paths import read_small_file
+from podium.package.resources import ResourceRequest
 from podium.validation import describe, first_field
 
 MANIFEST_NAME = "podium.json"
@@ -99,6 +100,10 @@ class _ManifestBase(_Strict):
         description="Whether a request may be sent twice: during a rollout the gateway resends "
         "a request the new version failed to the stable one. False for a model with side "
         "effects (it writes, charges or sends something per request).")
+    resources: ResourceRequest = Field(
+        default_factory=ResourceRequest,
+        description="What each instance asks a Ray cluster for (CPUs, GPUs, memory, custom "
+        "resources such as a region); the local runtime ignores it.")
 
     @field_validator("version", mode="before")
     @classmethod
