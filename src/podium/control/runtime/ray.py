@@ -195,7 +195,7 @@ class RayRuntime(Supervisor[_Actor]):
         self.store.update_instance(instance.db_id, http_port=where["http_port"],
                                    grpc_port=where["grpc_port"])
         self._note(instance, f"placed on Ray node {where['node_id'][:12]} ({where['node']}) "
-                             f"as actor {where['actor_id'][:12]}")
+                             f"as actor {where['actor_id']}")
 
     @staticmethod
     def _placed(instance: _Actor, where: dict[str, Any]) -> None:
@@ -256,7 +256,7 @@ class RayRuntime(Supervisor[_Actor]):
             self._instances[iid] = instance
             self._desired[(model, version)] = self._desired.get((model, version), 0) + 1
             self.store.record_event("instance", f"{iid}: adopted on Ray node "
-                                    f"{instance.node[:12]} (actor {where['actor_id'][:12]})",
+                                    f"{instance.node[:12]} (actor {where['actor_id']})",
                                     model=model)
             if row.state == DRAINING:
                 self._drain(instance)
