@@ -249,6 +249,11 @@ class RayRuntime(Supervisor[_Actor]):
                 if actor is not None:
                     self._kill(actor)
                 self.store.update_instance(row.id, state=STOPPED)
+                why = ("no live Ray actor" if actor is None
+                       else f"its actor did not answer within {ADOPT_TIMEOUT_S:g} s"
+                       if where is None else f"its server had exited ({where['exit_code']})")
+                self.store.record_event("instance", f"{iid}: not adopted: {why}",
+                                        model=model)
                 continue
             instance = _Actor(iid, model, version, row.id, log_path=row.log_path,
                               state=STARTING, num_restarts=row.num_restarts, actor=actor)
