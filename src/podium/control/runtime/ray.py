@@ -243,20 +243,24 @@ class RayRuntime(Supervisor[_Actor]):
                                   timeout=ADOPT_TIMEOUT_S) if asked else ([], []))
         for model, version, row in self.store.list_instances():
             iid = f"{model}-{version}-{row.id}"
-            _, actor = actors.pop(iid, (None, None))
-            where = self._answer(asked[iid]) if iid in asked and asked[iid] in done else None
+            restart, actor = actors.pop(iid, (0, None))
+            answered = iid in asked and asked[iid] in done
+            where = self._answer(asked[iid]) if answered else None
             if where is None or where["exit_code"] is not None:
                 if actor is not None:
                     self._kill(actor)
                 self.store.update_instance(row.id, state=STOPPED)
                 why = ("no live Ray actor" if actor is None
                        else f"its actor did not answer within {ADOPT_TIMEOUT_S:g} s"
+                       if not answered else "its actor never started a server"
                        if where is None else f"its server had exited ({where['exit_code']})")
                 self.store.record_event("instance", f"{iid}: not adopted: {why}",
                                         model=model)
                 continue
             instance = _Actor(iid, model, version, row.id, log_path=row.log_path,
-                              state=STARTING, num_restarts=row.num_restarts, actor=actor)
+                              state=STARTING, actor=actor,
+                              # its next start must not reuse the name of the live actor
+                              num_restarts=max(row.num_restarts, restart))
             self._placed(instance, where)
             self._instances[iid] = instance
             self._desired[(model, version)] = self._desired.get((model, version), 0) + 1
