@@ -36,6 +36,7 @@ EU = "region-eu"
 # x is how many milliseconds the request sleeps in the model: 1 for the load, more for the
 # requests that are meant to be in flight when a node goes
 SLOW_MODEL = '''
+import os
 import time
 import numpy as np
 
@@ -46,7 +47,8 @@ class Model:
 
     def execute(self, requests):
         time.sleep(max(float(r["x"].max()) for r in requests) / 1000)
-        return [{"y": (r["x"] * 2).astype(np.float32)} for r in requests]
+        return [{"y": (r["x"] * 2).astype(np.float32),
+                 "pid": np.full(r["x"].shape, os.getpid(), dtype=np.int64)} for r in requests]
 
     def finalize(self):
         pass
@@ -54,7 +56,8 @@ class Model:
 
 
 def write_package(root: Path, version: str = "1", **resources: object) -> Path:
-    """A Python-backend package `echo` (y = 2x, sleeping x ms) asking for `resources`."""
+    """A Python-backend package `echo` (y = 2x, sleeping x ms, and the answering server's
+    pid) asking for `resources`."""
     folder = root / f"echo-{version}-{abs(hash(json.dumps(resources, sort_keys=True)))}"
     folder.mkdir(parents=True)
     (folder / "model.py").write_text(SLOW_MODEL)
@@ -62,7 +65,8 @@ def write_package(root: Path, version: str = "1", **resources: object) -> Path:
         "name": "echo", "version": version, "backend": "python", "max_batch_size": 8,
         "dynamic_batching": None,
         "inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}],
-        "outputs": [{"name": "y", "datatype": "FP32", "shape": [1]}],
+        "outputs": [{"name": "y", "datatype": "FP32", "shape": [1]},
+                    {"name": "pid", "datatype": "INT64", "shape": [1]}],
         "resources": {"cpus": INSTANCE_CPUS, **resources}}))
     return folder
 
@@ -231,7 +235,8 @@ def _actor_ids(events: list[str]) -> list[str]:
 
 FIRST = RolloutConfig(stages=(100,), num_instances=2, ready_timeout_ms=90_000,
                       analysis_window_ms=0, warm_delay_ms=0)
-IN_FLIGHT_MS = 1500.0
+IN_FLIGHT_MS = 2000.0
+NUM_SLOW = 4
 
 
 @pytest.fixture
@@ -259,11 +264,12 @@ def test_a_node_lost_under_load_moves_its_instance_and_fails_no_request(
     load.start()
     load.wait_requests(50)
 
-    # requests the doomed instance is working on when its node goes
-    with ThreadPoolExecutor(4) as pool:
+    # requests both instances are working on when the doomed one's node goes (the gateway
+    # sends each to the instance with the fewest in flight)
+    with ThreadPoolExecutor(NUM_SLOW) as pool:
         slow = [pool.submit(httpx.post, p.url + "/v2/models/echo/infer",
-                            json=_body(IN_FLIGHT_MS), timeout=30) for _ in range(4)]
-        p.wait_for(lambda: p.gateway.table.endpoint(doomed.id).num_in_flight >= 1, 10)
+                            json=_body(IN_FLIGHT_MS), timeout=60) for _ in range(NUM_SLOW)]
+        time.sleep(0.5)  # all sent and sleeping in the model (each takes 2 s)
         removed = threading.Thread(target=nodes.cluster.remove_node,
                                    args=(nodes.node(doomed.node),))
         removed.start()
@@ -279,8 +285,10 @@ def test_a_node_lost_under_load_moves_its_instance_and_fails_no_request(
     assert [r for r in results if r.status != 200] == []
     # in flight on the lost node: its server was SIGTERMed as its raylet went, and a
     # SIGTERMed server finishes what it holds before it exits
-    assert [a.status_code for a in answers] == [200] * 4
-    assert {a.json()["outputs"][0]["data"][0] for a in answers} == {2 * IN_FLIGHT_MS}
+    assert [a.status_code for a in answers] == [200] * NUM_SLOW, [a.text for a in answers]
+    outputs = [{o["name"]: o["data"][0] for o in a.json()["outputs"]} for a in answers]
+    assert {o["y"] for o in outputs} == {2 * IN_FLIGHT_MS}
+    assert doomed.pid in {o["pid"] for o in outputs}  # answered by the server that was lost
     events = _events(p.store)
     assert f"{doomed.id}: its Ray actor died (ActorDiedError)" in events
     assert runtime.num_crashes("echo", "1") == 1
