@@ -96,6 +96,9 @@ def nodes() -> Iterator[RayNodes]:
     local = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "include_dashboard": False, **local})
+    # Cluster records itself as "the latest cluster" that any address-less ray.init() on this
+    # machine joins: forget it, so none joins this one by accident
+    ray._common.utils.reset_ray_address()
     workers = [cluster.add_node(num_cpus=NODE_CPUS, resources={EU: 1}, **local),
                cluster.add_node(num_cpus=NODE_CPUS, **local)]
     ray.init(address=cluster.address, log_to_driver=False, _node_ip_address="127.0.0.1")
