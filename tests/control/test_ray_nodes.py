@@ -1,11 +1,10 @@
-"""The Ray runtime on a real multi-node Ray cluster on this machine (`ray.cluster_utils`: a
-head that runs no instance and two worker raylets with fake CPU counts): replicas on different
-nodes, custom resources, adoption after a control-plane crash, and a node lost under load."""
+"""The Ray runtime on a real multi-node Ray cluster on this machine (`ray.cluster_utils`: two
+raylets with fake CPU counts): replicas on different nodes, custom resources, adoption after a
+control-plane crash, and a node lost under load."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -30,7 +29,7 @@ from tests.support.servers import Served
 
 INSTANCE_CPUS = 0.5
 NODE_CPUS = 2
-"""Each worker holds four instances: only the spread puts two replicas on different nodes."""
+"""Each node holds four instances: only the spread puts two replicas on different nodes."""
 EU = "region-eu"
 
 # x is how many milliseconds the request sleeps in the model: 1 for the load, more for the
@@ -79,30 +78,39 @@ def _body(x: float) -> dict[str, Any]:
 class RayNodes:
     cluster: Any
     ray: Any
-    workers: list[Any]
-    """The worker nodes (`ray._private.node.Node`); the first offers region-eu."""
-
-    def node(self, node_id: str) -> Any:
-        return next(n for n in self.workers if n.node_id == node_id)
+    head: Any
+    """The head node (`ray._private.node.Node`): the drivers' node, and the one with region-eu."""
+    worker: Any
+    """The other node; it can be removed (the drivers' node cannot)."""
 
 
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[RayNodes]:
-    """A head (no CPUs: the drivers connect there, instances never run there) and two
-    2-CPU workers, all on 127.0.0.1 like every test server."""
+    """Two raylets on 127.0.0.1 with 2 fake CPUs each (four instances fit on either one):
+    the head, which also offers region-eu, and a worker."""
     import ray
+    from ray._private import ray_constants
     from ray.cluster_utils import Cluster
 
-    local = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False, **local})
+    # Ray otherwise takes the machine's network address as every node's, the GCS's included;
+    # read at import in Ray's child processes (the environment) and at each call here
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, "0")
+        mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
+        yield from _cluster(ray, Cluster)
+
+
+def _cluster(ray: Any, cluster_class: Any) -> Iterator[RayNodes]:
+    local = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024,
+             "num_cpus": NODE_CPUS}
+    cluster = cluster_class(initialize_head=True, head_node_args={
+        "include_dashboard": False, "resources": {EU: 1}, **local})
     # Cluster records itself as "the latest cluster" that any address-less ray.init() on this
     # machine joins: forget it, so none joins this one by accident
     ray._common.utils.reset_ray_address()
-    workers = [cluster.add_node(num_cpus=NODE_CPUS, resources={EU: 1}, **local),
-               cluster.add_node(num_cpus=NODE_CPUS, **local)]
+    worker = cluster.add_node(**local)
     ray.init(address=cluster.address, log_to_driver=False, _node_ip_address="127.0.0.1")
-    yield RayNodes(cluster, ray, workers)
+    yield RayNodes(cluster, ray, cluster.head_node, worker)
     ray.shutdown()
     cluster.shutdown()
 
@@ -147,7 +155,8 @@ def test_replicas_spread_over_nodes_and_custom_resources_pick_the_node(
               what=lambda: runtime.instances())
         # each node could hold both; SPREAD puts them on different ones
         assert len({i.node for i in runtime.instances()}) == 2
-        assert {i.node for i in runtime.instances()} == {n.node_id for n in nodes.workers}
+        assert {i.node for i in runtime.instances()} == {nodes.head.node_id,
+                                                          nodes.worker.node_id}
         runtime.scale("echo", "1", 0)
         _wait(lambda: runtime.instances() == [], runtime, timeout_s=30)
 
@@ -155,7 +164,7 @@ def test_replicas_spread_over_nodes_and_custom_resources_pick_the_node(
         _announce(store, write_package(tmp_path, "eu", custom={EU: 0.001}))
         runtime.scale("echo", "eu", 2)
         _wait(lambda: _states(runtime) == [READY, READY], runtime)
-        assert {i.node for i in runtime.instances()} == {nodes.workers[0].node_id}
+        assert {i.node for i in runtime.instances()} == {nodes.head.node_id}
 
         # one no node offers waits, and its events say which field and what nodes have
         _announce(store, write_package(tmp_path, "mars", custom={"region-mars": 0.001}))
@@ -197,9 +206,7 @@ def test_a_restarted_control_plane_adopts_the_live_actors(nodes: RayNodes,
     _announce(store, write_package(tmp_path))
     first = subprocess.Popen(
         [sys.executable, "-c", FIRST_PLANE, nodes.cluster.address, url,
-         str(tmp_path / "instances")], stdout=subprocess.PIPE, text=True,
-        # Ray's node address: loopback, as the cluster's (else the machine's network address)
-        env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+         str(tmp_path / "instances")], stdout=subprocess.PIPE, text=True)
     try:
         line = first.stdout.readline() if first.stdout else ""
         assert line, "the first control plane exited before its instances were ready"
@@ -261,8 +268,8 @@ def test_a_node_lost_under_load_moves_its_instance_and_fails_no_request(
     assert p.wait_done(p.deploy("1", FIRST)) == "succeeded"
     runtime = p.runtime
     assert isinstance(runtime, RayRuntime)
-    [doomed, other] = runtime.instances()
-    assert doomed.node != other.node
+    [doomed] = [i for i in runtime.instances() if i.node == nodes.worker.node_id]
+    [other] = [i for i in runtime.instances() if i.node == nodes.head.node_id]
     load = Load(p.url, num_clients=4)
     load.start()
     load.wait_requests(50)
@@ -273,15 +280,14 @@ def test_a_node_lost_under_load_moves_its_instance_and_fails_no_request(
         slow = [pool.submit(httpx.post, p.url + "/v2/models/echo/infer",
                             json=_body(IN_FLIGHT_MS), timeout=60) for _ in range(NUM_SLOW)]
         time.sleep(0.5)  # all sent and sleeping in the model (each takes 2 s)
-        removed = threading.Thread(target=nodes.cluster.remove_node,
-                                   args=(nodes.node(doomed.node),))
+        removed = threading.Thread(target=nodes.cluster.remove_node, args=(nodes.worker,))
         removed.start()
         answers = [f.result() for f in slow]
     removed.join(timeout=60)
 
     # the instance comes back on the node that is left; the load never saw a failure
-    p.wait_for(lambda: [(i.id, i.state, i.node) for i in runtime.instances()] == [
-        (doomed.id, READY, other.node), (other.id, READY, other.node)], 90)
+    p.wait_for(lambda: sorted((i.id, i.state, i.node) for i in runtime.instances()) == sorted(
+        [(doomed.id, READY, other.node), (other.id, READY, other.node)]), 90)
     served_before = len(load.results)
     load.wait_requests(served_before + 50)
     results = load.stop()
