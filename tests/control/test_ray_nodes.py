@@ -279,7 +279,9 @@ def test_a_node_lost_under_load_moves_its_instance_and_fails_no_request(
     with ThreadPoolExecutor(NUM_SLOW) as pool:
         slow = [pool.submit(httpx.post, p.url + "/v2/models/echo/infer",
                             json=_body(IN_FLIGHT_MS), timeout=60) for _ in range(NUM_SLOW)]
-        time.sleep(0.5)  # all sent and sleeping in the model (each takes 2 s)
+        doomed_endpoint = p.gateway.table.endpoint(doomed.id)
+        p.wait_for(lambda: doomed_endpoint.num_in_flight >= 1, 20)
+        in_flight = doomed_endpoint.num_in_flight
         removed = threading.Thread(target=nodes.cluster.remove_node, args=(nodes.worker,))
         removed.start()
         answers = [f.result() for f in slow]
@@ -292,12 +294,15 @@ def test_a_node_lost_under_load_moves_its_instance_and_fails_no_request(
     load.wait_requests(served_before + 50)
     results = load.stop()
     assert [r for r in results if r.status != 200] == []
-    # in flight on the lost node: its server was SIGTERMed as its raylet went, and a
-    # SIGTERMed server finishes what it holds before it exits
+    # in flight on the lost node: answered by its server (SIGTERMed as its raylet went, it
+    # finishes what it holds) or, where its connection broke, resent once to the other instance
     assert [a.status_code for a in answers] == [200] * NUM_SLOW, [a.text for a in answers]
     outputs = [{o["name"]: o["data"][0] for o in a.json()["outputs"]} for a in answers]
     assert {o["y"] for o in outputs} == {2 * IN_FLIGHT_MS}
-    assert doomed.pid in {o["pid"] for o in outputs}  # answered by the server that was lost
+    by_lost = sum(o["pid"] == doomed.pid for o in outputs)
+    print(f"in flight on the lost instance: {in_flight}; slow ones it answered: {by_lost}; "
+          f"retries: {p.gateway.stats.retried}")
+    assert in_flight >= 1
     events = _events(p.store)
     assert f"{doomed.id}: its Ray actor died (ActorDiedError)" in events
     assert runtime.num_crashes("echo", "1") == 1
