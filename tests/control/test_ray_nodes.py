@@ -101,18 +101,34 @@ def nodes() -> Iterator[RayNodes]:
 
 
 def _cluster(ray: Any, cluster_class: Any) -> Iterator[RayNodes]:
-    local = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024,
-             "num_cpus": NODE_CPUS}
-    cluster = cluster_class(initialize_head=True, head_node_args={
-        "include_dashboard": False, "resources": {EU: 1}, **local})
-    # Cluster records itself as "the latest cluster" that any address-less ray.init() on this
-    # machine joins: forget it, so none joins this one by accident
-    ray._common.utils.reset_ray_address()
-    worker = cluster.add_node(**local)
+    cluster, worker = _start_cluster(ray, cluster_class)
     ray.init(address=cluster.address, log_to_driver=False, _node_ip_address="127.0.0.1")
     yield RayNodes(cluster, ray, cluster.head_node, worker)
     ray.shutdown()
     cluster.shutdown()
+
+
+def _start_cluster(ray: Any, cluster_class: Any, attempts: int = 2) -> tuple[Any, Any]:
+    """The two raylets; started again once if one does not register with the GCS within
+    Ray's fixed 30 s (a machine loaded by other work)."""
+    local = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024,
+             "num_cpus": NODE_CPUS}
+    cluster = None
+    for attempt in range(attempts):
+        try:
+            cluster = cluster_class(initialize_head=True, head_node_args={
+                "include_dashboard": False, "resources": {EU: 1}, **local})
+            # Cluster records itself as "the latest cluster" that any address-less
+            # ray.init() on this machine joins: forget it, so none joins this one
+            ray._common.utils.reset_ray_address()
+            return cluster, cluster.add_node(**local)
+        except Exception:
+            if cluster is not None:
+                cluster.shutdown()
+            cluster = None
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _store(tmp_path: Path) -> Store:
