@@ -193,6 +193,9 @@ def test_an_instance_the_cluster_cannot_place_waits_and_is_cancelled_by_a_drain(
             time.sleep(0.1)
         [waiting] = runtime.instances()
         assert (waiting.state, waiting.url) == ("starting", "")
+        assert (f"{waiting.id}: waits for a Ray node: no live node offers CPUs "
+                "(resources.cpus, else --ray-cpus)=3 (largest node: 2)") in [
+            e.message for e in store.list_events("echo")]
         runtime.scale("echo", "1", 0)
         _wait_for(lambda: runtime.instances() == [], runtime, timeout_s=10)
         assert runtime.num_crashes("echo", "1") == 0

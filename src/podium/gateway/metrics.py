@@ -51,7 +51,7 @@ class GatewayCollector(Collector):
             shed.add_metric([model, version, by], num)
         retries = CounterMetricFamily(
             "podium:gateway_retries", "Requests sent again after failing on this version, by "
-            "reason (not_sent, overloaded, canary).", labels=[*_VERSION, "reason"])
+            "reason (not_sent, overloaded, broken, canary).", labels=[*_VERSION, "reason"])
         for (model, version, reason), num in sorted(self.stats.retried.items()):
             retries.add_metric([model, version, reason], num)
         in_flight = GaugeMetricFamily("podium:gateway_in_flight",

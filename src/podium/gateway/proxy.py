@@ -2,8 +2,9 @@
 
 Where each attempt goes, and whether a failed one is sent again, is `gateway.retry`'s decision:
 another instance when the connection failed before the request left, or when an instance shed
-it (429) and a sibling has room; the stable version once when a canary failed it (5xx or a
-connection broken after sending) and inference is idempotent. Anything else is answered as it
+it (429) and a sibling has room, or (idempotent inference) when the connection broke after
+sending; the stable version once when a canary failed it (5xx or a connection broken after
+sending) and inference is idempotent. Anything else is answered as it
 came, or as a 502. An instance at the gateway's in-flight bound takes nothing more
 (`gateway.admission`): past it the request is answered 429 at once, never queued.
 
@@ -212,7 +213,7 @@ class Gateway:
     def _after_broken(self, attempt: _Attempt, attempts: Attempts, target: Target,
                       exc: Exception) -> Target:
         self._finish(attempt, ok=False)
-        retry = attempts.after_failure(target)
+        retry = attempts.after_broken(target)
         if retry is None:
             raise _failed_mid_request(attempt, exc) from exc
         return retry

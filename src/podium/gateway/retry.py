@@ -9,7 +9,10 @@ gRPC proxy, so every decision is tested without a process. After an attempt fail
   request): once, another instance of the same version that has room under the gateway's bound
   (the instance may be full of another gateway's traffic); else the 429 goes to the client as
   the instance wrote it, counted as shed by the instance;
-- **failed** (a 5xx, or the connection broke after sending): once, the stable version, when
+- **broken** (the connection broke after sending, before any answer: the instance may be
+  gone, e.g. its node lost): once, another instance of the same version when its package
+  declares inference idempotent; else as failed;
+- **failed** (a 5xx, or a broken connection not resent): once, the stable version, when
   the request went by the split (it named no version), the version that failed is not the
   stable one (the `latest` alias, which a Red-Black rollout moves only once the new version
   passed its last analysis), and its package declares inference idempotent. The failure is
@@ -30,7 +33,7 @@ from podium.gateway.admission import BY_INSTANCE, Admission
 from podium.gateway.routing import LATEST, Endpoint, RouteTable
 from podium.gateway.stats import VersionStats
 
-NOT_SENT, OVERLOADED, CANARY = "not_sent", "overloaded", "canary"
+NOT_SENT, OVERLOADED, BROKEN, CANARY = "not_sent", "overloaded", "broken", "canary"
 """Why a request was sent again (the `reason` of `podium:gateway_retries`)."""
 
 
@@ -59,6 +62,7 @@ class Attempts:
         self._tried: set[str] = set()
         self._num_connects = 0
         self._overload_retried = False
+        self._broken_retried = False
         self._canary_retried = False
 
     def first(self) -> Target:
@@ -87,6 +91,19 @@ class Attempts:
                 return Target(shed.version, sibling)
         self.stats.record_shed(self.model, shed.version, BY_INSTANCE)
         return None
+
+    def after_broken(self, failed: Target) -> Target | None:
+        """Another instance of the same version, once, for an idempotent package's broken
+        connection; else `after_failure`'s answer."""
+        self._tried.add(failed.endpoint.id)
+        if not self._broken_retried and failed.endpoint.idempotent:
+            sibling = self._instance(failed.version)
+            if sibling is not None:
+                self._broken_retried = True
+                self.stats.record_retry(self.model, failed.version, BROKEN)
+                return Target(failed.version,
+                              self.admission.admit(self.model, failed.version, sibling))
+        return self.after_failure(failed)
 
     def after_failure(self, failed: Target) -> Target | None:
         """The stable version, once, for a canary's failure; None: the failure is the answer."""

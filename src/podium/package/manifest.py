@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from podium.errors import PackageError
 from podium.package.paths import read_small_file
+from podium.package.resources import ResourceRequest
 from podium.package.scaling import EngineScalingTargets, ScalingTargets
 from podium.validation import describe, first_field
 
@@ -102,6 +103,11 @@ class _ManifestBase(_Strict):
         "effects (it writes, charges or sends something per request).")
     autoscale: ScalingTargets | None = Field(
         default=None, description="Autoscaling targets per instance (bounds: `podium scale`).")
+
+    resources: ResourceRequest = Field(
+        default_factory=ResourceRequest,
+        description="What each instance asks a Ray cluster for (CPUs, GPUs, memory, custom "
+        "resources such as a region); the local runtime ignores it.")
 
     @field_validator("version", mode="before")
     @classmethod

@@ -23,6 +23,8 @@ class InstanceView:
     pid: int | None
     num_restarts: int
     log_path: str | None
+    node: str = ""
+    """The cluster node it runs on (a Ray node id); "" for this machine or not placed yet."""
 
 
 class Runtime(Protocol):

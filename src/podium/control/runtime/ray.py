@@ -1,11 +1,17 @@
 """Instances as Ray actors on a Ray cluster (`podium up --runtime ray`).
 
-Each instance is one `InstanceHost` actor, placed by Ray where its resource request fits
-(`resources_for`), running `podium serve` on its node's IP and free ports. The lifecycle is the
-`Supervisor`'s, as for local processes: readiness over HTTP from the control plane, crash →
-restart (counted), drain through the gateway before stop. Starting is asynchronous: an actor
-waiting for resources is an instance that is not ready yet, which a rollout's ready timeout
-bounds. `ray` is imported only here, when this runtime is chosen.
+Each instance is one `InstanceHost` actor, placed by Ray on a node that offers its package's
+resource request, spread across nodes (`ray_placement`), running `podium serve` on that node's
+IP and free ports. The lifecycle is the `Supervisor`'s, as for local processes: readiness over
+HTTP from the control plane, crash -> restart (counted), drain through the gateway before stop.
+A lost node is a crash of each instance on it: restarted wherever the request fits. Starting is
+asynchronous: an actor waiting for resources is an instance that is not ready yet, which a
+rollout's ready timeout bounds. `ray` is imported only here, when this runtime is chosen.
+
+The actors are named and detached, in a namespace per control plane (per database): they
+outlive the control plane, and the next one on that database adopts the live ones (same actors,
+same servers, probed back in) instead of starting new ones, as the local runtime adopts
+processes. Actors of the namespace that match no live instance record are killed.
 """
 
 from __future__ import annotations
@@ -14,13 +20,22 @@ import contextlib
 import os
 import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from podium.control.models import PackageRow
-from podium.control.runtime.base import STOPPED
+from podium.control.runtime.base import DRAINING, STARTING, STOPPED, InstanceView
 from podium.control.runtime.ray_host import InstanceHost
+from podium.control.runtime.ray_placement import (
+    SCHEDULING_STRATEGY,
+    Resources,
+    actor_name,
+    instance_of,
+    namespace_for,
+    resources_for,
+    unplaceable,
+)
 from podium.control.runtime.supervisor import Instance, Supervisor
 from podium.control.store import Store
 from podium.errors import Unavailable
@@ -28,29 +43,13 @@ from podium.gateway.routing import RouteTable
 
 LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 """Object store of a head `podium up` starts itself: only small control messages go through."""
+ADOPT_TIMEOUT_S = 10.0
+"""How long a restarted control plane waits for its previous actors to say where they serve;
+one that does not answer in time (not placed, or its node lost) is replaced."""
 
 
 class ClusterUnreachable(Unavailable):
     """The Ray cluster named by --ray-address cannot be reached (fatal for `podium up`)."""
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What one instance's actor asks Ray for."""
-
-    num_cpus: float
-    num_gpus: float
-
-
-def resources_for(package: PackageRow, cluster_gpus: float, num_cpus: float = 1.0) -> Resources:
-    """`num_cpus` for every instance; a vLLM package on a cluster with GPUs also gets one GPU
-    per tensor x pipeline parallel rank of its `engine_args` (Ray sets CUDA_VISIBLE_DEVICES of
-    the actor, which the server inherits). Without GPUs in the cluster vLLM runs on CPU."""
-    if package.backend != "vllm" or cluster_gpus <= 0:
-        return Resources(num_cpus, 0.0)
-    args = (package.manifest or {}).get("engine_args", {})
-    ranks = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
-    return Resources(num_cpus, float(ranks))
 
 
 def connect(address: str | None) -> bool:
@@ -98,6 +97,8 @@ class _Actor(Instance):
     starting: Any = None
     """The ObjectRef of its start() until it has answered."""
     exit_code: int | None = None
+    node: str = ""
+    """The Ray node id it was placed on ("" until placed)."""
 
 
 class RayRuntime(Supervisor[_Actor]):
@@ -114,20 +115,27 @@ class RayRuntime(Supervisor[_Actor]):
         self.workdir = workdir
         self.num_cpus = num_cpus
         self.boot_nice = boot_nice
+        self.namespace = namespace_for(
+            store.engine.url.render_as_string(hide_password=True))
+        """The Ray namespace of this control plane's actors (one per database)."""
         self._owns_ray = connect(address)
         import ray
 
         self._ray = ray
         self._host = ray.remote(InstanceHost)
-        # a previous control plane's actors died with it (they are owned by their driver)
-        for _, _, row in store.list_instances():
-            store.update_instance(row.id, state=STOPPED)
+        self._adopt()
 
     def close(self, timeout_s: float | None = None) -> None:
         """Stop every instance, then leave (or shut down) Ray."""
         super().close(timeout_s)
         if self._owns_ray:
             self._ray.shutdown()
+
+    def instances(self, model: str | None = None,
+                  version: str | None = None) -> list[InstanceView]:
+        """As every runtime's, with the Ray node id each instance runs on."""
+        views = super().instances(model, version)
+        return [replace(v, node=self._instances[v.id].node) for v in views]
 
     def _create(self, model: str, version: str, db_id: int) -> _Actor:
         name = f"{model}-{version}-{db_id}"
@@ -137,13 +145,18 @@ class RayRuntime(Supervisor[_Actor]):
     def _launch(self, instance: _Actor, package: PackageRow) -> dict[str, Any]:
         wanted = resources_for(package, self._ray.cluster_resources().get("GPU", 0.0),
                                self.num_cpus)
-        instance.actor = self._host.options(num_cpus=wanted.num_cpus,
-                                            num_gpus=wanted.num_gpus).remote()
+        if (why := unplaceable(wanted, self._ray.nodes())) is not None:
+            # Ray keeps it waiting (an autoscaler may add a node); the operator is told why
+            self._note(instance, f"waits for a Ray node: {why}")
+        instance.actor = self._host.options(
+            name=actor_name(instance.id, instance.num_restarts), namespace=self.namespace,
+            lifetime="detached", scheduling_strategy=SCHEDULING_STRATEGY,
+            **wanted.actor_options()).remote()
         # the credential travels as a call argument (Ray's own channel), never in the actor's
         # runtime_env, which the cluster's dashboard and state API show
         instance.starting = instance.actor.start.remote(package.location, instance.log_path,
                                                         self.boot_nice, self.credential)
-        instance.exit_code = None
+        instance.exit_code, instance.node = None, ""
         # no pid: it is another node's, and a local runtime must never adopt it
         return {"pid": None, "http_port": None, "grpc_port": None,
                 "log_path": instance.log_path}
@@ -178,10 +191,17 @@ class RayRuntime(Supervisor[_Actor]):
             return
         finally:
             instance.starting = None
-        instance.url, instance.grpc_target, instance.pid = (
-            where["url"], where["grpc_target"], where["pid"])
+        self._placed(instance, where)
         self.store.update_instance(instance.db_id, http_port=where["http_port"],
                                    grpc_port=where["grpc_port"])
+        self._note(instance, f"placed on Ray node {where['node_id'][:12]} ({where['node']}) "
+                             f"as actor {where['actor_id']}")
+
+    @staticmethod
+    def _placed(instance: _Actor, where: dict[str, Any]) -> None:
+        instance.url, instance.grpc_target, instance.pid = (
+            where["url"], where["grpc_target"], where["pid"])
+        instance.node = where["node_id"]
 
     def _lost(self, instance: _Actor, reason: str) -> None:
         instance.exit_code = -1
@@ -207,5 +227,83 @@ class RayRuntime(Supervisor[_Actor]):
         # the server first (the actor's own death would only SIGTERM it), then the actor
         with contextlib.suppress(ray.exceptions.RayError):
             ray.get(instance.actor.terminate.remote(True), timeout=self.stop_timeout_s)
-        ray.kill(instance.actor, no_restart=True)
+        with contextlib.suppress(ray.exceptions.RayError, ValueError):
+            ray.kill(instance.actor, no_restart=True)
         instance.actor = None
+
+    # adoption after a control-plane restart ----------------------------------------------
+
+    def _adopt(self) -> None:
+        """Take over the live actors a previous control plane left in this namespace (each
+        the latest start of an instance the store still lists); stop the other records and
+        kill the other actors."""
+        actors = self._own_actors()
+        asked = {iid: actor.where.remote() for iid, (_, actor) in actors.items()}
+        done, _ = (self._ray.wait(list(asked.values()), num_returns=len(asked),
+                                  timeout=ADOPT_TIMEOUT_S) if asked else ([], []))
+        for model, version, row in self.store.list_instances():
+            iid = f"{model}-{version}-{row.id}"
+            restart, actor = actors.pop(iid, (0, None))
+            answered = iid in asked and asked[iid] in done
+            where = self._answer(asked[iid]) if answered else None
+            if where is None or where["exit_code"] is not None:
+                if actor is not None:
+                    self._kill(actor)
+                self.store.update_instance(row.id, state=STOPPED)
+                why = ("no live Ray actor" if actor is None
+                       else f"its actor did not answer within {ADOPT_TIMEOUT_S:g} s"
+                       if not answered else "its actor never started a server"
+                       if where is None else f"its server had exited ({where['exit_code']})")
+                self.store.record_event("instance", f"{iid}: not adopted: {why}",
+                                        model=model)
+                continue
+            instance = _Actor(iid, model, version, row.id, log_path=row.log_path,
+                              state=STARTING, actor=actor,
+                              # its next start must not reuse the name of the live actor
+                              num_restarts=max(row.num_restarts, restart))
+            self._placed(instance, where)
+            self._instances[iid] = instance
+            self._desired[(model, version)] = self._desired.get((model, version), 0) + 1
+            self.store.record_event("instance", f"{iid}: adopted on Ray node "
+                                    f"{instance.node[:12]} (actor {where['actor_id']})",
+                                    model=model)
+            if row.state == DRAINING:
+                self._drain(instance)
+        for _, actor in actors.values():  # no record wants them (or their instance stopped)
+            self._kill(actor)
+
+    def _own_actors(self) -> dict[str, tuple[int, Any]]:
+        """instance id -> (restart, handle) of the latest actor per instance in the namespace;
+        earlier ones (a restart whose predecessor was not gone yet) are killed."""
+        ray = self._ray
+        latest: dict[str, tuple[int, Any]] = {}
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            named = instance_of(entry["name"])
+            if entry["namespace"] != self.namespace or named is None:
+                continue
+            try:
+                handle = ray.get_actor(entry["name"], namespace=self.namespace)
+            except ValueError:  # gone since it was listed
+                continue
+            iid, restart = named
+            if iid in latest and latest[iid][0] > restart:
+                self._kill(handle)
+                continue
+            if iid in latest:
+                self._kill(latest[iid][1])
+            latest[iid] = (restart, handle)
+        return latest
+
+    def _answer(self, ref: Any) -> dict[str, Any] | None:
+        try:
+            return self._ray.get(ref, timeout=0)
+        except self._ray.exceptions.RayError:
+            return None
+
+    def _kill(self, actor: Any) -> None:
+        """Kill an actor not adopted; its server, if any, gets SIGTERM as its parent goes."""
+        with contextlib.suppress(self._ray.exceptions.RayError, ValueError):
+            self._ray.kill(actor, no_restart=True)
+
+
+__all__ = ["ClusterUnreachable", "RayRuntime", "Resources", "connect", "resources_for"]

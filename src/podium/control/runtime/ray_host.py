@@ -4,7 +4,8 @@ It runs on whichever node Ray placed it, so everything node-local happens here: 
 ports, writing the log file, signalling and renicing the process. The server binds the node's
 IP (the gateway may be on another node). It dies with the actor: the actor's worker is its
 parent and the server asks the kernel for SIGTERM when that parent goes (PR_SET_PDEATHSIG), so
-a control plane that exits without stopping its instances leaves no server behind.
+a killed actor or a lost node's raylet leaves no server behind. The actor itself is detached
+(`RayRuntime`): a control plane that exits leaves it serving, for the next one to adopt.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class InstanceHost:
 
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
+        self.place: dict[str, Any] | None = None
+        """Where the server listens and logs, once started (what `start` returned)."""
 
     def start(self, package: str, log_path: str, boot_nice: int,
               credential: str | None = None) -> dict[str, Any]:
@@ -48,9 +51,17 @@ class InstanceHost:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True,
                                             env=instance_env(credential))
-        return {"url": f"http://{host}:{http_port}", "grpc_target": f"{host}:{grpc_port}",
-                "http_port": http_port, "grpc_port": grpc_port, "pid": self.process.pid,
-                "node": host}
+        context = ray.get_runtime_context()
+        self.place = {"url": f"http://{host}:{http_port}", "grpc_target": f"{host}:{grpc_port}",
+                      "http_port": http_port, "grpc_port": grpc_port, "pid": self.process.pid,
+                      "node": host, "node_id": context.get_node_id(),
+                      "actor_id": context.get_actor_id()}
+        return self.place
+
+    def where(self) -> dict[str, Any] | None:
+        """What `start` returned plus the server's exit status now; None before `start` (a
+        control plane that adopts this actor after a restart asks it this)."""
+        return None if self.place is None else {**self.place, "exit_code": self.exit_code()}
 
     def exit_code(self) -> int | None:
         """The server's exit status, None while it runs."""
