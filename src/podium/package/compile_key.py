@@ -26,16 +26,18 @@ _CPU_ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni"
 
 FACTOR_NAMES = {"engine": "engine version", "torch": "torch version", "python": "Python",
                 "weights": "weights", "engine_args": "engine args", "hardware": "hardware",
-                "format": "cache format"}
+                "engine_env": "engine environment", "format": "cache format"}
 """How a log line names each factor when it tells why a build cannot be reused."""
 
 
 def key_factors(*, engine: str, torch: str, weights: str, engine_args: dict[str, Any],
-                hardware: dict[str, Any]) -> dict[str, Any]:
+                hardware: dict[str, Any], engine_env: dict[str, Any] | None = None
+                ) -> dict[str, Any]:
     """Everything compiled artifacts depend on, as plain JSON."""
     return {"format": FORMAT, "engine": engine, "torch": torch,
             "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-            "weights": weights, "engine_args": _plain(engine_args), "hardware": hardware}
+            "weights": weights, "engine_args": _plain(engine_args), "hardware": hardware,
+            "engine_env": _plain(engine_env or {})}
 
 
 def compile_key(factors: dict[str, Any]) -> str:
@@ -81,6 +83,14 @@ def engine_version() -> str:
 
     found = installed_engine()
     return f"{found[0]}=={found[1]}" if found else "none"
+
+
+def engine_env() -> dict[str, Any]:
+    """The environment variables vLLM itself keys its compile cache on (its VLLM_* settings
+    that can change a graph), so Podium's key never matches where vLLM's would not."""
+    from vllm import envs
+
+    return _plain(envs.compile_factors())
 
 
 def torch_version() -> str:

@@ -53,7 +53,7 @@ def job_for(package: Package, weights: Path, resolved: engine_mode.ResolvedMode)
         engine=keys.engine_version(), torch=keys.torch_version(), weights=weights.name,
         engine_args=keys.compiled_engine_args(manifest.engine_args, task=manifest.task,
                                               mode=resolved.mode),
-        hardware=keys.hardware(resolved.machine_kind))
+        hardware=keys.hardware(resolved.machine_kind), engine_env=keys.engine_env())
     return CompileJob(package.key, factors)
 
 
