@@ -1,6 +1,6 @@
 """Compiled engine artifacts in the model cache, beside the weights, keyed by compile_key.
 
-    $PODIUM_CACHE/compiled/
+    $PODIUM_CACHE/compiled/       (or $PODIUM_COMPILE_CACHE)
       <key>/engine/               the engine's own cache root (VLLM_CACHE_ROOT): vLLM's
                                   torch.compile cache (torch_compile_cache/, AOT artifacts and
                                   Inductor's generated code), model-inspection cache, …
@@ -55,10 +55,10 @@ class CompiledEntry:
 
 
 class CompileCache:
-    """The compiled builds under one cache root (default: $PODIUM_CACHE)."""
+    """The compiled builds under one directory (default: $PODIUM_CACHE/compiled)."""
 
     def __init__(self, root: Path | None = None) -> None:
-        self.root = (root or env.cache_dir()) / "compiled"
+        self.root = root or env.compile_cache_dir()
 
     def lookup(self, key: str) -> CompiledEntry | None:
         """The finished entry for this key, or None."""

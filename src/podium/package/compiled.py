@@ -67,6 +67,9 @@ def start(job: CompileJob | None, start_engine: Callable[[], T]) -> T:
 def build(package: Package, weights: Path) -> str:
     """Announce-time compile: build the package's artifacts unless eager or cached; returns
     one line saying what happened."""
+    from podium import env
+
+    env.force_offline()  # the engine environment boot runs with, so the keys agree
     resolved = resolve_mode(package)
     if not resolved.compiled:
         return f"{resolved.describe(package.key)}: nothing to compile"
