@@ -85,12 +85,21 @@ def engine_version() -> str:
     return f"{found[0]}=={found[1]}" if found else "none"
 
 
+_SET_BY_ENGINE = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_DISABLE_SHARED_EXPERTS_STREAM",
+                  "VLLM_USE_BREAKABLE_CUDAGRAPH", "VLLM_USE_TRITON_AWQ",
+                  "VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE")
+"""Variables vLLM sets in its own process from its config (platforms/cpu.py, config/vllm.py):
+already keyed by the args and hardware, and set or not depending on whether an engine was
+configured earlier in this process, so they must not enter the key."""
+
+
 def engine_env() -> dict[str, Any]:
     """The environment variables vLLM itself keys its compile cache on (its VLLM_* settings
     that can change a graph), so Podium's key never matches where vLLM's would not."""
     from vllm import envs
 
-    return _plain(envs.compile_factors())
+    factors = envs.compile_factors()
+    return _plain({k: v for k, v in factors.items() if k not in _SET_BY_ENGINE})
 
 
 def torch_version() -> str:
