@@ -48,6 +48,9 @@ def prepare(package: Package, weights: Path, args: Namespace) -> CompileJob | No
 
 def job_for(package: Package, weights: Path, resolved: engine_mode.ResolvedMode) -> CompileJob:
     """The compile-cache job of this package with these cached weights on this machine."""
+    from podium import env
+
+    env.force_offline()  # the engine environment an instance boots with, so the keys agree
     manifest = _manifest(package)
     factors = keys.key_factors(
         engine=keys.engine_version(), torch=keys.torch_version(), weights=weights.name,
@@ -67,9 +70,6 @@ def start(job: CompileJob | None, start_engine: Callable[[], T]) -> T:
 def build(package: Package, weights: Path) -> str:
     """Announce-time compile: build the package's artifacts unless eager or cached; returns
     one line saying what happened."""
-    from podium import env
-
-    env.force_offline()  # the engine environment boot runs with, so the keys agree
     resolved = resolve_mode(package)
     if not resolved.compiled:
         return f"{resolved.describe(package.key)}: nothing to compile"
