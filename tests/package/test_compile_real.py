@@ -82,3 +82,10 @@ def test_compiled_once_at_announce_then_boots_without_compiling(
     assert set(builds) == {256, 512}  # same weights: both builds are shown
     assert builds[256]["current"] and not builds[512]["current"]
     assert builds[256]["hits"] == 1 and builds[512]["hits"] == 0
+
+
+def test_default_package_runs_eager_on_cpu_by_the_table(instance) -> None:
+    """The shared instance (no extra boot) resolved the default package's `auto` to eager."""
+    log = instance.log()
+    assert "engine mode of smollm2-135m-instruct@1 on cpu: eager (auto on cpu:" in log
+    assert "compile cache" not in log  # eager: nothing compiled, nothing looked up
