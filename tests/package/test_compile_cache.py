@@ -102,8 +102,21 @@ def test_engine_that_compiles_anyway_is_reported(tmp_path: Path, caplog) -> None
     caplog.set_level(logging.WARNING, "podium.compile_cache")
     _, hit = run_with_artifacts(_job(), FakeEngine("other").start, cache)
     assert hit is False
-    assert "vLLM keyed it differently" in caplog.text
+    assert "did not load the cached build (rewrote torch_aot_compile/other)" in caplog.text
     assert cache.lookup(_job().key).info["hits"] == 0
+
+
+def test_engine_that_rewrites_the_cached_build_is_reported(tmp_path: Path, caplog) -> None:
+    cache = CompileCache(tmp_path)
+    run_with_artifacts(_job(), FakeEngine().start, cache)
+
+    def recompile() -> None:  # vLLM failed to load its artifact and compiled it again
+        model = next(Path(os.environ["VLLM_CACHE_ROOT"]).glob("**/rank_0_0/model"))
+        os.utime(model, ns=(model.stat().st_atime_ns, model.stat().st_mtime_ns + 10**9))
+
+    caplog.set_level(logging.WARNING, "podium.compile_cache")
+    assert run_with_artifacts(_job(), recompile, cache)[1] is False
+    assert "rewrote torch_aot_compile/abc" in caplog.text
 
 
 def _tiny_package(tmp_path: Path, **manifest):

@@ -161,11 +161,12 @@ def run_with_artifacts(job: CompileJob, start: Callable[[], T],
                      job.package_key, seconds, len(entry.info["files"]), entry.num_bytes / 1e6,
                      entry.path)
             return result, False
-        new = _aot_builds(engine_root) - before
-        if new:  # vLLM's own key (env, source files) differed from what Podium keys on
-            log.warning("the engine compiled %s although Podium's compile cache matched: "
-                        "vLLM keyed it differently (new builds %s); the entry now holds both",
-                        job.package_key, ", ".join(sorted(new)))
+        after = _aot_builds(engine_root)
+        new = sorted({_build_name(p) for p, mtime in after.items() if before.get(p) != mtime})
+        if new:  # vLLM's own key (env, source files) differed, or its artifact did not load
+            log.warning("the engine compiled %s although Podium's compile cache matched: vLLM "
+                        "did not load the cached build (rewrote %s); the entry is refreshed",
+                        job.package_key, ", ".join(new))
             cache.publish(key, job.factors, job.package_key, seconds)
             return result, False
         cache.count_hit(entry)
@@ -192,11 +193,15 @@ def engine_environment(engine_root: Path) -> Iterator[None]:
                     os.environ[name] = value
 
 
-def _aot_builds(engine_root: Path) -> set[str]:
-    """vLLM's own compiled builds (one folder per vLLM cache key) under a cache root."""
+def _aot_builds(engine_root: Path) -> dict[Path, int]:
+    """vLLM's compiled artifacts (`<vLLM's key>/rank_*/<artifact>`) and their mtimes: a
+    compile writes a new one or rewrites one, a load leaves them as they were."""
     base = engine_root / "torch_compile_cache"
-    return {str(p.parent.parent.relative_to(base)) for p in base.glob("**/rank_*/*")
-            if p.is_file() or p.is_dir()} if base.is_dir() else set()
+    return {p.relative_to(base): p.stat().st_mtime_ns for p in base.glob("**/rank_*/*")}
+
+
+def _build_name(artifact: Path) -> str:
+    return str(artifact.parent.parent)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
