@@ -86,7 +86,7 @@ def build(package: Package, weights: Path) -> str:
         with log_path.open("w") as out:
             done = subprocess.run([sys.executable, "-m", "podium.backends.vllm_compile_job",
                                    str(package.root)], stdout=out, stderr=subprocess.STDOUT,
-                                  check=False)
+                                  check=False, preexec_fn=_die_with_parent)
         if done.returncode != 0:
             tail = log_path.read_text(errors="replace")[-2000:]
             raise PackageError(f"compiling {package.key} failed (exit {done.returncode}); "
@@ -125,6 +125,16 @@ def cached(package: Package) -> dict[str, Any]:
     return {"weights": str(weights) if weights else None, "engine_mode": mode,
             "compiled_key": current_key,
             "compiled_cached": any(b["current"] for b in builds), "compiled": builds}
+
+
+def _die_with_parent() -> None:
+    """In the compile child: SIGTERM when the announcing process dies (Linux), so a killed
+    announce leaves no engine compiling into an entry nobody will publish."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _manifest(package: Package) -> VllmManifest:
