@@ -172,12 +172,14 @@ def _add_package_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", type=Path, help="default: NAME-VERSION.tar.gz")
     p.set_defaults(func=_package)
 
-    p = sub.add_parser("inspect", help="print a package's manifest and files")
+    p = sub.add_parser("inspect", help="print a package's manifest, files and what the cache "
+                                       "holds for it (weights, compiled engine builds)")
     p.add_argument("package", type=Path)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_inspect)
 
-    p = sub.add_parser("materialize", help="announce: put a package's weights into the cache")
+    p = sub.add_parser("materialize", help="announce: put a package's weights into the cache "
+                                           "and compile its engine where it runs compiled")
     p.add_argument("package", type=Path, nargs="?",
                    help="package (default: the default model)")
     p.set_defaults(func=_materialize)
@@ -202,9 +204,14 @@ def _inspect(args: argparse.Namespace) -> int:
     package = open_package(args.package)
     data = package.manifest.model_dump(mode="json")
     files = [str(f) for f in regular_files(package.root)]
+    cached = None
+    if package.manifest.backend == "vllm":
+        from podium.package import compiled
+
+        cached = compiled.cached(package)
     if args.json:
-        print(json.dumps({"manifest": data, "root": str(package.root), "files": files},
-                         indent=2))
+        print(json.dumps({"manifest": data, "root": str(package.root), "files": files,
+                          "cached": cached}, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -213,8 +220,26 @@ def _inspect(args: argparse.Namespace) -> int:
     for key, value in data.items():
         table.add_row(key, json.dumps(value) if not isinstance(value, str) else value)
     table.add_row("files", "\n".join(files))
+    if cached is not None:
+        _add_cached_rows(table, cached)
     Console().print(table)
     return 0
+
+
+def _add_cached_rows(table: object, cached: dict) -> None:
+    """The cache's view of a vLLM package: weights, engine mode here, compiled builds."""
+    table.add_row("cached weights", cached["weights"] or "not materialized")  # type: ignore
+    if cached["engine_mode"]:
+        table.add_row("engine mode here", cached["engine_mode"])  # type: ignore[attr-defined]
+    for build in cached["compiled"]:
+        hw = build["hardware"] or {}
+        where = ", ".join(hw.get("gpus") or [hw.get("cpu", "?")])
+        table.add_row("compiled" + (" (this machine)" if build["current"] else ""),  # type: ignore
+                      f"{build['key'][:12]} {build['engine']} on {where}: {build['files']} "
+                      f"files, {build['bytes'] / 1e6:.1f} MB, compiled in "
+                      f"{build['compile_seconds']} s, {build['hits']} hits\n{build['path']}")
+    if cached["engine_mode"] == "compiled" and not cached["compiled_cached"]:
+        table.add_row("compiled (this machine)", "not cached: boot will compile")  # type: ignore
 
 
 def _materialize(args: argparse.Namespace) -> int:
@@ -227,6 +252,9 @@ def _materialize(args: argparse.Namespace) -> int:
     package = open_package(args.package) if args.package else write_default_package()
     entry = ModelCache().materialize(package)
     print(f"{package.key}: {'reused' if entry.reused else 'materialized'} {entry.path}")
+    from podium.package import compiled
+
+    print(f"{package.key}: {compiled.build(package, entry.path)}")
     return 0
 
 

@@ -18,6 +18,12 @@ def cache_dir() -> Path:
     return Path(raw).expanduser() if raw else home() / "cache"
 
 
+def compile_cache_dir() -> Path:
+    """PODIUM_COMPILE_CACHE: compiled engine builds (default $PODIUM_CACHE/compiled)."""
+    raw = os.environ.get("PODIUM_COMPILE_CACHE")
+    return Path(raw).expanduser() if raw else cache_dir() / "compiled"
+
+
 def constraint_cache_dir() -> Path:
     """PODIUM_CONSTRAINT_CACHE: compiled constraints shared by the processes of a host
     (default: /dev/shm/podium-constraints-<uid>, in memory; else the temp directory)."""

@@ -60,9 +60,13 @@ class VllmBackend(Backend):
                      self.package.key)
             weights = (await asyncio.to_thread(cache.materialize, self.package)).path
         self.args = build_engine_args(self.manifest, str(weights), self.limits)
+        from podium.package import compiled
+
+        args = self.args
+        job = compiled.prepare(self.package, weights, args)  # engine mode, compile cache
         # AsyncLLM's constructor blocks until the engine core is up (tens of seconds):
         # build it off the event loop so liveness keeps answering during boot.
-        self.engine = await asyncio.to_thread(_start_engine, self.args)
+        self.engine = await asyncio.to_thread(compiled.start, job, lambda: _start_engine(args))
         from starlette.datastructures import State
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
 

@@ -33,11 +33,14 @@ def wall_clock_ms() -> int:
 
 
 def materialize_weights(package: Package) -> None:
-    """Put an LLM package's weights into the model cache (classic packages need nothing)."""
+    """Put an LLM package's weights into the model cache, and its compiled engine build where
+    it runs compiled on this machine (classic packages need nothing)."""
     if package.manifest.backend == "vllm":
+        from podium.package import compiled
         from podium.package.cache import ModelCache
 
-        ModelCache().materialize(package)
+        entry = ModelCache().materialize(package)
+        log.info("%s: %s", package.key, compiled.build(package, entry.path))
 
 
 class ControlPlane:

@@ -126,8 +126,13 @@ class VllmManifest(_ManifestBase):
         default="generate", description="generate: chat/completions; embed: /v1/embeddings.")
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
-        description="vLLM engine arguments, e.g. {\"max_model_len\": 2048, \"enforce_eager\": "
-        "true}; names as in vLLM's EngineArgs.")
+        description="vLLM engine arguments, e.g. {\"max_model_len\": 2048}; names as in "
+        "vLLM's EngineArgs.")
+    engine_mode: Literal["auto", "eager", "compiled"] = Field(
+        default="auto",
+        description="eager, compiled (torch.compile; CUDA graphs on NVIDIA GPUs), or auto: the "
+        "mode measured faster on the machine kind it runs on (cpu: eager, cuda: compiled). "
+        "Compiled artifacts are built when the package is announced and reused at boot.")
     max_n: int | None = Field(
         default=None, ge=1, le=16384,
         description="Most completions one request (OpenAI or KServe) may ask for (n); None: "
