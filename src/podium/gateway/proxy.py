@@ -141,6 +141,7 @@ class Gateway:
                        target: Target, attempts: Attempts, receive: Receive,
                        send: Send) -> Target | None:
         """Send the request to `target`; where to send it next, or None once answered."""
+        route.check_served_by(target.version, target.endpoint, scope["path"])
         url = _upstream_url(target.endpoint.url,
                             route.upstream_path(scope["path"], target.version),
                             scope.get("query_string", b""))

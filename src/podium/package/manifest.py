@@ -106,8 +106,8 @@ class _ManifestBase(_Strict):
         default="embedded",
         description="embedded: the instance serves OpenAI /v1 and KServe v2 (HTTP and gRPC); "
         "standalone: KServe v2 HTTP and gRPC only, the OpenAI layer and vLLM's serving "
-        "classes are neither imported nor built (faster boot, smaller process), and /v1 "
-        "answers 404 naming the mode.")
+        "classes are neither imported nor built, and /v1 answers 404 "
+        "naming the mode.")
 
     @field_validator("version", mode="before")
     @classmethod
