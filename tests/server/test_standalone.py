@@ -185,3 +185,29 @@ async def test_the_boot_log_names_each_step_in_order_with_its_duration_ending_at
     assert ready.endswith("s)") and ready.rsplit(" → ", 1)[1].startswith("open gRPC port ")
     for step in instance.boot_steps:
         assert f"{step.name} {step.seconds:.2f}s" in ready
+
+
+@pytest.mark.parametrize(("engine_args", "error", "embedded_takes_it"), [
+    pytest.param({"chat_template": "{{ x }}"}, "is an argument of vLLM's OpenAI frontend",
+                 True, id="openai-frontend-arg"),
+    pytest.param({"enable_auto_tool_choice": True}, "is an argument of vLLM's OpenAI frontend",
+                 True, id="tool-choice"),
+    pytest.param({"no_such_arg": 1}, "is not a vLLM 0.32.0 engine argument", False,
+                 id="unknown"),
+])
+def test_a_standalone_packages_engine_args_are_the_engines_alone(
+        engine_args: dict, error: str, embedded_takes_it: bool) -> None:
+    from podium.backends.vllm import build_engine_args
+    from podium.package.defaults import default_llm_manifest
+
+    standalone = {**default_llm_manifest(), "frontends": "standalone"}
+    with pytest.raises(PackageError) as caught:
+        build_engine_args(parse_manifest({**standalone, "engine_args": engine_args}), "/w")
+    assert error in caught.value.message
+    assert caught.value.param == f"engine_args.{next(iter(engine_args))}"
+    args = build_engine_args(parse_manifest(standalone), "/w")  # the good one still builds
+    assert (args.max_model_len, args.enforce_eager, args.max_num_queued_reqs) == (8192, True, 256)
+    assert not hasattr(args, "chat_template")  # no OpenAI frontend argument at all
+    if embedded_takes_it:
+        embedded = {**standalone, "frontends": "embedded", "engine_args": engine_args}
+        assert hasattr(build_engine_args(parse_manifest(embedded), "/w"), "chat_template")
