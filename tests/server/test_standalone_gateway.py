@@ -66,3 +66,10 @@ def test_the_route_table_a_gateway_gets_carries_each_deployments_mode() -> None:
     source.endpoint("chat-1-a").frontends = "standalone"  # a changed package, same instance id
     assert follower.apply(SyncAnswer("e", 2, snapshot(source)))
     assert table.endpoint("chat-1-a").frontends == "standalone"
+
+
+def test_the_gateways_model_list_leaves_standalone_deployments_out(
+        front: tuple[httpx.Client, Served]) -> None:
+    client, _ = front
+    ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
+    assert ids == ["chat", "chat@1"]  # not smol, not chat@2: they answer no OpenAI request

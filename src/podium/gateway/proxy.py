@@ -265,9 +265,14 @@ class Gateway:
         if method == "GET" and path == "/metrics":
             return Answer.typed(render_metrics(self.table, self.stats).encode(), METRICS_TYPE)
         if method == "GET" and path == "/v1/models":
+            # a standalone deployment serves no OpenAI request: not listed
+            served: dict[str, list[str]] = {}
+            for name, version, endpoint in self.table.routed():
+                if endpoint.frontends != "standalone" and version not in served.get(name, []):
+                    served.setdefault(name, []).append(version)
             data = [{"id": name if i == 0 else f"{name}@{v}", "object": "model",
                      "owned_by": "podium"}
-                    for name, versions in sorted(self.table.models().items())
+                    for name, versions in sorted(served.items())
                     for i, v in enumerate(["", *versions]) if versions]
             return Answer.json({"object": "list", "data": data})
         return None
