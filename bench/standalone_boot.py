@@ -5,8 +5,9 @@
 Each run starts `podium serve PACKAGE` on the default package (SmolLM2-135M-Instruct, already
 in the model cache) with `"frontends"` set to embedded or standalone, and measures the wall
 time from the process start to `/health/ready` answering 200, then the resident memory (RSS)
-of the instance process and of its engine core (its child processes, summed), plus the boot
-steps the modes differ in (from /health/ready). The order alternates (embedded, standalone,
+and CPU seconds (user + system: the work done, far less sensitive than wall time to a busy
+machine) of the instance process and of its engine core (its child processes, summed), plus
+the boot steps the modes differ in (from /health/ready). The order alternates (embedded, standalone,
 standalone, embedded, …) so drift in the machine's load falls on both. Prints one line per run,
 then the medians and standalone/embedded ratios.
 """
@@ -38,6 +39,8 @@ class Run:
     ready_s: float
     instance_rss_mib: float
     engine_rss_mib: float
+    instance_cpu_s: float
+    engine_cpu_s: float
     steps: dict[str, float]
 
     @property
@@ -74,9 +77,12 @@ def measure(package: Path, mode: str, log: Path, timeout_s: float = 900) -> Run:
         instance = psutil.Process(process.pid)
         children = instance.children(recursive=True)
         engine_rss = sum(_rss(child) for child in children)
+        instance_cpu = _cpu(instance)
+        engine_cpu = sum(_cpu(child) for child in children)
         steps = {step: sum(s["seconds"] for s in ready["boot_steps"]
                            if s["step"].startswith(step)) for step in STEPS}
-        return Run(mode, ready_s, _rss(instance) / MIB, engine_rss / MIB, steps)
+        return Run(mode, ready_s, _rss(instance) / MIB, engine_rss / MIB, instance_cpu,
+                   engine_cpu, steps)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -108,11 +114,20 @@ def _rss(process: psutil.Process) -> int:
         return 0
 
 
+def _cpu(process: psutil.Process) -> float:
+    try:
+        times = process.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return times.user + times.system
+
+
 def _line(run: Run) -> str:
     steps = "  ".join(f"{name} {run.steps[name]:5.2f}s" for name in STEPS)
     return (f"{run.mode:<10}  ready {run.ready_s:6.2f}s  RSS instance "
             f"{run.instance_rss_mib:6.0f} MiB + engine core {run.engine_rss_mib:6.0f} MiB = "
-            f"{run.total_rss_mib:6.0f} MiB  ({steps})")
+            f"{run.total_rss_mib:6.0f} MiB  CPU instance {run.instance_cpu_s:6.1f}s + engine "
+            f"core {run.engine_cpu_s:6.1f}s  ({steps})")
 
 
 def main() -> None:
@@ -139,18 +154,22 @@ def main() -> None:
     for mode in MODES:
         mine = [r for r in runs if r.mode == mode]
         medians[mode] = {key: statistics.median(getattr(r, key) for r in mine) for key in
-                         ("ready_s", "instance_rss_mib", "engine_rss_mib", "total_rss_mib")}
+                         ("ready_s", "instance_rss_mib", "engine_rss_mib", "total_rss_mib",
+                          "instance_cpu_s", "engine_cpu_s")}
         m = medians[mode]
         print(f"median {mode:<10}  ready {m['ready_s']:6.2f}s  RSS instance "
               f"{m['instance_rss_mib']:6.0f} MiB  engine core {m['engine_rss_mib']:6.0f} MiB  "
-              f"total {m['total_rss_mib']:6.0f} MiB  ({len(mine)} runs)")
+              f"total {m['total_rss_mib']:6.0f} MiB  CPU instance {m['instance_cpu_s']:6.1f}s "
+              f"engine core {m['engine_cpu_s']:6.1f}s  ({len(mine)} runs)")
     e, s = medians["embedded"], medians["standalone"]
     print(f"standalone/embedded: ready {s['ready_s'] / e['ready_s']:.2f}x "
           f"({s['ready_s'] - e['ready_s']:+.2f}s), instance RSS "
           f"{s['instance_rss_mib'] / e['instance_rss_mib']:.2f}x "
           f"({s['instance_rss_mib'] - e['instance_rss_mib']:+.0f} MiB), total RSS "
           f"{s['total_rss_mib'] / e['total_rss_mib']:.2f}x "
-          f"({s['total_rss_mib'] - e['total_rss_mib']:+.0f} MiB)")
+          f"({s['total_rss_mib'] - e['total_rss_mib']:+.0f} MiB), instance CPU "
+          f"{s['instance_cpu_s'] / e['instance_cpu_s']:.2f}x "
+          f"({s['instance_cpu_s'] - e['instance_cpu_s']:+.1f}s)")
 
 
 if __name__ == "__main__":
