@@ -1,6 +1,6 @@
 """Standalone vs embedded for the default LLM: boot to ready and RSS, same run, alternated.
 
-    python bench/standalone_boot.py [--rounds 2]
+    python bench/standalone_boot.py [--rounds 2] [--timeout-s 1800]
 
 Each run starts `podium serve PACKAGE` on the default package (SmolLM2-135M-Instruct, already
 in the model cache) with `"frontends"` set to embedded or standalone, and measures the wall
@@ -133,6 +133,8 @@ def _line(run: Run) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="runs of each mode")
+    parser.add_argument("--timeout-s", type=float, default=1800,
+                        help="longest one boot may take (a busy 2-core machine needs minutes)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -146,7 +148,7 @@ def main() -> None:
         for i in range(args.rounds):
             order = MODES if i % 2 == 0 else MODES[::-1]
             for mode in order:
-                run = measure(packages[mode], mode, root / f"{mode}-{i}.log")
+                run = measure(packages[mode], mode, root / f"{mode}-{i}.log", args.timeout_s)
                 print(_line(run), flush=True)
                 runs.append(run)
     print()
