@@ -109,6 +109,7 @@ async def test_a_standalone_instance_refuses_v1_naming_its_mode_and_serves_kserv
         assert r.json()["outputs"][0]["data"] == [3.0]
         ready = (await client.get("/health/ready")).json()
         assert (ready["status"], ready["frontends"]) == ("ready", "standalone")
+        await instance.repository.unload_all(timeout_s=5)
 
 
 async def test_v1_answers_503_until_boot_mounts_the_embedded_openai_api(
@@ -126,6 +127,7 @@ async def test_v1_answers_503_until_boot_mounts_the_embedded_openai_api(
         assert r.status_code == 200 and r.json()["data"] == []  # the OpenAI router's answer
         r = await client.post("/v1/chat/completions", json=CHAT)
         assert r.status_code == 400 and "not an LLM" in r.json()["error"]["message"]
+        await instance.repository.unload_all(timeout_s=5)
 
 
 async def test_a_standalone_llm_on_an_embedded_instance_is_refused_on_v1_by_name() -> None:
@@ -185,6 +187,7 @@ async def test_the_boot_log_names_each_step_in_order_with_its_duration_ending_at
     assert ready.endswith("s)") and ready.rsplit(" → ", 1)[1].startswith("open gRPC port ")
     for step in instance.boot_steps:
         assert f"{step.name} {step.seconds:.2f}s" in ready
+    await instance.repository.unload_all(timeout_s=5)
 
 
 @pytest.mark.parametrize(("engine_args", "error", "embedded_takes_it"), [
