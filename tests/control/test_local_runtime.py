@@ -81,17 +81,20 @@ def test_instances_start_become_ready_and_get_routed(env: Env) -> None:
     assert "fake instance listening" in log.read_text()
 
 
-def test_the_gateway_learns_the_packages_bound_and_idempotency_when_it_routes(
+def test_the_gateway_learns_the_packages_bound_idempotency_and_mode_when_it_routes(
         env: Env) -> None:
     env.package("1", manifest={"backend": "python", "idempotent": False, "max_batch_size": 4,
-                               "dynamic_batching": {"max_queue": 10}})
-    env.package("2")  # declares neither: the gateway's flag, and resending allowed
+                               "dynamic_batching": {"max_queue": 10},
+                               "frontends": "standalone"})
+    env.package("2")  # declares none: the gateway's flag, resending allowed, embedded
     runtime = env.runtime()
     runtime.scale("iris", "1", 1)
     runtime.scale("iris", "2", 1)
     wait_for(lambda: len(env.table.endpoints()) == 2, runtime)
-    policies = {v: (e.max_in_flight, e.idempotent) for _, v, e in env.table.routed()}
-    assert policies == {"1": (14, False), "2": (None, True)}  # its queue plus one batch
+    policies = {v: (e.max_in_flight, e.idempotent, e.frontends)
+                for _, v, e in env.table.routed()}
+    # its queue plus one batch; standalone: the gateway refuses OpenAI requests for it
+    assert policies == {"1": (14, False, "standalone"), "2": (None, True, "embedded")}
 
 
 def test_a_crashed_instance_is_counted_and_restarted(env: Env) -> None:

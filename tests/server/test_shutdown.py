@@ -45,7 +45,7 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
         log = instance.log()
         assert "no API key configured" in log
         for step in ("open packages", "check engine", "resolve weights", "load plugins",
-                     f"load {LLM}@1"):
+                     f"start engine {LLM}@1"):
             assert f"boot step {step} took" in log, step
         children = psutil.Process(instance.process.pid).children(recursive=True)
         assert children, "the engine core runs in a child process"

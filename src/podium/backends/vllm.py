@@ -67,14 +67,19 @@ class VllmBackend(Backend):
         # AsyncLLM's constructor blocks until the engine core is up (tens of seconds):
         # build it off the event loop so liveness keeps answering during boot.
         self.engine = await asyncio.to_thread(compiled.start, job, lambda: _start_engine(args))
+        self.supported_tasks = tuple(await self.engine.get_supported_tasks())
+        if self.manifest.frontends == "embedded":  # standalone: KServe only, no OpenAI layer
+            self.state = await self._openai_state()
+        await self._warm_up()
+
+    async def _openai_state(self) -> Any:
+        """vLLM's OpenAI serving objects (chat, completions, embeddings) for this model."""
         from starlette.datastructures import State
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
 
-        self.supported_tasks = tuple(await self.engine.get_supported_tasks())
         state = State()
         await init_app_state(self.engine, state, self.args, self.supported_tasks)
-        self.state = state
-        await self._warm_up()
+        return state
 
     async def unload(self) -> None:
         engine, self.engine, self.state = self.engine, None, None
@@ -206,21 +211,15 @@ def build_engine_args(manifest: VllmManifest, weights_dir: str,
                       limits: InstanceLimits | None = None) -> Namespace:
     """vLLM's own CLI namespace for this model, with the manifest's engine args applied and
     vLLM's admission control on (limits: the flag's, else the package's, else the default)."""
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = make_arg_parser(FlexibleArgumentParser(prog="podium"))
-    args = parser.parse_args(["--model", weights_dir,
-                              "--served-model-name", manifest.name,
-                              "--disable-uvicorn-access-log"])
+    parser = _arg_parser(manifest.frontends)
+    args = parser.parse_args(["--model", weights_dir, "--served-model-name", manifest.name])
     if manifest.task == "embed":
         args.runner = "pooling"
     for key, value in manifest.engine_args.items():
         attr = key.replace("-", "_")
         if not hasattr(args, attr):
-            raise PackageError(f"engine_args.{key} is not a vLLM {_engine_version()} engine "
-                               "argument; see `python -m vllm.entrypoints.openai.api_server "
-                               "--help` for the names", param=f"engine_args.{key}")
+            raise PackageError(_unknown_engine_arg(key, manifest.frontends),
+                               param=f"engine_args.{key}")
         setattr(args, attr, value)
     limits = limits or InstanceLimits()
     args.max_num_queued_reqs = resolve(limits.max_num_queued_reqs, manifest.max_num_queued_reqs,
@@ -229,6 +228,34 @@ def build_engine_args(manifest: VllmManifest, weights_dir: str,
                                          manifest.max_num_queued_tokens,
                                          DEFAULT_MAX_NUM_QUEUED_TOKENS)
     return args
+
+
+def _arg_parser(frontends: str) -> Any:
+    """vLLM's argument parser: the API server's (engine + OpenAI frontend arguments) for an
+    embedded package, the engine's alone for a standalone one (it imports no OpenAI layer)."""
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="podium")
+    if frontends == "standalone":
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        return AsyncEngineArgs.add_cli_args(parser)
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+
+    parser = make_arg_parser(parser)
+    parser.set_defaults(disable_uvicorn_access_log=True)
+    return parser
+
+
+def _unknown_engine_arg(key: str, frontends: str) -> str:
+    if frontends == "standalone":
+        openai_args = vars(_arg_parser("embedded").parse_args(["--model", "x"]))
+        if key.replace("-", "_") in openai_args:
+            return (f"engine_args.{key} is an argument of vLLM's OpenAI frontend, which a "
+                    "standalone package does not run; remove it, or set frontends to "
+                    "\"embedded\"")
+    return (f"engine_args.{key} is not a vLLM {_engine_version()} engine argument; see "
+            "`python -m vllm.entrypoints.openai.api_server --help` for the names")
 
 
 def _start_engine(args: Namespace) -> Any:

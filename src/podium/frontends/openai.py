@@ -130,7 +130,10 @@ def _serving(backend: Any, endpoint: Endpoint, model_id: str) -> Any:
     serving = getattr(state, endpoint.serving_attr, None) if state is not None else None
     if serving is not None:
         return serving
-    if state is None:
+    if state is None and backend.manifest.frontends == "standalone":
+        kind, hint = ("packaged standalone (\"frontends\": \"standalone\"): KServe v2 only",
+                      f"use /v2/models/{backend.name}/generate or /infer")
+    elif state is None:
         kind, hint = "not an LLM", f"use /v2/models/{backend.name}/infer"
     elif endpoint.task == "generate":
         kind, hint = "an embedding model", "use /v1/embeddings"

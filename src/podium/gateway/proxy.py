@@ -142,6 +142,7 @@ class Gateway:
                        target: Target, attempts: Attempts, receive: Receive,
                        send: Send) -> Target | None:
         """Send the request to `target`; where to send it next, or None once answered."""
+        route.check_served_by(target.version, target.endpoint, scope["path"])
         url = _upstream_url(target.endpoint.url,
                             route.upstream_path(scope["path"], target.version),
                             scope.get("query_string", b""))
@@ -265,9 +266,14 @@ class Gateway:
         if method == "GET" and path == "/metrics":
             return Answer.typed(render_metrics(self.table, self.stats).encode(), METRICS_TYPE)
         if method == "GET" and path == "/v1/models":
+            # a standalone deployment serves no OpenAI request: not listed
+            served: dict[str, list[str]] = {}
+            for name, version, endpoint in self.table.routed():
+                if endpoint.frontends != "standalone" and version not in served.get(name, []):
+                    served.setdefault(name, []).append(version)
             data = [{"id": name if i == 0 else f"{name}@{v}", "object": "model",
                      "owned_by": "podium"}
-                    for name, versions in sorted(self.table.models().items())
+                    for name, versions in sorted(served.items())
                     for i, v in enumerate(["", *versions]) if versions]
             return Answer.json({"object": "list", "data": data})
         return None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from podium.errors import InvalidArgument, NotFound
 from podium.gateway.encoding import decoded
 from podium.gateway.limits import DEFAULT_MAX_BODY_BYTES
+from podium.gateway.routing import Endpoint
 
 _KSERVE = re.compile(
     r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?P<rest>/.*)?$")
@@ -25,6 +26,17 @@ class RequestRoute:
     """`openai` or `kserve`: decides how the path is rewritten for a resolved version."""
     inflated: bool = False
     """The body is forwarded decompressed: its Content-Encoding must not be."""
+
+    def check_served_by(self, version: str, endpoint: Endpoint, path: str) -> None:
+        """An OpenAI request for a standalone deployment is refused (404 naming its mode)
+        before it is sent: the instance serves KServe v2 only."""
+        if self.kind == "openai" and endpoint.frontends == "standalone":
+            raise NotFound(
+                f"{self.model}@{version} is deployed standalone (its package sets "
+                "\"frontends\": \"standalone\"): it serves KServe v2 only, over HTTP (POST "
+                f"/v2/models/{self.model}/generate or /infer) and gRPC, not the OpenAI API "
+                f"({path}); package it with \"frontends\": \"embedded\" to serve /v1",
+                param="model")
 
     def upstream_path(self, path: str, version: str) -> str:
         """The path to send upstream once the version is resolved (aliases replaced)."""

@@ -35,6 +35,8 @@ class EndpointSpec(msgspec.Struct, frozen=True):
     """Requests this instance takes from one gateway at once (its package's declared bound)."""
     idempotent: bool = True
     """Whether a request it failed may be resent to the stable version (canary retry)."""
+    frontends: str = "embedded"
+    """embedded, or standalone: KServe only, the gateway refuses OpenAI requests for it."""
 
 
 class ModelSpec(msgspec.Struct, frozen=True):
@@ -84,7 +86,7 @@ def snapshot(table: RouteTable) -> dict[str, ModelSpec]:
     return {name: ModelSpec(
         splits=splits, aliases=aliases,
         endpoints={v: [EndpointSpec(e.id, e.url, e.grpc_target, e.healthy, e.draining,
-                                    e.max_in_flight, e.idempotent)
+                                    e.max_in_flight, e.idempotent, e.frontends)
                        for e in eps] for v, eps in endpoints.items()})
         for name, (splits, aliases, endpoints) in table.routes().items()}
 
@@ -121,9 +123,10 @@ class TableFollower:
         except KeyError:
             return Endpoint(spec.id, spec.url, healthy=spec.healthy, draining=spec.draining,
                             grpc_target=spec.grpc_target, max_in_flight=spec.max_in_flight,
-                            idempotent=spec.idempotent)
+                            idempotent=spec.idempotent, frontends=spec.frontends)
         endpoint.url, endpoint.grpc_target = spec.url, spec.grpc_target
         endpoint.max_in_flight, endpoint.idempotent = spec.max_in_flight, spec.idempotent
+        endpoint.frontends = spec.frontends
         endpoint.draining = spec.draining
         # only a change of the control plane's verdict overrides what this gateway saw itself
         # (a refused connection, its own probes) since

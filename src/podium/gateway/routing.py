@@ -36,6 +36,8 @@ class Endpoint:
     idempotent: bool = True
     """The package's `idempotent`: a request it failed may be sent again (to the stable
     version during a rollout); False for a model with side effects."""
+    frontends: str = "embedded"
+    """The package's `frontends`: a standalone instance serves KServe only, no OpenAI /v1."""
 
     @property
     def can_take(self) -> bool:

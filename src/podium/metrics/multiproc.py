@@ -73,6 +73,23 @@ def wipe(path: Path) -> int:
     return removed
 
 
+def wipe_foreign() -> int | None:
+    """Delete the metric files of every process but this one from this instance's directory:
+    boot's step before the engine starts, so the engine's numbers begin at zero whatever ran
+    since the directory was claimed (a plugin's helper process). None: no directory in use."""
+    path = os.environ.get(ENV_VAR)
+    if not path or not Path(path).is_dir():
+        return None
+    removed = 0
+    own = str(os.getpid())
+    for entry in Path(path).glob("*.db"):
+        # prometheus_client names them `<kind>_<pid>.db`
+        if entry.stem.rpartition("_")[2] != own:
+            entry.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
 def mark_process_dead(pid: int | None = None) -> None:
     """Drop a finished process's live gauges (call at shutdown for this process)."""
     path = os.environ.get(ENV_VAR)

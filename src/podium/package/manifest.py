@@ -26,6 +26,9 @@ MAX_MANIFEST_BYTES = 1024 * 1024
 """podium.json is read only up to this size (1 MiB): it holds settings, never data."""
 MAX_MANIFEST_DEPTH = 32
 """Deepest nesting of objects and lists a manifest may have."""
+FRONTEND_MODES = ("embedded", "standalone")
+"""What an instance serving the package runs: embedded (OpenAI /v1 + KServe v2, the default) or
+standalone (KServe v2 HTTP and gRPC only)."""
 DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
              "FP16", "FP32", "FP64", "BF16", "BYTES")
 
@@ -108,6 +111,13 @@ class _ManifestBase(_Strict):
         default_factory=ResourceRequest,
         description="What each instance asks a Ray cluster for (CPUs, GPUs, memory, custom "
         "resources such as a region); the local runtime ignores it.")
+
+    frontends: Literal[FRONTEND_MODES] = Field(
+        default="embedded",
+        description="embedded: the instance serves OpenAI /v1 and KServe v2 (HTTP and gRPC); "
+        "standalone: KServe v2 HTTP and gRPC only, the OpenAI layer and vLLM's serving "
+        "classes are neither imported nor built, and /v1 answers 404 "
+        "naming the mode.")
 
     @field_validator("version", mode="before")
     @classmethod

@@ -1,4 +1,5 @@
-"""Assembly of one instance's HTTP app: health, OpenAI /v1, KServe /v2, /metrics."""
+"""Assembly of one instance's HTTP app: health, OpenAI /v1 (embedded only), KServe /v2,
+/metrics."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from podium.errors.render import instance_shape
 from podium.frontends.header_limit import HeaderLimitMiddleware
 from podium.metrics import request_log
 from podium.metrics.exposition import create_router as metrics_router
+from podium.server.frontends import Frontends
 from podium.server.instance import Instance
 
 
 def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
-    """The FastAPI app of one instance (routes only; boot runs in `lifespan`)."""
+    """The FastAPI app of one instance (routes only; boot runs in `lifespan`). The /v1 routes
+    are `instance.frontends`'; when that is None, boot mounts them once it knows."""
     from podium import __version__
 
     app = FastAPI(title="Podium instance", version=__version__, lifespan=lifespan,
@@ -25,11 +28,9 @@ def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
     app.state.instance = instance
     install_error_handlers(app, instance_shape)
     _add_health_routes(app, instance)
-
-    from podium.frontends.openai import create_router as openai_router
-
-    app.include_router(openai_router(instance.repository,
-                                     limits=instance.config.openai_limits()))
+    frontends = Frontends(app, instance)
+    frontends.mount(instance.frontends)
+    instance.mount_frontends = frontends.settle
     _include_optional_routers(app, instance)
     if instance.config.access().guarded:
         app.add_middleware(ApiKeyMiddleware, access=instance.config.access(),
@@ -50,6 +51,7 @@ def _add_health_routes(app: FastAPI, instance: Instance) -> None:
     async def ready() -> JSONResponse:
         body = {
             "status": instance.status(),
+            "frontends": instance.frontends,
             "models": {e.key: e.state.lower()
                        for e in instance.repository.entries()},
             "boot_steps": [{"step": s.name, "seconds": round(s.seconds, 3)}

@@ -1,14 +1,16 @@
 """The boot sequence of an instance, one step per line, each logged with its duration:
 
-    open packages (safe unpack) → check engine (only when a vLLM package is served)
-    → resolve weights from cache → load plugins → load each model (engine start and
-    warm-up happen inside its backend's `load`) → open the gRPC port → ready
+    open packages (safe unpack) → mount frontends (embedded or standalone, from the packages)
+    → check engine (only when a vLLM package is served) → resolve weights from cache
+    → load plugins → wipe metrics directory → start each engine (vLLM; warm-up included) or
+    load each model → open the gRPC port → ready
 
 Liveness answers from the first moment (the HTTP port opens before boot starts; inference on
 it answers 503 until ready); the gRPC port stays closed until every model is loaded, so a
 gRPC client never reaches an instance that cannot serve; readiness only after the last step.
-The Prometheus multiprocess directory is wiped before any of this, first of all in
-`podium.cli` (prometheus_client fixes its storage mode when first imported).
+The Prometheus multiprocess directory is claimed empty before any of this, first of all in
+`podium.cli` (prometheus_client fixes its storage mode when first imported); the wipe step
+clears what other processes wrote there since, just before the engines start writing.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from podium.errors import BootError, PodiumError
 from podium.package.cache import ModelCache
 from podium.package.manifest import VllmManifest
 from podium.package.package import Package, open_package
+from podium.server.frontends import EMBEDDED, describe, mode_of
 from podium.server.instance import BootStep, Instance
 from podium.server.plugins import load_plugins
 
@@ -34,21 +37,24 @@ async def boot(instance: Instance) -> None:
     ready)."""
     try:
         packages = await _step(instance, "open packages", _open_packages, instance)
+        await _step(instance, "mount frontends", _mount_frontends, instance, packages)
         if any(isinstance(p.manifest, VllmManifest) for p in packages):
-            await _step(instance, "check engine", _check_engine)
+            await _step(instance, "check engine", _check_engine,
+                        instance.frontends == EMBEDDED)
         await _step(instance, "resolve weights", _resolve_weights, packages)
         await _step(instance, "load plugins", _load_plugins)
+        await _step(instance, "wipe metrics directory", _wipe_metrics_directory)
         for package in packages:
-            await _step(instance, f"load {package.key}", instance.repository.load, package)
+            await _step(instance, _load_step(package), instance.repository.load, package)
         if instance.open_ports is not None:
             await _step(instance, "open gRPC port", instance.open_ports)
         instance.booted = True
         from podium.metrics.server import set_ready
 
         set_ready(instance.is_ready())
-        total = sum(s.seconds for s in instance.boot_steps)
-        log.info("ready: %d model(s) in %.1fs: %s", len(packages), total,
-                 ", ".join(p.key for p in packages))
+        log.info("ready: %d model(s) in %.1fs: %s (%s)", len(packages),
+                 sum(s.seconds for s in instance.boot_steps),
+                 ", ".join(p.key for p in packages), summary(instance.boot_steps))
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
@@ -65,10 +71,22 @@ async def _step(instance: Instance, name: str, fn: Callable[..., Any], *args: An
     else:  # blocking work (imports, hashing) off the event loop: liveness keeps answering
         result = await asyncio.to_thread(fn, *args)
     seconds = time.monotonic() - started
-    instance.boot_steps.append(BootStep(name, seconds))
+    detail = result if isinstance(result, str) else ""
+    instance.boot_steps.append(BootStep(name, seconds, detail))
     _record_metric(name, seconds)
-    log.info("boot step %s took %.2fs", name, seconds)
+    log.info("boot step %s took %.2fs%s", name, seconds, f" ({detail})" if detail else "")
     return result
+
+
+def summary(steps: list[BootStep]) -> str:
+    """Every step with its duration, in order: `open packages 0.00s → … → open gRPC port`."""
+    return " → ".join(f"{s.name} {s.seconds:.2f}s" for s in steps)
+
+
+def _load_step(package: Package) -> str:
+    # a vLLM package's load is its engine's start (engine core process, warm-up request)
+    verb = "start engine" if isinstance(package.manifest, VllmManifest) else "load"
+    return f"{verb} {package.key}"
 
 
 def _open_packages(instance: Instance) -> list[Package]:
@@ -90,10 +108,18 @@ def _open_packages(instance: Instance) -> list[Package]:
     return packages
 
 
-def _check_engine() -> str:
+async def _mount_frontends(instance: Instance, packages: list[Package]) -> str:
+    mode = mode_of(p.manifest.frontends for p in packages)
+    if instance.mount_frontends is not None:  # None: an app-less boot (tests)
+        await instance.mount_frontends(mode)
+    instance.frontends = mode
+    return describe(mode)
+
+
+def _check_engine(openai: bool) -> str:
     from podium.engine import check_engine
 
-    return check_engine()
+    return check_engine(openai=openai)
 
 
 async def _resolve_weights(packages: list[Package]) -> None:
@@ -109,8 +135,15 @@ async def _resolve_weights(packages: list[Package]) -> None:
             await asyncio.to_thread(cache.materialize, package)
 
 
-def _load_plugins() -> list[str]:
-    return load_plugins()
+def _load_plugins() -> str:
+    return ", ".join(load_plugins()) or "none"
+
+
+def _wipe_metrics_directory() -> str:
+    from podium.metrics.multiproc import wipe_foreign
+
+    removed = wipe_foreign()
+    return "no multiprocess directory" if removed is None else f"{removed} stale file(s)"
 
 
 def _record_metric(step: str, seconds: float) -> None:

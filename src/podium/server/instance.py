@@ -35,6 +35,10 @@ class Instance:
     """Ends the serving process (set by `podium.server.serve`); a dead engine calls it."""
     open_ports: Callable[[], Awaitable[None]] | None = None
     """Opens the ports that serve only a ready instance (gRPC): boot's last step."""
+    frontends: str | None = "embedded"
+    """embedded or standalone (`server.frontends`); None until boot has read the packages."""
+    mount_frontends: Callable[[str], Awaitable[None]] | None = None
+    """Mounts the mode's routes once boot knows it (set by `build_app`)."""
 
     def __post_init__(self) -> None:
         # a load over the API rescans --repository, finding packages added after boot

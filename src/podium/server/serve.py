@@ -79,6 +79,7 @@ async def _serve(instance: Instance, watchdog: ShutdownWatchdog) -> int:
             await _shutdown(instance, grpc_servers[0] if grpc_servers else None, watchdog)
 
     config = instance.config
+    instance.frontends = None  # boot mounts /v1 (or refuses it) once it has read the packages
     app = build_app(instance, lifespan=lifespan)
     server = _draining_server(instance, watchdog, uvicorn_config(
         app, config, timeout_graceful_shutdown=watchdog.remaining(_unload_reserve(config))))

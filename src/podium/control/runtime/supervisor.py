@@ -276,7 +276,8 @@ class Supervisor(Generic[I]):
             except StoreUnavailable:
                 return {"idempotent": False}  # not kept: read again once the database is back
             self._policies[key] = {"max_in_flight": declared_bound(manifest),
-                                   "idempotent": bool(manifest.get("idempotent", True))}
+                                   "idempotent": bool(manifest.get("idempotent", True)),
+                                   "frontends": manifest.get("frontends", "embedded")}
         return self._policies[key]
 
     def _ready(self, instance: I) -> bool:
