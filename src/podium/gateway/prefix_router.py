@@ -100,7 +100,9 @@ class PrefixRouter:
         """The instance for a request with prefix `key` and how the pick went; None: leave it
         to least-in-flight (one instance, no prefix, or none with room: the bound sheds)."""
         self._forget_gone((model, version), pool)
-        if len(usable) < 2 or key is None or not key.blocks:
+        # a version of one instance has nothing to choose from: no need to hash its prompts
+        # (one of two that is down still counts: what the other takes meanwhile is indexed)
+        if len(pool) < 2 or key is None or not key.blocks:
             return None
         blocks = key.blocks
         matches = {e.id: self._match(e, blocks) for e in usable}
@@ -158,11 +160,8 @@ class PrefixRouter:
 
     def _forget_gone(self, pool: tuple[str, str], endpoints: list[Endpoint]) -> None:
         """Drop the indexes of this version's instances that no longer take traffic."""
-        indexed = self._pools.get(pool)
-        if not indexed:
-            return
         routable = {e.id: e for e in endpoints if e.can_take}
-        for endpoint_id in list(indexed):
+        for endpoint_id in list(self._pools.get(pool, ())):
             if routable.get(endpoint_id) is not self._indexes[endpoint_id].endpoint:
                 self._drop(endpoint_id)
 
