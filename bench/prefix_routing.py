@@ -1,6 +1,6 @@
 """Prefix-aware routing vs least-in-flight over two LLM instances, in one run.
 
-    .venv/bin/python bench/prefix_routing.py [--prefixes 8] [--prefix-words 700]
+    .venv/bin/python bench/prefix_routing.py [--prefixes 8] [--prefix-words 1000]
         [--requests 48] [--concurrency 8] [--max-tokens 16] [--kv-blocks 48] [--rounds 2]
 
 Starts two `podium serve` instances of the default LLM (smollm2-135m-instruct, from the model
@@ -87,7 +87,7 @@ def cache_counters(url: str) -> dict[str, float]:
 
 
 def system_prompts(seed: int, num: int, num_words: int) -> list[str]:
-    """`num` long system prompts no other run uses (about 1.3 tokens a word)."""
+    """`num` long system prompts no other run uses (about one token a word)."""
     rng = random.Random(seed)
     return [f"[{seed}.{n}] You are assistant {n}. Reply briefly. "
             + " ".join(rng.choice(WORDS) for _ in range(num_words)) for n in range(num)]
@@ -152,7 +152,7 @@ def bench_package(kv_blocks: int) -> Any:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefixes", type=int, default=8)
-    parser.add_argument("--prefix-words", type=int, default=700)
+    parser.add_argument("--prefix-words", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=16)

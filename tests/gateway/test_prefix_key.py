@@ -61,6 +61,15 @@ def test_what_the_template_renders_first_changes_every_block(change: dict[str, A
     assert base and other and shared(base, other) == 0
 
 
+def test_a_cache_salt_keeps_prompts_apart_as_vllm_does() -> None:
+    body = {"model": "llm", "prompt": SYSTEM}
+    plain = blocks("/v1/completions", body)
+    salted = blocks("/v1/completions", {**body, "cache_salt": "tenant-a"})
+    assert salted == blocks("/v1/completions", {**body, "cache_salt": "tenant-a"})
+    assert shared(plain, salted) == 0
+    assert shared(salted, blocks("/v1/completions", {**body, "cache_salt": "tenant-b"})) == 0
+
+
 def test_content_parts_render_as_their_text() -> None:
     plain = blocks("/v1/chat/completions", chat({"role": "user", "content": SYSTEM}))
     parts = blocks("/v1/chat/completions", chat({"role": "user", "content": [

@@ -53,7 +53,11 @@ def openai_key(path: str, data: dict[str, Any]) -> PrefixKey | None:
             return None
     except (TypeError, ValueError):  # not JSON-renderable: the instance answers the 4xx
         return None
-    return PrefixKey(text) if text else None
+    if not text:
+        return None
+    salt = data.get("cache_salt")
+    # vLLM shares cached blocks only between requests with the same salt
+    return PrefixKey(f"\x1d{salt}\x1d{text}" if isinstance(salt, str) and salt else text)
 
 
 def kserve_key(rest: str | None, body: bytes) -> PrefixKey | None:
