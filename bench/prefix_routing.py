@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -180,11 +181,15 @@ def main() -> int:
     choices = [rng.randrange(opts.prefixes) for _ in range(opts.requests)]
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in POLICIES}
     with contextlib.ExitStack() as stack:
-        for n, url in enumerate(instances):
-            stack.enter_context(child(
-                [sys.executable, "-m", "podium.cli", "serve", str(package.root), "--host",
-                 "127.0.0.1", "--http-port", url.rsplit(":", 1)[1], "--grpc-port", "-1",
-                 "--metrics-open"], url + "/health/ready", logs / f"instance-{n}.log", env))
+        # both instances boot at once: each `child` waits only once the other has started
+        booting = [stack.enter_context(contextlib.ExitStack()) for _ in instances]
+        with concurrent.futures.ThreadPoolExecutor(len(instances)) as pool:
+            for future in [pool.submit(booting[n].enter_context, child(
+                    [sys.executable, "-m", "podium.cli", "serve", str(package.root), "--host",
+                     "127.0.0.1", "--http-port", url.rsplit(":", 1)[1], "--grpc-port", "-1",
+                     "--metrics-open"], url + "/health/ready", logs / f"instance-{n}.log",
+                    env)) for n, url in enumerate(instances)]:
+                future.result()
         for policy, url in gateways.items():
             stack.enter_context(child(
                 [sys.executable, __file__, "--gateway-child", url.rsplit(":", 1)[1], policy,
