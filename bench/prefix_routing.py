@@ -44,6 +44,8 @@ WORDS = ["harbor", "lantern", "tide", "compass", "anchor", "rope", "sail", "stor
          "map", "coin", "river", "forest", "mountain", "valley", "castle", "bridge", "tower",
          "garden", "market", "window", "candle", "letter", "stone"]
 POLICIES = ("prefix", "least")
+BOOT_TIMEOUT_S = 1800
+"""Two engines booting at once on a loaded 2-core machine took more than 10 minutes."""
 
 
 def run_gateway(http_port: int, policy: str, upstreams: list[str]) -> None:
@@ -188,7 +190,7 @@ def main() -> int:
                     [sys.executable, "-m", "podium.cli", "serve", str(package.root), "--host",
                      "127.0.0.1", "--http-port", url.rsplit(":", 1)[1], "--grpc-port", "-1",
                      "--metrics-open"], url + "/health/ready", logs / f"instance-{n}.log",
-                    env)) for n, url in enumerate(instances)]:
+                    env, timeout_s=BOOT_TIMEOUT_S)) for n, url in enumerate(instances)]:
                 future.result()
         for policy, url in gateways.items():
             stack.enter_context(child(
