@@ -146,7 +146,8 @@ def bench_package(kv_blocks: int) -> Any:
     from podium.package.package import write_manifest
 
     manifest = default_llm_manifest()
-    manifest["engine_args"] = {**manifest["engine_args"], "max_model_len": 4096,
+    # vLLM refuses a KV cache that cannot hold one max-length request: 2048 < 32 blocks
+    manifest["engine_args"] = {**manifest["engine_args"], "max_model_len": 2048,
                                "num_gpu_blocks_override": kv_blocks}
     return write_manifest(Path(tempfile.mkdtemp(prefix="podium-prefix-pkg-")) / MODEL,
                           manifest)
