@@ -54,6 +54,12 @@ class GatewayCollector(Collector):
             "reason (not_sent, overloaded, broken, canary).", labels=[*_VERSION, "reason"])
         for (model, version, reason), num in sorted(self.stats.retried.items()):
             retries.add_metric([model, version, reason], num)
+        prefix = CounterMetricFamily(
+            "podium:gateway_prefix_picks", "Instances picked for an LLM prompt by prefix cache, "
+            "by outcome: affinity (the longest cached prefix), yielded (away from it, for "
+            "load), cold (no instance held any of it).", labels=[*_VERSION, "outcome"])
+        for (model, version, outcome), num in sorted(self.stats.prefix_picks.items()):
+            prefix.add_metric([model, version, outcome], num)
         in_flight = GaugeMetricFamily("podium:gateway_in_flight",
                                       "Requests in flight per instance.",
                                       labels=[*_VERSION, "instance"])
@@ -68,7 +74,7 @@ class GatewayCollector(Collector):
         for model in sorted(self.table.models()):
             for version, weight in sorted(self.table.split(model).items()):
                 weights.add_metric([model, version], weight)
-        yield from (requests, seconds, shed, retries, in_flight, up, weights)
+        yield from (requests, seconds, shed, retries, prefix, in_flight, up, weights)
 
 
 def render(table: RouteTable, stats: VersionStats) -> str:

@@ -35,6 +35,7 @@ from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
 from podium.gateway.limits import GatewayLimits, read_body
 from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
 from podium.gateway.metrics import render as render_metrics
+from podium.gateway.prefix_router import PrefixPolicy, PrefixRouter
 from podium.gateway.request_route import RequestRoute, route_of
 from podium.gateway.retry import Attempts, Target
 from podium.gateway.routing import Endpoint, RouteTable
@@ -79,8 +80,11 @@ class Gateway:
                  max_attempts: int = 3, connect_timeout_s: float = 2.0,
                  clock_ms: Callable[[], int] = wall_ms,
                  limits: GatewayLimits | None = None,
-                 upstream_credential: str | None = None) -> None:
+                 upstream_credential: str | None = None,
+                 prefix: PrefixPolicy | None = PrefixPolicy()) -> None:
         self.table = table or RouteTable()
+        # an LLM prompt goes to the instance that most likely caches it (None: least in-flight)
+        self.prefix = PrefixRouter(prefix) if prefix is not None else None
         self.limits = limits or GatewayLimits()
         self.stats = stats or VersionStats()
         self.admission = Admission(self.stats, self.limits.max_in_flight_per_instance)
@@ -132,8 +136,12 @@ class Gateway:
     async def _forward(self, scope: Scope, route: RequestRoute, receive: Receive,
                        send: Send) -> None:
         headers = _request_headers(scope["headers"], inflated=route.inflated)
+        choose = None
+        if self.prefix is not None and route.prefix is not None:
+            choose = self.prefix.chooser(route.model, route.prefix, self.admission.has_room,
+                                         self.stats.record_prefix_pick)
         attempts = Attempts(self.table, self.admission, self.stats, route.model, route.version,
-                            max_attempts=self.max_attempts)
+                            max_attempts=self.max_attempts, choose=choose)
         target: Target | None = attempts.first()
         while target is not None:
             target = await self._attempt(scope, route, headers, target, attempts, receive, send)

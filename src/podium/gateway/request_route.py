@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from podium.errors import InvalidArgument, NotFound
 from podium.gateway.encoding import decoded
 from podium.gateway.limits import DEFAULT_MAX_BODY_BYTES
+from podium.gateway.prefix_key import PrefixKey, kserve_key, openai_key
 from podium.gateway.routing import Endpoint
 
 _KSERVE = re.compile(
@@ -26,6 +27,8 @@ class RequestRoute:
     """`openai` or `kserve`: decides how the path is rewritten for a resolved version."""
     inflated: bool = False
     """The body is forwarded decompressed: its Content-Encoding must not be."""
+    prefix: PrefixKey | None = None
+    """The prompt an LLM request starts with, for routing by cache (None: not an LLM prompt)."""
 
     def check_served_by(self, version: str, endpoint: Endpoint, path: str) -> None:
         """An OpenAI request for a standalone deployment is refused (404 naming its mode)
@@ -53,17 +56,19 @@ def route_of(method: str, path: str, body: bytes, *, content_encoding: str = "",
     first when compressed, up to `max_body_bytes`)."""
     match = _KSERVE.match(path)
     if match:
-        return RequestRoute(match["model"], match["version"], body, "kserve")
+        prefix = kserve_key(match["rest"], body) if method == "POST" and not content_encoding \
+            else None
+        return RequestRoute(match["model"], match["version"], body, "kserve", prefix=prefix)
     if path.startswith("/v1/") and method == "POST":
         plain = decoded(body, content_encoding, max_body_bytes)
-        route = _openai(plain)
+        route = _openai(path, plain)
         return RequestRoute(route.model, route.version, route.body, route.kind,
-                            inflated=plain is not body)
+                            inflated=plain is not body, prefix=route.prefix)
     raise NotFound(f"{method} {path} is not routed by the gateway; use /v1 (OpenAI) or "
                    "/v2/models/{model} (KServe v2)", param="path")
 
 
-def _openai(body: bytes) -> RequestRoute:
+def _openai(path: str, body: bytes) -> RequestRoute:
     try:
         data = json.loads(body or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -82,4 +87,4 @@ def _openai(body: bytes) -> RequestRoute:
         # the instance knows the model by its name: the version was only for routing
         data["model"] = model
         body = json.dumps(data).encode()
-    return RequestRoute(model, version or None, body, "openai")
+    return RequestRoute(model, version or None, body, "openai", prefix=openai_key(path, data))

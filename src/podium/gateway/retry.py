@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from podium.errors import NotFound, Unavailable
 from podium.gateway.admission import BY_INSTANCE, Admission
-from podium.gateway.routing import LATEST, Endpoint, RouteTable
+from podium.gateway.routing import LATEST, Choose, Endpoint, RouteTable
 from podium.gateway.stats import VersionStats
 
 NOT_SENT, OVERLOADED, BROKEN, CANARY = "not_sent", "overloaded", "broken", "canary"
@@ -50,7 +50,7 @@ class Attempts:
 
     def __init__(self, table: RouteTable, admission: Admission, stats: VersionStats,
                  model: str, version: str | None, *, max_attempts: int,
-                 exclude: frozenset[str] = frozenset()) -> None:
+                 exclude: frozenset[str] = frozenset(), choose: Choose | None = None) -> None:
         self.table = table
         self.admission = admission
         self.stats = stats
@@ -59,6 +59,8 @@ class Attempts:
         """The version the client named (None: routed by the split)."""
         self.max_attempts = max_attempts
         self._exclude = exclude
+        self._choose = choose
+        """The request's own instance pick (its prefix cache), for every attempt."""
         self._tried: set[str] = set()
         self._num_connects = 0
         self._overload_retried = False
@@ -120,12 +122,14 @@ class Attempts:
 
     def _pick(self, version: str | None) -> Target:
         resolved, endpoint = self.table.resolve(self.model, version,
-                                                exclude=self._exclude | self._tried)
+                                                exclude=self._exclude | self._tried,
+                                                choose=self._choose)
         return Target(resolved, self.admission.admit(self.model, resolved, endpoint))
 
     def _instance(self, version: str) -> Endpoint | None:
         try:
             return self.table.resolve(self.model, version,
-                                      exclude=self._exclude | self._tried)[1]
+                                      exclude=self._exclude | self._tried,
+                                      choose=self._choose)[1]
         except (NotFound, Unavailable):
             return None

@@ -8,6 +8,7 @@ sends exactly 1 request in 10, not 10% on average; instances by least in-flight 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from podium.errors import NotFound, Unavailable
@@ -15,6 +16,9 @@ from podium.errors import NotFound, Unavailable
 LATEST = "latest"
 Routes = tuple[dict[str, int], dict[str, str], dict[str, list["Endpoint"]]]
 """One model's splits, aliases and endpoints per version, as `RouteTable.replace` takes them."""
+Choose = Callable[[str, list["Endpoint"], list["Endpoint"]], "Endpoint | None"]
+"""A request's own pick (`gateway.prefix_router`): (version, all its endpoints, the usable
+ones) → one of the usable, or None for least in-flight."""
 
 
 @dataclass
@@ -161,8 +165,9 @@ class RouteTable:
     # read per request ------------------------------------------------------------------
 
     def resolve(self, model: str, version: str | None, *,
-                exclude: frozenset[str] = frozenset()) -> tuple[str, Endpoint]:
-        """The version and instance for one attempt of a request."""
+                exclude: frozenset[str] = frozenset(),
+                choose: Choose | None = None) -> tuple[str, Endpoint]:
+        """The version and instance for one attempt of a request (`choose` may pick it)."""
         with self._lock:
             entry = self._models.get(model)
             if entry is None:
@@ -174,7 +179,7 @@ class RouteTable:
                     raise NotFound(f"{model}@{version} is not deployed; versions: "
                                    f"{', '.join(sorted(entry.endpoints)) or 'none'}",
                                    param="version")
-                return version, self._instance(model, version, entry, exclude)
+                return version, self._instance(model, version, entry, exclude, choose)
             candidates = {v: w for v, w in entry.splits.items()
                           if any(e.can_take and e.id not in exclude
                                  for e in entry.endpoints.get(v, []))}
@@ -186,7 +191,7 @@ class RouteTable:
                 chosen = max(entry.splits, key=lambda v: entry.splits[v])
             else:
                 raise Unavailable(f"model {model!r} has no version taking traffic")
-            return chosen, self._instance(model, chosen, entry, exclude)
+            return chosen, self._instance(model, chosen, entry, exclude, choose)
 
     @staticmethod
     def _weighted(entry: _Model, candidates: dict[str, int]) -> str:
@@ -199,12 +204,14 @@ class RouteTable:
         return chosen
 
     @staticmethod
-    def _instance(model: str, version: str, entry: _Model,
-                  exclude: frozenset[str]) -> Endpoint:
-        usable = [e for e in entry.endpoints.get(version, [])
-                  if e.can_take and e.id not in exclude]
+    def _instance(model: str, version: str, entry: _Model, exclude: frozenset[str],
+                  choose: Choose | None) -> Endpoint:
+        endpoints = entry.endpoints.get(version, [])
+        usable = [e for e in endpoints if e.can_take and e.id not in exclude]
         if not usable:
             raise Unavailable(f"{model}@{version} has no ready instance")
+        if choose is not None and (chosen := choose(version, endpoints, usable)) is not None:
+            return chosen
         # least in-flight; ties go round robin so every instance is used (and checked)
         entry.turn += 1
         start = entry.turn % len(usable)

@@ -54,6 +54,8 @@ class VersionStats:
         """Requests answered 429 without being served, per (model, version, by whom)."""
         self.retried: dict[tuple[str, str, str], int] = {}
         """Requests sent again after failing on (model, version), per reason."""
+        self.prefix_picks: dict[tuple[str, str, str], int] = {}
+        """Instances picked by prefix cache, per (model, version, outcome)."""
         self._lock = threading.Lock()
 
     def record(self, model: str, version: str, outcome: Outcome) -> None:
@@ -80,6 +82,12 @@ class VersionStats:
         with self._lock:
             key = (model, version, reason)
             self.retried[key] = self.retried.get(key, 0) + 1
+
+    def record_prefix_pick(self, model: str, version: str, outcome: str) -> None:
+        """Count one instance picked by prefix (`gateway.prefix_router`'s outcome)."""
+        with self._lock:
+            key = (model, version, outcome)
+            self.prefix_picks[key] = self.prefix_picks.get(key, 0) + 1
 
     def last_request_ms(self, model: str, version: str) -> int:
         """When model@version last finished a request (0: never)."""
