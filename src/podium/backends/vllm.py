@@ -211,6 +211,8 @@ def build_engine_args(manifest: VllmManifest, weights_dir: str,
                               "--disable-uvicorn-access-log"])
     if manifest.task == "embed":
         args.runner = "pooling"
+    for key, value in _precision_args(manifest).items():
+        setattr(args, key, value)
     for key, value in manifest.engine_args.items():
         attr = key.replace("-", "_")
         if not hasattr(args, attr):
@@ -225,6 +227,20 @@ def build_engine_args(manifest: VllmManifest, weights_dir: str,
                                          manifest.max_num_queued_tokens,
                                          DEFAULT_MAX_NUM_QUEUED_TOKENS)
     return args
+
+
+def _precision_args(manifest: VllmManifest) -> dict[str, Any]:
+    """vLLM's dtype/quantization for the package's precision, checked again on the machine
+    that boots it (the one that announced it may be of another kind)."""
+    from podium.package import precision
+
+    if manifest.precision is None:
+        return {}
+    try:
+        precision.check(manifest.precision)
+    except ValueError as exc:
+        raise PackageError(f"{manifest.name}: {exc}", param="precision") from None
+    return precision.PRECISIONS[manifest.precision].engine_args()
 
 
 def _start_engine(args: Namespace) -> Any:
