@@ -205,3 +205,16 @@ def test_announcing_an_int8_package_writes_its_checkpoint_and_a_bad_precision_is
     entry = cache.materialize(plain)
     assert entry.reused and entry.path != loaded and cache.lookup(plain) == entry.path
     assert "quantization_config" not in json.loads((entry.path / "config.json").read_text())
+
+
+def test_closeness_to_bf16_counts_logprob_gaps_and_greedy_agreement() -> None:
+    from tests.support.quality import Scored, closeness
+
+    reference = Scored([[-1.0, -2.0], [-3.0]], [[1, 2, 3], [4, 5, 6]])
+    same = closeness(reference, reference)
+    assert (same.loglik_delta, same.mean_abs_token_delta, same.exact_match,
+            same.mean_common_prefix) == (0, 0, 1, 3)
+    worse = closeness(Scored([[-1.5, -2.0], [-2.4]], [[1, 2, 9], [7, 5, 6]]), reference)
+    assert worse.loglik_delta == pytest.approx(0.1 / 3)
+    assert worse.mean_abs_token_delta == pytest.approx(1.1 / 3)
+    assert (worse.exact_match, worse.mean_common_prefix) == (0, 1)
