@@ -179,8 +179,8 @@ def main() -> None:
                        greedy_prefix=round(close.mean_common_prefix, 1))
             print(json.dumps(row), flush=True)
             rows.append(row)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+            if args.json:  # after each precision: a run cut short keeps what it measured
+                args.json.write_text(json.dumps(rows, indent=2))
     print_table(rows)
 
 
