@@ -215,6 +215,8 @@ def build_engine_args(manifest: VllmManifest, weights_dir: str,
     args = parser.parse_args(["--model", weights_dir, "--served-model-name", manifest.name])
     if manifest.task == "embed":
         args.runner = "pooling"
+    for key, value in _precision_args(manifest).items():
+        setattr(args, key, value)
     for key, value in manifest.engine_args.items():
         attr = key.replace("-", "_")
         if not hasattr(args, attr):
@@ -256,6 +258,19 @@ def _unknown_engine_arg(key: str, frontends: str) -> str:
                     "\"embedded\"")
     return (f"engine_args.{key} is not a vLLM {_engine_version()} engine argument; see "
             "`python -m vllm.entrypoints.openai.api_server --help` for the names")
+
+def _precision_args(manifest: VllmManifest) -> dict[str, Any]:
+    """vLLM's dtype/quantization for the package's precision, checked again on the machine
+    that boots it (the one that announced it may be of another kind)."""
+    from podium.package import precision
+
+    if manifest.precision is None:
+        return {}
+    try:
+        precision.check(manifest.precision)
+    except ValueError as exc:
+        raise PackageError(f"{manifest.name}: {exc}", param="precision") from None
+    return precision.PRECISIONS[manifest.precision].engine_args()
 
 
 def _start_engine(args: Namespace) -> Any:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from podium import env
 from podium.errors import PackageError
-from podium.package import sources
+from podium.package import precision, quantize, sources
 from podium.package.convert import RECIPE_VERSION, convert_gguf, copy_tokenizer
 from podium.package.manifest import VllmManifest
 from podium.package.package import Package
@@ -58,8 +58,8 @@ class ModelCache:
         key = self._key(package, weights, tokenizer, progress)
         target = self.root / "objects" / key
         if (target / OBJECT_INFO).is_file():
-            self._write_ref(package, key, weights, tokenizer)
-            return CacheEntry(key, target, reused=True)
+            return self._finish(package, CacheEntry(key, target, reused=True), weights,
+                                tokenizer, progress)
         started = time.monotonic()
         staging = target.with_name(f"{key}.partial-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
@@ -87,8 +87,20 @@ class ModelCache:
             raise
         log.info("materialized %s into %s in %.1fs", package.key, target,
                  time.monotonic() - started)
-        self._write_ref(package, key, weights, tokenizer)
-        return CacheEntry(key, target, reused=False)
+        return self._finish(package, CacheEntry(key, target, reused=False), weights, tokenizer,
+                            progress)
+
+    def _finish(self, package: Package, entry: CacheEntry, weights: Path,
+                tokenizer: Path | None, progress: Progress) -> CacheEntry:
+        """Derive the package's quantized checkpoint where its precision needs one, then point
+        the package's ref at what it loads."""
+        recipe = _recipe(package)
+        if recipe is not None:
+            key, path, reused = quantize.derive(self.root, entry.key, entry.path, recipe,
+                                                progress)
+            entry = CacheEntry(key, path, reused=entry.reused and reused)
+        self._write_ref(package, entry.key, weights, tokenizer)
+        return entry
 
     def lookup(self, package: Package) -> Path | None:
         """The cached folder for this package if its source is unchanged, without hashing."""
@@ -103,7 +115,8 @@ class ModelCache:
                          if manifest.tokenizer else None)
         except PackageError:
             return None
-        if data.get("fingerprint") != _fingerprint(weights, tokenizer):
+        if (data.get("fingerprint") != _fingerprint(weights, tokenizer)
+                or data.get("recipe") != _recipe(package)):
             return None
         path = self.root / "objects" / data["key"]
         return path if (path / OBJECT_INFO).is_file() else None
@@ -124,8 +137,8 @@ class ModelCache:
         ref = self._ref_path(package)
         ref.parent.mkdir(parents=True, exist_ok=True)
         tmp = ref.with_suffix(f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"key": key,
-                                   "fingerprint": _fingerprint(weights, tokenizer)}))
+        tmp.write_text(json.dumps({"key": key, "fingerprint": _fingerprint(weights, tokenizer),
+                                   "recipe": _recipe(package)}))
         tmp.replace(ref)
 
 
@@ -134,6 +147,12 @@ def _vllm_manifest(package: Package) -> VllmManifest:
         raise PackageError(f"{package.key}: only vllm packages have weights to materialize "
                            f"(backend is {package.manifest.backend!r})")
     return package.manifest
+
+
+def _recipe(package: Package) -> str | None:
+    """The quantization recipe of the package's precision (None: vLLM loads bf16 as is)."""
+    name = _vllm_manifest(package).precision
+    return precision.PRECISIONS[name].recipe if name else None
 
 
 def _fingerprint(weights: Path, tokenizer: Path | None) -> list:

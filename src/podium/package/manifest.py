@@ -11,9 +11,19 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from podium.errors import PackageError
+from podium.package import precision as precisions
 from podium.package.paths import read_small_file
 from podium.package.resources import ResourceRequest
 from podium.package.scaling import EngineScalingTargets, ScalingTargets
@@ -134,6 +144,12 @@ class VllmManifest(_ManifestBase):
         default=None, description="Defaults to the tokenizer stored with the weights.")
     task: Literal["generate", "embed"] = Field(
         default="generate", description="generate: chat/completions; embed: /v1/embeddings.")
+    precision: Literal[precisions.NAMES] | None = Field(
+        default=None,
+        description="How the weights are held while serving: bf16, fp16, fp32, or int8 "
+        "(W8A8, a quantized checkpoint written at announce); refused where the engine "
+        "cannot serve it on this machine kind. None: the weights' own dtype (bf16 for the "
+        "default model), or engine_args.dtype. See docs/packages.md, \"Precision\".")
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="vLLM engine arguments, e.g. {\"max_model_len\": 2048}; names as in "
@@ -173,6 +189,26 @@ class VllmManifest(_ManifestBase):
             if key in value or key.replace("_", "-") in value:
                 raise ValueError(f"engine_args.{key} is set by Podium; move it to the "
                                  f"manifest's top-level `{key}`")
+        return value
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _served_here(cls, value: Any) -> Any:
+        if isinstance(value, str):  # anything else fails the schema's enum
+            try:
+                precisions.check(value)
+            except ValueError as exc:
+                raise PydanticCustomError("precision_not_served", str(exc)) from None
+        return value
+
+    @field_validator("engine_args")
+    @classmethod
+    def _precision_sets_dtype(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if info.data.get("precision") is not None:
+            for key in precisions.ENGINE_ARGS:
+                if key in value or key.replace("_", "-") in value:
+                    raise ValueError(f"engine_args.{key} is set by precision="
+                                     f"{info.data['precision']!r}; remove one of the two")
         return value
 
 
