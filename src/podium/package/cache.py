@@ -26,11 +26,11 @@ from podium.errors import PackageError
 from podium.package import precision, quantize, sources
 from podium.package.convert import RECIPE_VERSION, convert_gguf, copy_tokenizer
 from podium.package.manifest import VllmManifest
+from podium.package.objects import OBJECT_INFO, publish, sha256_file, staging_for
 from podium.package.package import Package
 from podium.package.progress import Progress
 
 log = logging.getLogger("podium.cache")
-OBJECT_INFO = "podium-object.json"
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,7 @@ class ModelCache:
             return self._finish(package, CacheEntry(key, target, reused=True), weights,
                                 tokenizer, progress)
         started = time.monotonic()
-        staging = target.with_name(f"{key}.partial-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        try:
+        with staging_for(target) as staging:
             if weights.is_file() and weights.suffix == ".gguf":
                 convert_gguf(weights, staging, progress)
             elif weights.is_dir():
@@ -74,17 +71,11 @@ class ModelCache:
                                    "file", param="weights.path")
             if tokenizer is not None:
                 copy_tokenizer(tokenizer, staging)
-            files = {str(p.relative_to(staging)): _sha256(p) for p in sources.files_of(staging)}
-            info = {"key": key, "package": package.key, "recipe": RECIPE_VERSION, "files": files,
-                    "created": time.time()}
-            (staging / OBJECT_INFO).write_text(json.dumps(info, indent=2))
-            try:
-                staging.rename(target)
-            except OSError:  # a concurrent materialize won; its object is identical
-                shutil.rmtree(staging, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+            files = {str(p.relative_to(staging)): sha256_file(p)
+                     for p in sources.files_of(staging)}
+            publish(staging, target, {"key": key, "package": package.key,
+                                      "recipe": RECIPE_VERSION, "files": files,
+                                      "created": time.time()})
         log.info("materialized %s into %s in %.1fs", package.key, target,
                  time.monotonic() - started)
         return self._finish(package, CacheEntry(key, target, reused=False), weights, tokenizer,
@@ -170,11 +161,3 @@ def _copy_tree(source: Path, target: Path, progress: Progress) -> None:
             except OSError:
                 shutil.copy2(file, dest)
             advance(file.stat().st_size)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()

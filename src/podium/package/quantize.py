@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from podium.package.objects import OBJECT_INFO, publish, sha256_file, staging_for
 from podium.package.progress import Progress
 
 log = logging.getLogger("podium.quantize")
 RECIPE_VERSION = "1"
 """Bump when a recipe's output changes, so the cache rebuilds instead of reusing old objects."""
-OBJECT_INFO = "podium-object.json"
 WEIGHTS_FILE = "model.safetensors"
 
 
@@ -60,23 +60,12 @@ def derive(root: Path, base_key: str, base: Path, recipe_name: str,
     target = root / "objects" / key
     if (target / OBJECT_INFO).is_file():
         return key, target, True
-    staging = target.with_name(f"{key}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    with staging_for(target) as staging:
         with (progress or Progress()).task(f"writing the {recipe.name} checkpoint", None):
             write_checkpoint(base, staging, recipe)
-        files = {p.name: _sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
-        info = {"key": key, "derived_from": base_key, "recipe": recipe.name,
-                "recipe_version": RECIPE_VERSION, "files": files}
-        (staging / OBJECT_INFO).write_text(json.dumps(info, indent=2))
-        try:
-            staging.rename(target)
-        except OSError:  # a concurrent derive won; its object is identical
-            shutil.rmtree(staging, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        files = {p.name: sha256_file(p) for p in sorted(staging.iterdir()) if p.is_file()}
+        publish(staging, target, {"key": key, "derived_from": base_key, "recipe": recipe.name,
+                                  "recipe_version": RECIPE_VERSION, "files": files})
     log.info("wrote the %s checkpoint of %s into %s", recipe.name, base_key[:12], target)
     return key, target, False
 
@@ -148,11 +137,3 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)  # same filesystem: no bytes copied
     except OSError:
         shutil.copy2(source, target)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
