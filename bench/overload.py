@@ -191,14 +191,19 @@ def servers(opts: argparse.Namespace, package_root: Path, model_dir: Path, engin
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_phase_args(parser: argparse.ArgumentParser) -> None:
+    """The spike's phases (what `measure` reads), shared with `overload_xgb.py`."""
     parser.add_argument("--seconds", type=float, default=60, help="length of the spike")
     parser.add_argument("--factor", type=float, default=4, help="spike rate / capacity")
     parser.add_argument("--capacity-seconds", type=float, default=20)
     parser.add_argument("--recovery-seconds", type=float, default=20)
     parser.add_argument("--concurrency", type=int, default=16,
                         help="clients of the closed loop that measures capacity")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_phase_args(parser)
     parser.add_argument("--queued-reqs", type=int, default=32,
                         help="max_num_queued_reqs of Podium and of the limited vllm serve")
     parser.add_argument("--max-tokens", type=int, default=32)

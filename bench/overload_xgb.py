@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from gateway_llm import child  # noqa: E402
 from gateway_overhead import FEATURES, free_port  # noqa: E402
-from overload import Answer, Call, measure  # noqa: E402
+from overload import Answer, Call, add_phase_args, measure  # noqa: E402
 
 MODEL = "xgb-example"
 
@@ -69,11 +69,7 @@ def run_gateway(http_port: int, upstream: str, bound: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60, help="length of the spike")
-    parser.add_argument("--factor", type=float, default=4, help="spike rate / capacity")
-    parser.add_argument("--capacity-seconds", type=float, default=20)
-    parser.add_argument("--recovery-seconds", type=float, default=20)
-    parser.add_argument("--concurrency", type=int, default=16)
+    add_phase_args(parser)
     parser.add_argument("--bounds", default="256,32",
                         help="the gateway's per-instance in-flight bounds to compare")
     parser.add_argument("--max-queue", type=int, default=1024, help="the batcher's queue")
