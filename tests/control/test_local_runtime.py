@@ -41,11 +41,12 @@ class Env:
         self.table = RouteTable()
         self.runtimes: list[LocalRuntime] = []
 
-    def package(self, version: str, manifest: dict | None = None, **behaviour: object) -> None:
+    def package(self, version: str, manifest: dict | None = None, backend: str = "python",
+                **behaviour: object) -> None:
         folder = self.tmp / f"iris-{version}"
         folder.mkdir()
         (folder / "behaviour.json").write_text(json.dumps(behaviour))
-        self.store.announce_package("iris", version, "python", str(folder), manifest or {})
+        self.store.announce_package("iris", version, backend, str(folder), manifest or {})
         self.store.ensure_deployment("iris", version, "red-black")
 
     def runtime(self, **kwargs: object) -> LocalRuntime:
@@ -228,3 +229,37 @@ def test_a_stranger_on_a_recorded_pid_is_not_adopted(env: Env) -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def _bind(pid: int | None) -> str | None:
+    """The VLLM_CPU_OMP_THREADS_BIND a running process was started with."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    values = [e.split(b"=", 1)[1].decode() for e in environ
+              if e.startswith(b"VLLM_CPU_OMP_THREADS_BIND=")]
+    return values[0] if values else None
+
+
+def test_each_llm_instance_gets_its_own_core(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's `auto` binding would pin both workers to core 0; the runtime spreads them."""
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    env.package("1", backend="vllm", ready_after_s=0.2)
+    env.package("2", ready_after_s=0.2)  # not an LLM: left to itself
+    runtime = env.runtime()
+    runtime.scale("iris", "1", 2)
+    runtime.scale("iris", "2", 1)
+    wait_for(lambda: all(i.state == READY for i in runtime.instances()), runtime)
+    cores = sorted(os.sched_getaffinity(0))
+    llm = [_bind(i.pid) for i in runtime.instances() if i.version == "1"]
+    expected = [str(cores[0]), str(cores[1 % len(cores)])]
+    assert sorted(llm) == sorted(expected)
+    assert [_bind(i.pid) for i in runtime.instances() if i.version == "2"] == [None]
+
+
+def test_the_operators_binding_is_passed_through(env: Env,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    env.package("1", backend="vllm", ready_after_s=0.2)
+    runtime = env.runtime()
+    runtime.scale("iris", "1", 2)
+    wait_for(lambda: all(i.state == READY for i in runtime.instances()), runtime)
+    assert [_bind(i.pid) for i in runtime.instances()] == ["nobind", "nobind"]

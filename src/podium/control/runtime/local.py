@@ -9,6 +9,11 @@ No instance can outlive a control-plane crash unrecorded: its ports are written 
 spawned, and it is spawned behind a gate (`GATE`) that waits on a pipe from the control plane.
 Only once its pid is in the store does the plane open the gate; a plane that dies before that
 closes the pipe with its death, and the gated process exits without ever starting.
+
+On a CPU host each instance gets its own core for vLLM's worker (`VLLM_CPU_OMP_THREADS_BIND`):
+vLLM's `auto` binding pins every engine's worker to the first core, so two instances of one
+LLM on a 2-core machine would share core 0 and leave core 1 to their frontends. The operator's
+own `VLLM_CPU_OMP_THREADS_BIND`, when set, is passed through untouched.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from podium.control.models import PackageRow
-from podium.control.runtime.base import DRAINING, STARTING, STOPPED
+from podium.control.runtime.base import DRAINING, READY, STARTING, STOPPED
 from podium.control.runtime.supervisor import Instance, Supervisor
 from podium.control.store import Store
 from podium.credential import instance_env
@@ -59,9 +64,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
 @dataclass
 class _Process(Instance):
     process: subprocess.Popen[bytes] | None = None
+    cpu: int | None = None
+    """The core its engine's worker is bound to (None: the operator's binding, or adopted)."""
 
 
 class LocalRuntime(Supervisor[_Process]):
@@ -96,11 +106,14 @@ class LocalRuntime(Supervisor[_Process]):
         # boot at low CPU priority: a starting instance must not slow the ones serving traffic
         nice = ["nice", "-n", str(self.boot_nice)] if self.boot_nice else []
         command = [*nice, *self.command(package.location, http_port, grpc_port)]
+        env = instance_env(self.credential)  # by environment: never on a command line
+        if BIND_ENV not in env and _one_cpu_worker(package):
+            instance.cpu = self._free_cpu()
+            env[BIND_ENV] = str(instance.cpu)
         with Path(instance.log_path or os.devnull).open("ab") as log:  # the child keeps its copy
             process = subprocess.Popen(
                 [sys.executable, "-I", "-c", GATE, *command], stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
-                env=instance_env(self.credential),  # by environment: never on a command line
+                stderr=subprocess.STDOUT, stdin=subprocess.PIPE, env=env,
                 start_new_session=True)  # survives a control-plane crash; adopted on restart
         instance.process, instance.pid = process, process.pid
         assert process.stdin is not None
@@ -111,6 +124,12 @@ class LocalRuntime(Supervisor[_Process]):
             with contextlib.suppress(OSError):
                 process.stdin.close()  # without "go" (the record failed) it exits unstarted
         return {"pid": instance.pid, **recorded}
+
+    def _free_cpu(self) -> int:
+        """The core this process may use that the fewest live instances are bound to."""
+        used = [i.cpu for i in self._instances.values()
+                if i.cpu is not None and i.state in (STARTING, READY, DRAINING)]
+        return min(sorted(os.sched_getaffinity(0)), key=used.count)
 
     def _exit_code(self, instance: _Process) -> int | None:
         if instance.process is not None:
@@ -151,6 +170,15 @@ class LocalRuntime(Supervisor[_Process]):
             self._desired[(model, version)] = self._desired.get((model, version), 0) + 1
             if row.state == DRAINING:
                 self._drain(instance)
+
+
+def _one_cpu_worker(package: PackageRow) -> bool:
+    """A vLLM package whose engine runs one worker (a parallel engine binds a core list per
+    rank, which vLLM's own `auto` does better than one core)."""
+    args = package.manifest.get("engine_args") or {}
+    return package.backend == "vllm" and all(
+        int(args.get(key) or 1) == 1 for key in
+        ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"))
 
 
 def renice(pid: int | None, nice: int) -> None:
