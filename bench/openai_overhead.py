@@ -6,7 +6,12 @@ Measures, for each server in turn (never both at once: they would share 2 cores)
 - output-token throughput and median TTFT under vLLM's own serving benchmark
   (`vllm.benchmarks.serve`, random dataset, 128 tokens in / 64 out, concurrency 16).
 
+Both servers run at one dtype: by default the one Podium's `precision: auto` resolves to on
+this machine (float32 on a CPU without bf16 instructions), given to vLLM as `--dtype`, so the
+ratio is Podium's own overhead; `--precision bf16` compares at the checkpoint's bf16.
+
 Usage: .venv/bin/python bench/openai_overhead.py [--num-prompts 64] [--rounds 2]
+       [--precision auto|bf16|fp16|fp32]
 Prints one JSON line per measurement and a table of ratios (Podium / reference).
 """
 
@@ -29,22 +34,29 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.support.harness import free_port  # noqa: E402
 
+from podium.package.precision import PRECISIONS  # noqa: E402
+
 MODEL = "smollm2-135m-instruct"
 ENGINE_ARGS = ["--enforce-eager", "--max-model-len", "8192"]  # the default package's args
 
 
-def start(kind: str, model_dir: Path, port: int, env: dict[str, str], log: Path):
+def start(kind: str, model_dir: Path, port: int, env: dict[str, str], log: Path,
+          precision: str):
     if kind == "podium":
-        from podium.package.defaults import write_default_package
+        from podium.package.defaults import default_llm_manifest
+        from podium.package.package import write_manifest
 
-        pkg = write_default_package(Path(env["PODIUM_HOME"]) / "packages" / MODEL).root
+        manifest = {**default_llm_manifest(), "precision": precision}
+        pkg = write_manifest(Path(env["PODIUM_HOME"]) / "packages" / f"{MODEL}-bench",
+                             manifest).root
         cmd = [sys.executable, "-m", "podium.cli", "serve", str(pkg), "--host", "127.0.0.1",
                "--http-port", str(port), "--grpc-port", "-1"]
         ready = f"http://127.0.0.1:{port}/health/ready"
     else:
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
                str(model_dir), "--served-model-name", MODEL, "--host", "127.0.0.1", "--port",
-               str(port), "--disable-uvicorn-access-log", *ENGINE_ARGS]
+               str(port), "--disable-uvicorn-access-log", *ENGINE_ARGS,
+               "--dtype", PRECISIONS[precision].dtype]
         ready = f"http://127.0.0.1:{port}/health"
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
@@ -90,23 +102,31 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     opts = parser.parse_args()
 
     from podium.package.cache import ModelCache
     from podium.package.defaults import write_default_package
+    from podium.package.precision import resolve_auto
 
     home = Path(os.environ.get("PODIUM_HOME", ROOT / ".podium"))
     env = {**os.environ, "PODIUM_HOME": str(home), "HF_HUB_OFFLINE": "1",
            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
     os.environ.update(env)
     model_dir = ModelCache().materialize(write_default_package()).path
+    precision = opts.precision
+    if precision == "auto":
+        resolved = resolve_auto(model_dir)
+        precision = resolved.precision.name if resolved.precision else "bf16"
+        print(f"precision auto here: {precision} ({resolved.reason})", flush=True)
     logs = Path(tempfile.mkdtemp(prefix="podium-bench-"))
     results: dict[str, list[dict]] = {"podium": [], "reference": []}
     for round_no in range(opts.rounds):
         order = ["reference", "podium"] if round_no % 2 == 0 else ["podium", "reference"]
         for kind in order:
             port = free_port()
-            proc, boot_s = start(kind, model_dir, port, env, logs / f"{kind}-{round_no}.log")
+            proc, boot_s = start(kind, model_dir, port, env, logs / f"{kind}-{round_no}.log",
+                                 precision)
             try:
                 figures = {"boot_s": boot_s, **load(port, model_dir, opts.num_prompts,
                                                     opts.concurrency)}
@@ -118,7 +138,7 @@ def main() -> None:
     fresh_home = Path(tempfile.mkdtemp(prefix="podium-fresh-"))
     port = free_port()
     proc, fresh_boot = start("podium", model_dir, port, {**env, "PODIUM_HOME": str(fresh_home)},
-                             logs / "podium-fresh.log")
+                             logs / "podium-fresh.log", precision)
     stop(proc)
     shutil.rmtree(fresh_home, ignore_errors=True)
     print(json.dumps({"server": "podium-fresh-package", "boot_s": fresh_boot}), flush=True)
@@ -131,6 +151,7 @@ def main() -> None:
         ("median TTFT ms (lower is better)", "median_ttft_ms"),
         ("boot to ready s, from cache", "boot_s"),
     ]
+    print(f"\nboth at {precision} ({PRECISIONS[precision].dtype})")
     print(f"\n{'metric':38} {'podium':>10} {'reference':>10} {'ratio':>7}")
     for label, key in rows:
         p, r = med("podium", key), med("reference", key)

@@ -65,7 +65,7 @@ def test_engine_args_cannot_also_set_what_the_precision_sets(machine, key: str) 
     with pytest.raises(PackageError, match="is set by precision='fp16'") as refused:
         parse_manifest({**BASE, "precision": "fp16", "engine_args": {key: "x"}})
     assert refused.value.param == "engine_args"
-    assert parse_manifest({**BASE, "engine_args": {key: "x"}}).precision is None
+    assert parse_manifest({**BASE, "engine_args": {key: "x"}}).precision == "auto"
 
 
 def _args(**manifest: Any) -> Any:
@@ -82,9 +82,51 @@ def test_the_engine_gets_the_precisions_dtype(machine, name: str, dtype: str) ->
     assert (args.dtype, args.quantization) == (dtype, None)
 
 
-def test_no_precision_leaves_the_engines_dtype_alone(machine) -> None:
-    assert _args().dtype == "auto"
-    assert _args(engine_args={"dtype": "float32"}).dtype == "float32"
+def test_auto_leaves_an_authors_dtype_alone(machine) -> None:
+    assert parse_manifest(BASE).precision == "auto"
+    assert _args(engine_args={"dtype": "float16"}).dtype == "float16"
+    assert _args(precision="auto", engine_args={"dtype": "float16"}).dtype == "float16"
+
+
+def _checkpoint(folder: Path, size: int = 1000, **config: Any) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "model.safetensors").write_bytes(b"\0" * size)
+    return folder
+
+
+BF16_CPU = Machine("cpu", frozenset({"avx2", "avx512f", "avx512_bf16"}))
+
+
+@pytest.mark.parametrize(("fake", "config", "size", "expected", "why"), [
+    pytest.param(AVX2_CPU, {"dtype": "bfloat16"}, 1000, "fp32", "5-6x slower", id="avx2-bf16"),
+    pytest.param(AVX2_CPU, {"torch_dtype": "float16"}, 1000, "fp32", "5-6x", id="avx2-fp16"),
+    pytest.param(BF16_CPU, {"dtype": "bfloat16"}, 1000, None, "natively (avx512_bf16)",
+                 id="bf16-cpu"),
+    pytest.param(Machine("nvidia"), {"dtype": "bfloat16"}, 1000, None, "NVIDIA", id="gpu"),
+    pytest.param(AVX2_CPU, {"dtype": "bfloat16", "quantization_config": {}}, 1000, None,
+                 "quantized", id="quantized"),
+    pytest.param(AVX2_CPU, {"dtype": "float32"}, 1000, None, "dtype is float32", id="fp32"),
+    pytest.param(AVX2_CPU, {"dtype": "bfloat16"}, 6000, None, "over half of memory",
+                 id="too-big"),
+])
+def test_auto_is_fp32_only_where_bf16_is_slow_and_fp32_fits(
+        tmp_path: Path, fake: Machine, config: dict, size: int, expected: str | None,
+        why: str) -> None:
+    resolved = precision.resolve_auto(_checkpoint(tmp_path / "w", size, **config), fake,
+                                      memory_bytes=20_000)
+    assert (resolved.precision.name if resolved.precision else None) == expected
+    assert why in resolved.reason
+
+
+def test_auto_sets_the_engines_dtype_from_the_weights(machine, tmp_path: Path) -> None:
+    from podium.backends.vllm import build_engine_args
+
+    weights = _checkpoint(tmp_path / "w", dtype="bfloat16")
+    manifest = parse_manifest(BASE)
+    assert build_engine_args(manifest, str(weights)).dtype == "float32"
+    machine(BF16_CPU)
+    assert build_engine_args(manifest, str(weights)).dtype == "auto"
 
 
 def test_the_machine_that_boots_checks_again(machine) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 from argparse import Namespace
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
@@ -215,7 +216,7 @@ def build_engine_args(manifest: VllmManifest, weights_dir: str,
     args = parser.parse_args(["--model", weights_dir, "--served-model-name", manifest.name])
     if manifest.task == "embed":
         args.runner = "pooling"
-    for key, value in _precision_args(manifest).items():
+    for key, value in _precision_args(manifest, Path(weights_dir)).items():
         setattr(args, key, value)
     for key, value in manifest.engine_args.items():
         attr = key.replace("-", "_")
@@ -259,13 +260,19 @@ def _unknown_engine_arg(key: str, frontends: str) -> str:
     return (f"engine_args.{key} is not a vLLM {_engine_version()} engine argument; see "
             "`python -m vllm.entrypoints.openai.api_server --help` for the names")
 
-def _precision_args(manifest: VllmManifest) -> dict[str, Any]:
+def _precision_args(manifest: VllmManifest, weights_dir: Path) -> dict[str, Any]:
     """vLLM's dtype/quantization for the package's precision, checked again on the machine
-    that boots it (the one that announced it may be of another kind)."""
+    that boots it (the one that announced it may be of another kind); `auto` resolved for
+    these weights on this machine, in one log line."""
     from podium.package import precision
 
-    if manifest.precision is None:
-        return {}
+    if manifest.precision == precision.AUTO:
+        if any(key in manifest.engine_args or key.replace("_", "-") in manifest.engine_args
+               for key in precision.ENGINE_ARGS):
+            return {}  # the author chose the dtype
+        resolved = precision.resolve_auto(weights_dir)
+        log.info("%s", resolved.describe(f"{manifest.name}@{manifest.version}"))
+        return resolved.precision.engine_args() if resolved.precision else {}
     try:
         precision.check(manifest.precision)
     except ValueError as exc:

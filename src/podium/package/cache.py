@@ -143,7 +143,7 @@ def _vllm_manifest(package: Package) -> VllmManifest:
 def _recipe(package: Package) -> str | None:
     """The quantization recipe of the package's precision (None: vLLM loads bf16 as is)."""
     name = _vllm_manifest(package).precision
-    return precision.PRECISIONS[name].recipe if name else None
+    return None if name == precision.AUTO else precision.PRECISIONS[name].recipe
 
 
 def _fingerprint(weights: Path, tokenizer: Path | None) -> list:

@@ -144,12 +144,14 @@ class VllmManifest(_ManifestBase):
         default=None, description="Defaults to the tokenizer stored with the weights.")
     task: Literal["generate", "embed"] = Field(
         default="generate", description="generate: chat/completions; embed: /v1/embeddings.")
-    precision: Literal[precisions.NAMES] | None = Field(
-        default=None,
-        description="How the weights are held while serving: bf16, fp16, fp32, or int8 "
-        "(W8A8, a quantized checkpoint written at announce); refused where the engine "
-        "cannot serve it on this machine kind. None: the weights' own dtype (bf16 for the "
-        "default model), or engine_args.dtype. See docs/packages.md, \"Precision\".")
+    precision: Literal[(precisions.AUTO, *precisions.NAMES)] = Field(  # type: ignore[valid-type]
+        default=precisions.AUTO,
+        description="How the weights are held while serving: bf16, fp16, fp32, int8 "
+        "(W8A8, a quantized checkpoint written at announce), or auto: fp32 on a CPU without "
+        "bf16 instructions (avx512_bf16/amx_bf16), where bf16 runs 5-6x slower, else the "
+        "weights' own dtype; under auto an engine_args.dtype is the author's choice. "
+        "Refused where the engine cannot serve it on this machine kind. See "
+        "docs/packages.md, \"Precision\".")
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="vLLM engine arguments, e.g. {\"max_model_len\": 2048}; names as in "
@@ -194,7 +196,7 @@ class VllmManifest(_ManifestBase):
     @field_validator("precision", mode="before")
     @classmethod
     def _served_here(cls, value: Any) -> Any:
-        if isinstance(value, str):  # anything else fails the schema's enum
+        if isinstance(value, str) and value != precisions.AUTO:  # others fail the enum
             try:
                 precisions.check(value)
             except ValueError as exc:
@@ -204,7 +206,7 @@ class VllmManifest(_ManifestBase):
     @field_validator("engine_args")
     @classmethod
     def _precision_sets_dtype(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        if info.data.get("precision") is not None:
+        if info.data.get("precision", precisions.AUTO) != precisions.AUTO:
             for key in precisions.ENGINE_ARGS:
                 if key in value or key.replace("_", "-") in value:
                     raise ValueError(f"engine_args.{key} is set by precision="

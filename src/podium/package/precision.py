@@ -61,8 +61,14 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
 """Every precision Podium knows, in the order the manifest schema lists them."""
 
 NAMES = tuple(PRECISIONS)
+AUTO = "auto"
 ENGINE_ARGS = ("dtype", "quantization", "quantization_config")
 """engine_args a package with a `precision` may not set: the precision sets them."""
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+"""CPU features with which oneDNN computes bfloat16 natively; without them torch's CPU
+bf16 matmul converts and runs 5-6x slower than float32 (measured, docs/benchmarks.md)."""
+FP32_MEMORY_SHARE = 0.5
+"""`auto` casts to fp32 only while the fp32 weights take at most this share of memory."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,66 @@ def check(name: str, machine: Machine | None = None) -> None:
         raise ValueError(f"precision={name!r} cannot be served here: {reason}; this machine "
                          f"kind ({_kind_words(machine.kind)}) serves "
                          f"{', '.join(served_here(machine))}")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What `precision: auto` means for one checkpoint on one machine, and why."""
+
+    precision: Precision | None
+    """None: the checkpoint's own dtype (vLLM's `dtype=auto`)."""
+    reason: str
+
+    def describe(self, package_key: str) -> str:
+        name = self.precision.name if self.precision else "the weights' own dtype"
+        return f"precision of {package_key}: {name} (auto: {self.reason})"
+
+
+def resolve_auto(weights_dir: Path, machine: Machine | None = None,
+                 memory_bytes: int | None = None) -> Resolved:
+    """`auto`: float32 on a CPU that cannot compute bf16 natively, when the checkpoint is a
+    16-bit unquantized one whose fp32 copy fits; elsewhere the checkpoint's own dtype."""
+    machine = machine or this_machine()
+    if machine.kind != CPU:
+        return Resolved(None, f"on {_kind_words(machine.kind)} the checkpoint's dtype is "
+                        "what the engine is fast with")
+    if machine.cpu_flags & BF16_CPU_FLAGS:
+        return Resolved(None, "this CPU computes bf16 natively "
+                        f"({', '.join(sorted(machine.cpu_flags & BF16_CPU_FLAGS))})")
+    config = _read_config(weights_dir)
+    if "quantization_config" in config:
+        return Resolved(None, "the checkpoint is quantized")
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "")
+    if dtype not in ("bfloat16", "float16"):
+        return Resolved(None, f"the checkpoint's dtype is {dtype or 'not stated'}")
+    fp32_bytes = 2 * sum(f.stat().st_size for f in weights_dir.glob("*.safetensors"))
+    memory_bytes = memory_bytes if memory_bytes is not None else _memory_bytes()
+    if memory_bytes and fp32_bytes > FP32_MEMORY_SHARE * memory_bytes:
+        return Resolved(None, f"fp32 would be faster on this CPU (no "
+                        f"{'/'.join(sorted(BF16_CPU_FLAGS))}) but its weights "
+                        f"({fp32_bytes / 2**30:.1f} GiB) would take over half of memory")
+    return Resolved(PRECISIONS["fp32"], f"this CPU has no {'/'.join(sorted(BF16_CPU_FLAGS))}, "
+                    f"so {dtype} matmuls run 5-6x slower than float32 here")
+
+
+def _read_config(weights_dir: Path) -> dict:
+    import json
+
+    try:
+        config = json.loads((weights_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _kind_words(kind: str | None) -> str:
