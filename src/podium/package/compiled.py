@@ -54,8 +54,11 @@ def job_for(package: Package, weights: Path, resolved: engine_mode.ResolvedMode)
     manifest = _manifest(package)
     factors = keys.key_factors(
         engine=keys.engine_version(), torch=keys.torch_version(), weights=weights.name,
-        engine_args=keys.compiled_engine_args(manifest.engine_args, task=manifest.task,
-                                              mode=resolved.mode),
+        # the precision sets the dtype the graph is traced in (auto resolves by the hardware,
+        # which is a factor of its own)
+        engine_args=keys.compiled_engine_args({**manifest.engine_args,
+                                               "precision": manifest.precision},
+                                              task=manifest.task, mode=resolved.mode),
         hardware=keys.hardware(resolved.machine_kind), engine_env=keys.engine_env())
     return CompileJob(package.key, factors)
 
