@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.openai_overhead import ENGINE_ARGS, MODEL, start, stop  # noqa: E402
+from bench.openai_overhead import ENGINE_ARGS, MODEL, resolved_precision, start, stop  # noqa: E402
 from tests.support.harness import free_port  # noqa: E402
 from tests.support.vanishing import openai_client, vanish  # noqa: E402
 
@@ -78,7 +78,8 @@ def main() -> None:
             port = free_port()
             proc, boot_s = start(kind, model_dir, port, env, Path(tmp) / f"{kind}.log")
             print(json.dumps({"server": kind, "boot_s": round(boot_s, 1),
-                              "engine_args": ENGINE_ARGS}), flush=True)
+                              "engine_args": ENGINE_ARGS,
+                              "precision": resolved_precision(model_dir)}), flush=True)
             try:
                 for server in args.servers:
                     if (server == "vllm") == (kind == "vllm"):

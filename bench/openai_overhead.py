@@ -40,8 +40,20 @@ MODEL = "smollm2-135m-instruct"
 ENGINE_ARGS = ["--enforce-eager", "--max-model-len", "8192"]  # the default package's args
 
 
+def resolved_precision(model_dir: Path, precision: str = "auto") -> str:
+    """`precision`, with auto replaced by what the default package's auto runs at here."""
+    if precision != "auto":
+        return precision
+    from podium.package.precision import resolve_auto
+
+    resolved = resolve_auto(model_dir)
+    return resolved.precision.name if resolved.precision else "bf16"
+
+
 def start(kind: str, model_dir: Path, port: int, env: dict[str, str], log: Path,
-          precision: str):
+          precision: str = "auto"):
+    """One server, both at `precision` (auto: the package's auto here, given to vLLM)."""
+    precision = resolved_precision(model_dir, precision)
     if kind == "podium":
         from podium.package.defaults import default_llm_manifest
         from podium.package.package import write_manifest
@@ -107,18 +119,13 @@ def main() -> None:
 
     from podium.package.cache import ModelCache
     from podium.package.defaults import write_default_package
-    from podium.package.precision import resolve_auto
-
     home = Path(os.environ.get("PODIUM_HOME", ROOT / ".podium"))
     env = {**os.environ, "PODIUM_HOME": str(home), "HF_HUB_OFFLINE": "1",
            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
     os.environ.update(env)
     model_dir = ModelCache().materialize(write_default_package()).path
-    precision = opts.precision
-    if precision == "auto":
-        resolved = resolve_auto(model_dir)
-        precision = resolved.precision.name if resolved.precision else "bf16"
-        print(f"precision auto here: {precision} ({resolved.reason})", flush=True)
+    precision = resolved_precision(model_dir, opts.precision)
+    print(f"both servers at {precision}", flush=True)
     logs = Path(tempfile.mkdtemp(prefix="podium-bench-"))
     results: dict[str, list[dict]] = {"podium": [], "reference": []}
     for round_no in range(opts.rounds):

@@ -216,10 +216,16 @@ def main() -> int:
     os.environ.update(env)
     from podium.package.cache import ModelCache
     from podium.package.defaults import write_default_package
+    from podium.package.precision import resolve_auto
 
     package = write_default_package()
     model_dir = ModelCache().materialize(package).path
-    commands = servers(opts, package.root, model_dir, dict(package.manifest.engine_args))
+    engine_args = dict(package.manifest.engine_args)
+    resolved = resolve_auto(model_dir)  # what the package's `precision: auto` runs at here
+    if resolved.precision is not None:
+        engine_args["dtype"] = resolved.precision.dtype  # vLLM at the same dtype
+    print(resolved.describe(MODEL), flush=True)
+    commands = servers(opts, package.root, model_dir, engine_args)
     logs = Path(tempfile.mkdtemp(prefix="podium-overload-"))
     print(f"{MODEL}: spike {opts.factor}x capacity for {opts.seconds}s, max_num_queued_reqs "
           f"{opts.queued_reqs}; logs in {logs}", flush=True)
