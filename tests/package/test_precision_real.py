@@ -1,6 +1,7 @@
-"""The default model packaged at int8 serves on the real engine, close to bf16: its
-log-likelihood of a fixed prompt set and its greedy continuations are measured against the
-shared bf16 instance's (tests/support/quality.py; the full table is bench/precision.py)."""
+"""The default model packaged at int8 serves on the real engine, close to the full-precision
+model: its log-likelihood of a fixed prompt set and its greedy continuations are measured
+against the shared instance's (the default package, `precision: auto`: bf16, or fp32 on a CPU
+without bf16 instructions; tests/support/quality.py; the full table is bench/precision.py)."""
 
 from __future__ import annotations
 
