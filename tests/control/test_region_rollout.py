@@ -198,3 +198,23 @@ def test_the_state_round_trips_through_json_and_a_pre_region_state_is_one_leg() 
     del old["region"]  # stored before regions existed
     loaded = RegionRollout.from_dict(old)
     assert loaded.order == ("default",) and loaded.phase == "start" and not loaded.is_done
+
+
+def test_rolling_back_a_region_the_model_was_new_in_removes_its_route() -> None:
+    """a is new to the model, b serves 1; 2 fails in b, so a (which had no earlier version)
+    is rolled back to having none: no instances and no split left pointing at 2."""
+    regions = FakeRegions(names=("a", "b"), behaviour={("b", "2"): Behaviour(error_rate=0.5)})
+    regions.apply([a for a in regions.serving("1", 2) if a.region == "b"])  # 1 only in b
+    config = RolloutConfig(**FAST)
+    state = region_rollout.begin([
+        rollout.begin("iris", "2", None, config, region="a", now_ms=0),
+        rollout.begin("iris", "2", "1", config, num_old=2, region="b", now_ms=0)], 0)
+    state, notes = run(state, regions)
+
+    assert state.status == rollout.ROLLED_BACK
+    first = regions.worlds["a"]
+    assert first.count("iris", "2") == 0
+    assert not {v: w for v, w in first.split.get("iris", {}).items() if w}
+    assert any(getattr(a, "weights", None) == {"2": 100} for t, a in regions.log
+               if a.region == "a")  # a did serve 2 before b failed
+    assert any("rolling back a too" in n for n in notes)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from podium.control import rollout
-from podium.control.actions import Action, MoveAlias, Scale
+from podium.control.actions import Action, MoveAlias, Scale, SetSplit
 from podium.control.rollout import (
     FAILED,
     LATEST,
@@ -218,15 +218,21 @@ def revert(leg: RolloutState, reason: str, now_ms: int) -> rollout.Decision:
         # the old version was drained after the warm delay: it scales up, traffic follows
         return rollout.roll_back(replace(leg, status=RUNNING), reason, now_ms)
     actions: list[Action] = []
-    latest = leg.latest
+    latest, split = leg.latest, leg.split
     if old is not None and latest == new:
         latest = old
         actions.append(MoveAlias(leg.model, LATEST, old, region=region))
+    if old is None:
+        # the model was not in this region before: no unversioned route is left to a version
+        # with no instances (requests for it get the gateway's clear 404)
+        split = {}
+        actions.append(SetSplit(leg.model, {}, region=region))
     actions.append(Scale(leg.model, new, 0, region=region))
     nxt = replace(leg, status=ROLLED_BACK, phase="done", phase_since_ms=now_ms, reason=reason,
-                  desired={**leg.desired, new: 0}, latest=latest)
+                  desired={**leg.desired, new: 0}, latest=latest, split=split)
     return rollout.Decision(nxt, actions, f"{reason}; stopping {new}"
-                            + (f", {LATEST} back on {old}" if latest == old else ""))
+                            + (f", {LATEST} back on {old}" if latest == old else "")
+                            + (", its route removed" if old is None else ""))
 
 
 # ----------------------------------------------------------------------------------------
