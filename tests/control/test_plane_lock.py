@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from podium.control.plane_lock import AlreadyRunning, PlaneLock, holder_info
+from podium.control.plane_lock import ADVISORY_KEY, AlreadyRunning, PlaneLock, holder_info
 
 FIRST = holder_info(host="127.0.0.1", http_port=8000, grpc_port=8001, api_port=8080)
 SECOND = holder_info(host="127.0.0.1", http_port=9000, grpc_port=-1, api_port=9080)
@@ -81,3 +81,47 @@ def test_two_homes_sharing_one_postgres_database_are_refused(
     finally:
         first.release()
     PlaneLock.acquire(tmp_path / "b", fresh_postgres, SECOND).release()
+
+
+def _kill_lock_backend(url: str) -> None:
+    """What a database restart does to the plane's lock connection."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.connect() as c:
+        killed = c.execute(text(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND objid = :key"), {"key": ADVISORY_KEY}).all()
+        c.commit()
+    engine.dispose()
+    assert killed == [(True,)]
+
+
+@pytest.mark.postgres
+def test_a_lock_lost_with_its_connection_is_taken_again_or_the_plane_is_deposed(
+        tmp_path: Path, fresh_postgres: str) -> None:
+    first = PlaneLock.acquire(tmp_path / "a", fresh_postgres, FIRST)
+    try:
+        assert first.renew()
+        _kill_lock_backend(fresh_postgres)
+        assert first.renew()  # nobody took it meanwhile: this plane holds it again
+        with pytest.raises(AlreadyRunning):  # and really holds it
+            PlaneLock.acquire(tmp_path / "b", fresh_postgres, SECOND)
+
+        _kill_lock_backend(fresh_postgres)
+        second = PlaneLock.acquire(tmp_path / "b", fresh_postgres, SECOND)  # took it
+        try:
+            with pytest.raises(AlreadyRunning, match="advisory lock"):
+                first.renew()
+        finally:
+            second.release()
+    finally:
+        first.release()
+
+
+def test_renew_without_a_database_lock_is_a_no_op(tmp_path: Path) -> None:
+    lock = PlaneLock.acquire(tmp_path / "h", _sqlite(tmp_path / "h" / "c.db"), FIRST)
+    try:
+        assert lock.renew()
+    finally:
+        lock.release()

@@ -10,6 +10,11 @@
 The kernel and the database server drop these locks when their process dies, even by kill -9,
 so a crashed control plane never blocks its own restart. Taking them writes nothing anywhere
 but the lock files.
+
+The database server also drops the advisory lock when the lock's connection goes (a database
+restart, a killed backend): `renew()` takes it again on a new connection, or raises
+AlreadyRunning when another plane took it meanwhile, so the plane stops acting instead of two
+planes driving one database.
 """
 
 from __future__ import annotations
@@ -38,6 +43,12 @@ _HOLDER_QUERY = text("""
 """)
 
 
+_HELD_QUERY = text("""
+    SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 0
+      AND objid = :key AND pid = pg_backend_pid()
+""")
+
+
 class AlreadyRunning(Conflict):
     """Another `podium up` holds this home or database (exit 2 at the CLI)."""
 
@@ -48,6 +59,7 @@ class PlaneLock:
     def __init__(self) -> None:
         self._fds: list[int] = []
         self._connection: Connection | None = None
+        self._postgres: tuple[str, str] | None = None  # (url, application name) to renew with
 
     @classmethod
     def acquire(cls, home: Path, database_url: str, holder: dict[str, Any]) -> PlaneLock:
@@ -62,7 +74,8 @@ class PlaneLock:
                 db = Path(url.database).resolve()  # type: ignore[arg-type]
                 lock._lock_file(db.with_name(db.name + ".lock"), holder, f"database {db}")
             elif url.get_backend_name() == "postgresql":
-                lock._lock_postgres(database_url, f"podium up {described}")
+                lock._postgres = (database_url, f"podium up {described}")
+                lock._lock_postgres(*lock._postgres)
         except BaseException:
             lock.release()
             raise
@@ -80,6 +93,33 @@ class PlaneLock:
             with contextlib.suppress(Exception):
                 self._connection.engine.dispose()
             self._connection = None
+
+    def renew(self) -> bool:
+        """Make sure the database lock is still this plane's: True when it is (or there is
+        none), False when the database cannot be asked now (try again later); raises
+        AlreadyRunning when another plane took it while this one's connection was gone."""
+        if self._postgres is None:
+            return True
+        if self._connection is not None:
+            try:
+                held = self._connection.execute(_HELD_QUERY, {"key": ADVISORY_KEY}).scalar()
+                self._connection.commit()
+                if held:
+                    return True
+            except Exception:  # the connection died with the server or its backend
+                pass
+            with contextlib.suppress(Exception):
+                self._connection.close()
+            with contextlib.suppress(Exception):
+                self._connection.engine.dispose()
+            self._connection = None
+        try:
+            self._lock_postgres(*self._postgres)
+        except AlreadyRunning:
+            raise
+        except Exception:
+            return False  # still away: the loop's own outage handling says so
+        return True
 
     def _lock_file(self, path: Path, holder: dict[str, Any], what: str) -> None:
         # os.open is close-on-exec: instances started later never inherit (and keep) the lock

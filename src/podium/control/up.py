@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -48,6 +49,7 @@ from podium.control.region_config import RegionSpec, check_regions
 from podium.control.region_world import Region, RegionWorlds
 from podium.control.runtime import Runtime, create_runtime
 from podium.control.store import Store, default_url
+from podium.control.up_loop import FeedingLoop
 from podium.errors import InvalidArgument
 from podium.gateway.http_server import bounded_head_protocol
 from podium.gateway.limits import GatewayLimits, to_flags
@@ -190,11 +192,13 @@ def run_up(config: UpConfig) -> int:
                 ray_num_cpus=config.ray_num_cpus, credential=credential)
             regions.append(Region(part.spec.name, part.runtime, part.table, part.stats))
         plane = ControlPlane(store, RegionWorlds(regions))
-        cleanup.callback(_stop_instances, plane, [r.runtime for r in regions], watchdog)
         first = regions[0]
-        loop = _FeedingLoop(plane, first.runtime, first.table, first.stats, config.loop,
+        loop = FeedingLoop(plane, first.runtime, first.table, first.stats, config.loop,
                             feeds=[p.feed for p in served],
-                            gateways=[p.gateways for p in served], regions=regions)
+                            gateways=[p.gateways for p in served], regions=regions,
+                            plane_lock=lock, on_deposed=_stop_self)
+        cleanup.callback(lambda: None if loop.deposed else _stop_instances(
+            plane, [r.runtime for r in regions], watchdog))  # deposed: the new holder's now
         thread = threading.Thread(target=loop.run_forever, name="podium-control", daemon=True)
         # adopted gateways keep their table until the loop's first pass has rebuilt this one
         for part in served:
@@ -207,7 +211,7 @@ def run_up(config: UpConfig) -> int:
         finally:
             _on_stop_signal(watchdog)  # asyncio's handlers left with its loop
             watchdog.arm()  # whatever ended serving, the rest of the stop is bounded
-    return 0
+    return 2 if loop.deposed else 0
 
 
 class _RegionServed:
@@ -282,28 +286,9 @@ def gateway_shutdown_s(config: UpConfig) -> float:
     return max(1.0, config.shutdown_timeout_s / 2)
 
 
-class _FeedingLoop(ControlLoop):
-    """The control loop, plus what `podium up` adds to each pass: publish, watch gateways."""
-
-    def __init__(self, *args: Any, feeds: list[RouteFeed], gateways: list[GatewayProcesses],
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.feeds = feeds
-        self.gateways = gateways
-
-    def step(self) -> None:
-        """One pass; after the first, the route tables are whole and gateways may take them."""
-        try:
-            for feed in self.feeds:
-                feed.changed()  # re-count drains against the gateways' latest reports
-            super().step()
-            # only a pass that went through (instances probed back in) makes a table whole:
-            # until then gateways keep the one they have
-            for feed in self.feeds:
-                feed.open()
-        finally:
-            for gateways in self.gateways:
-                gateways.poll()  # even while the store is away
+def _stop_self() -> None:
+    """Stop `podium up` the way SIGTERM does (from any thread)."""
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _on_stop_signal(watchdog: ShutdownWatchdog) -> None:
