@@ -179,6 +179,9 @@ def main() -> int:
     ModelCache().materialize(package)
     logs = Path(tempfile.mkdtemp(prefix="podium-prefix-routing-"))
     instances = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
+    # a core each for the engines' workers, as `podium up`'s local runtime gives them (vLLM's
+    # own `auto` binding would pin both to the first core)
+    cores = [str(c) for c in sorted(os.sched_getaffinity(0))]
     gateways = {p: f"http://127.0.0.1:{free_port()}" for p in POLICIES}
     rng = random.Random(0)
     choices = [rng.randrange(opts.prefixes) for _ in range(opts.requests)]
@@ -191,7 +194,8 @@ def main() -> int:
                     [sys.executable, "-m", "podium.cli", "serve", str(package.root), "--host",
                      "127.0.0.1", "--http-port", url.rsplit(":", 1)[1], "--grpc-port", "-1",
                      "--metrics-open"], url + "/health/ready", logs / f"instance-{n}.log",
-                    env, timeout_s=BOOT_TIMEOUT_S)) for n, url in enumerate(instances)]:
+                    {**env, "VLLM_CPU_OMP_THREADS_BIND": cores[n % len(cores)]},
+                    timeout_s=BOOT_TIMEOUT_S)) for n, url in enumerate(instances)]:
                 future.result()
         for policy, url in gateways.items():
             stack.enter_context(child(
