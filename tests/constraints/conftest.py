@@ -17,6 +17,17 @@ def smol_dir(default_model_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smol_dtype(smol_dir: Path) -> str:
+    """The dtype Podium's `precision: auto` serves the default model at here (float32 on a CPU
+    without bf16 instructions, where bf16 runs 5-6x slower), for tests that build vLLM's `LLM`
+    themselves."""
+    from podium.package.precision import resolve_auto
+
+    resolved = resolve_auto(smol_dir)
+    return resolved.precision.dtype if resolved.precision else "auto"
+
+
+@pytest.fixture(scope="session")
 def tok(smol_dir: Path):
     from podium.constraints.vocab import TokenizerInfo
 

@@ -34,12 +34,13 @@ NUM_BLOCKS = 16  # 512 tokens of KV for up to 32 concurrent requests of ~100 tok
 
 
 @pytest.fixture(scope="module")
-def llm(smol_dir: Path) -> Iterator[Any]:
+def llm(smol_dir: Path, smol_dtype: str) -> Iterator[Any]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM
 
     engine = LLM(
         model=str(smol_dir),
+        dtype=smol_dtype,
         logits_processors=engine_logits_processors(),
         enforce_eager=True,
         max_model_len=BLOCK_SIZE * (NUM_BLOCKS - 1),  # one block is reserved

@@ -37,7 +37,7 @@ def test_importing_the_package_and_the_processor_loads_no_numba() -> None:
 
 @pytest.mark.engine
 def test_a_script_importing_podium_at_the_top_runs_a_constrained_request(
-        tmp_path: Path, smol_dir: Path) -> None:
+        tmp_path: Path, smol_dir: Path, smol_dtype: str) -> None:
     """The script a user writes against vLLM's ``LLM``: Podium imported at module level, so
     the spawned engine processes import it too before the worker starts."""
     script = tmp_path / "constrained.py"
@@ -50,7 +50,7 @@ def test_a_script_importing_podium_at_the_top_runs_a_constrained_request(
 
         if __name__ == "__main__":
             llm = LLM(model={str(smol_dir)!r}, logits_processors=engine_logits_processors(),
-                      enforce_eager=True, max_model_len=512, seed=0)
+                      enforce_eager=True, max_model_len=512, seed=0, dtype={smol_dtype!r})
             spec = validate_constraint({{"type": "choice", "choices": {CHOICES!r}}})
             params = SamplingParams(temperature=1.0, max_tokens=8,
                                     extra_args=to_vllm_xargs(spec))
