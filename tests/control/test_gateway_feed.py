@@ -174,3 +174,17 @@ def test_the_control_api_sums_every_gateways_traffic_in_its_metrics(
         assert 'podium:gateway_split_weight{model="echo",version="1"} 100.0' in text
     finally:
         store.close()
+
+
+def test_each_gateway_is_told_what_the_others_have_in_flight(clock: Clock) -> None:
+    """Several gateways in front of one instance share its bound: each answer carries the
+    other live gateways' last counts, never the asking gateway's own, nor a silent one's."""
+    feed = _feed(clock)
+    feed.sync(SyncReport("a", "", -1, in_flight={"echo-1-1": 5}), wait_s=0)
+    feed.sync(SyncReport("b", "", -1, in_flight={"echo-1-1": 2}), wait_s=0)
+    answer = feed.sync(SyncReport("c", "", -1, in_flight={"echo-1-1": 1}), wait_s=0)
+    assert answer.elsewhere == {"echo-1-1": 7}
+    assert feed.sync(SyncReport("a", "", -1, in_flight={"echo-1-1": 5}),
+                     wait_s=0).elsewhere == {"echo-1-1": 3}
+    clock.now += feed.stale_s + 1  # a and b went silent
+    assert feed.sync(SyncReport("c", "", -1, in_flight={}), wait_s=0).elsewhere == {}

@@ -146,3 +146,32 @@ def test_reports_shrink_until_the_control_api_takes_them() -> None:
     asyncio.run(turns())
     assert sorted(delivered) == list(range(1000))
     assert follower.batch < 1000 and table.split("echo") == {"1": 50, "2": 50}
+
+
+def test_the_other_gateways_counts_fill_the_bound_and_steer_balancing() -> None:
+    from podium.errors import Overloaded
+    from podium.gateway.admission import Admission
+    from podium.gateway.stats import VersionStats
+
+    table = RouteTable()
+    follower = TableFollower(table)
+    spec = SyncAnswer("e1", 1, {"echo": ModelSpec(splits={"1": 100}, endpoints={"1": [
+        EndpointSpec("echo-1-a", "http://a"), EndpointSpec("echo-1-b", "http://b")]})},
+        elsewhere={"echo-1-a": 4})
+    follower.apply(spec)
+    a, b = table.endpoint("echo-1-a"), table.endpoint("echo-1-b")
+    assert (a.in_flight_elsewhere, a.load, b.load) == (4, 4, 0)
+    # least in flight counts every gateway's requests: b, every time
+    assert {table.resolve("echo", None)[1].id for _ in range(4)} == {"echo-1-b"}
+    admission = Admission(VersionStats(), max_in_flight=4)
+    try:
+        admission.admit("echo", "1", a)
+        raise AssertionError("a is at its bound with the other gateways' 4")
+    except Overloaded as exc:
+        assert "4 of them from other gateways" in exc.message
+    assert admission.admit("echo", "1", b) is b
+    # the same table again still refreshes the counts; an unreachable plane clears them
+    follower.apply(SyncAnswer("e1", 1, spec.routes, elsewhere={"echo-1-b": 1}))
+    assert (a.load, b.load) == (0, 1)
+    follower.take_elsewhere({})
+    assert b.load == 0

@@ -98,7 +98,8 @@ class RouteFeed:
                 lambda: self._ready and (report.epoch, report.generation) != (
                     self.epoch, self._current()), timeout=wait_s)
             generation = self._current()
-            return SyncAnswer(self.epoch, generation, self._last if self._ready else None)
+            return SyncAnswer(self.epoch, generation, self._last if self._ready else None,
+                              elsewhere=self._in_flight_elsewhere(report.gateway_id))
 
     def forget_gateways(self) -> None:
         """The gateways are stopped: none counts any more, drains end at once."""
@@ -129,6 +130,17 @@ class RouteFeed:
                         for e in eps if e.draining}
             self._drain_since = {i: self._drain_since.get(i, self.generation) for i in draining}
         return self.generation
+
+    def _in_flight_elsewhere(self, gateway_id: str) -> dict[str, int]:
+        """Per endpoint, what the live gateways other than `gateway_id` last reported."""
+        now = self.clock()
+        counts: dict[str, int] = {}
+        for g in self._gateways.values():
+            if g.report.gateway_id != gateway_id and now - g.seen_s < self.stale_s:
+                for endpoint_id, num in g.report.in_flight.items():
+                    if num > 0:
+                        counts[endpoint_id] = counts.get(endpoint_id, 0) + num
+        return counts
 
     def _refresh_in_flight(self) -> None:
         now = self.clock()

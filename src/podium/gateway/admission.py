@@ -1,6 +1,7 @@
 """The gateway's admission: a bound on requests in flight per instance, shed at once past it.
 
-The gateway keeps no queue of its own. Instances are picked by least requests in flight, so
+The gateway keeps no queue of its own. Instances are picked by least requests in flight (this
+gateway's plus what the other gateways of the plane last reported, `Endpoint.load`), so
 when the one picked is at its bound (HTTP and gRPC together) every instance of the routed
 version is (they share a package, so a bound): the request is answered `Overloaded` (429 with
 `Retry-After`, gRPC RESOURCE_EXHAUSTED) without waiting, and counted as shed for that version.
@@ -38,7 +39,7 @@ class Admission:
 
     def has_room(self, endpoint: Endpoint) -> bool:
         """Whether one more request may go to this instance now."""
-        return endpoint.num_in_flight < self.bound(endpoint)
+        return endpoint.load < self.bound(endpoint)
 
     def admit(self, model: str, version: str, endpoint: Endpoint) -> Endpoint:
         """`endpoint` when it has room; else the request is shed (counted, `Overloaded`)."""
@@ -47,8 +48,10 @@ class Admission:
         self.stats.record_shed(model, version, BY_GATEWAY)
         where = ("the package's queue limits" if endpoint.max_in_flight
                  else "--max-in-flight-per-instance")
+        others = (f", {endpoint.in_flight_elsewhere} of them from other gateways"
+                  if endpoint.in_flight_elsewhere else "")
         raise Overloaded(f"every instance of {model}@{version} has {self.bound(endpoint)} "
-                         f"requests in flight from this gateway ({where}); retry in "
+                         f"requests in flight ({where}{others}); retry in "
                          f"{RETRY_AFTER_S:g} s", retry_after_s=RETRY_AFTER_S)
 
 

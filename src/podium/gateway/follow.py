@@ -77,6 +77,7 @@ class ControlFollower:
             answer = ANSWER_DECODER.decode(response.content)
         except (httpx.HTTPError, RuntimeError, msgspec.DecodeError) as exc:
             self.stats.put_back(taken)
+            self.follower.take_elsewhere({})  # unknown now: this gateway's own count only
             if self._reachable and not self.follower.epoch:  # starting beside it
                 log.info("waiting for the control plane at %s (%s)", self.url, exc)
             elif self._reachable:  # said once per outage, not every half second

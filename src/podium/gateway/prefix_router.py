@@ -109,12 +109,12 @@ class PrefixRouter:
         open_ = [e for e in usable if has_room(e)]
         if not open_:
             return None
-        least = min(e.num_in_flight for e in open_)
-        near = [e for e in open_ if e.num_in_flight <= least + self.policy.balance_slack]
+        least = min(e.load for e in open_)
+        near = [e for e in open_ if e.load <= least + self.policy.balance_slack]
         self._turn += 1
         start = self._turn % len(near)
         chosen = min(near[start:] + near[:start],
-                     key=lambda e: (-matches[e.id], e.num_in_flight, self.num_blocks(e)))
+                     key=lambda e: (-matches[e.id], e.load, self.num_blocks(e)))
         best = max(matches.values())
         outcome = COLD if best == 0 else AFFINITY if matches[chosen.id] == best else YIELDED
         self._record((model, version), chosen, blocks)

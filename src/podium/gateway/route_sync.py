@@ -79,6 +79,9 @@ class SyncAnswer(msgspec.Struct, frozen=True):
     epoch: str
     generation: int
     routes: dict[str, ModelSpec] | None = None
+    elsewhere: dict[str, int] = {}
+    """Requests in flight per endpoint id from the plane's other live gateways (their last
+    reports): several gateways in front of one instance share its bound."""
 
 
 def snapshot(table: RouteTable) -> dict[str, ModelSpec]:
@@ -101,7 +104,18 @@ class TableFollower:
         self._told_healthy: dict[str, bool] = {}
 
     def apply(self, answer: SyncAnswer) -> bool:
-        """Take the answer's table if it is one this gateway does not route by yet."""
+        """Take the answer's table if it is one this gateway does not route by yet, and the
+        other gateways' in-flight counts whatever the table."""
+        taken = self._take_table(answer)
+        self.take_elsewhere(answer.elsewhere)
+        return taken
+
+    def take_elsewhere(self, counts: dict[str, int]) -> None:
+        """The other gateways' requests in flight per endpoint ({}: none known)."""
+        for endpoint in self.table.endpoints():
+            endpoint.in_flight_elsewhere = counts.get(endpoint.id, 0)
+
+    def _take_table(self, answer: SyncAnswer) -> bool:
         if answer.routes is None or (answer.epoch, answer.generation) == (
                 self.epoch, self.generation):
             return False

@@ -32,6 +32,10 @@ class Endpoint:
     draining: bool = False
     """True once the control plane wants it stopped: no new requests, in-flight ones finish."""
     num_in_flight: int = 0
+    """Requests this gateway has in flight on the instance."""
+    in_flight_elsewhere: int = 0
+    """Requests the other gateways of the same control plane have in flight on it, as of
+    their last reports (a quarter of a second old at most; 0 while the plane is away)."""
     grpc_target: str | None = None
     """`host:port` of the instance's KServe gRPC server (None: HTTP only)."""
     max_in_flight: int | None = None
@@ -42,6 +46,12 @@ class Endpoint:
     version during a rollout); False for a model with side effects."""
     frontends: str = "embedded"
     """The package's `frontends`: a standalone instance serves KServe only, no OpenAI /v1."""
+
+    @property
+    def load(self) -> int:
+        """Requests in flight on the instance from every gateway: what balancing and the
+        admission bound compare."""
+        return self.num_in_flight + self.in_flight_elsewhere
 
     @property
     def can_take(self) -> bool:
@@ -216,4 +226,4 @@ class RouteTable:
         entry.turn += 1
         start = entry.turn % len(usable)
         rotated = usable[start:] + usable[:start]
-        return min(rotated, key=lambda e: e.num_in_flight)
+        return min(rotated, key=lambda e: e.load)
