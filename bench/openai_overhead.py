@@ -9,9 +9,12 @@ Measures, for each server in turn (never both at once: they would share 2 cores)
 Both servers run at one dtype: by default the one Podium's `precision: auto` resolves to on
 this machine (float32 on a CPU without bf16 instructions), given to vLLM as `--dtype`, so the
 ratio is Podium's own overhead; `--precision bf16` compares at the checkpoint's bf16.
+`--defaults` compares defaults with defaults instead: `make serve`'s package as it is against
+`vllm.entrypoints.openai.api_server --model DIR` with nothing else (vLLM's compiled mode, the
+checkpoint's dtype).
 
 Usage: .venv/bin/python bench/openai_overhead.py [--num-prompts 64] [--rounds 2]
-       [--precision auto|bf16|fp16|fp32]
+       [--precision auto|bf16|fp16|fp32] [--defaults]
 Prints one JSON line per measurement and a table of ratios (Podium / reference).
 """
 
@@ -51,14 +54,17 @@ def resolved_precision(model_dir: Path, precision: str = "auto") -> str:
 
 
 def start(kind: str, model_dir: Path, port: int, env: dict[str, str], log: Path,
-          precision: str = "auto"):
-    """One server, both at `precision` (auto: the package's auto here, given to vLLM)."""
+          precision: str = "auto", defaults: bool = False):
+    """One server, both at `precision` (auto: the package's auto here, given to vLLM); with
+    `defaults`, each with its own defaults instead."""
     precision = resolved_precision(model_dir, precision)
     if kind == "podium":
         from podium.package.defaults import default_llm_manifest
         from podium.package.package import write_manifest
 
-        manifest = {**default_llm_manifest(), "precision": precision}
+        manifest = default_llm_manifest()
+        if not defaults:
+            manifest["precision"] = precision
         pkg = write_manifest(Path(env["PODIUM_HOME"]) / "packages" / f"{MODEL}-bench",
                              manifest).root
         cmd = [sys.executable, "-m", "podium.cli", "serve", str(pkg), "--host", "127.0.0.1",
@@ -67,8 +73,9 @@ def start(kind: str, model_dir: Path, port: int, env: dict[str, str], log: Path,
     else:
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
                str(model_dir), "--served-model-name", MODEL, "--host", "127.0.0.1", "--port",
-               str(port), "--disable-uvicorn-access-log", *ENGINE_ARGS,
-               "--dtype", PRECISIONS[precision].dtype]
+               str(port), "--disable-uvicorn-access-log"]
+        if not defaults:
+            cmd += [*ENGINE_ARGS, "--dtype", PRECISIONS[precision].dtype]
         ready = f"http://127.0.0.1:{port}/health"
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
@@ -105,7 +112,7 @@ def load(port: int, model_dir: Path, num_prompts: int, concurrency: int) -> dict
         "--ignore-eos", "--disable-tqdm", "--seed", "0", "--num-warmups", "4"])
     result = main(args)
     return {"output_throughput": result["output_throughput"],
-            "median_ttft_ms": result["median_ttft_ms"],
+            "median_ttft_ms": result["median_ttft_ms"], "p99_ttft_ms": result["p99_ttft_ms"],
             "median_itl_ms": result.get("median_itl_ms"), "completed": result["completed"]}
 
 
@@ -115,6 +122,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    parser.add_argument("--defaults", action="store_true",
+                        help="each server with its own defaults (no shared args or dtype)")
     opts = parser.parse_args()
 
     from podium.package.cache import ModelCache
@@ -125,7 +134,8 @@ def main() -> None:
     os.environ.update(env)
     model_dir = ModelCache().materialize(write_default_package()).path
     precision = resolved_precision(model_dir, opts.precision)
-    print(f"both servers at {precision}", flush=True)
+    print("each server with its own defaults" if opts.defaults
+          else f"both servers at {precision}", flush=True)
     logs = Path(tempfile.mkdtemp(prefix="podium-bench-"))
     results: dict[str, list[dict]] = {"podium": [], "reference": []}
     for round_no in range(opts.rounds):
@@ -133,7 +143,7 @@ def main() -> None:
         for kind in order:
             port = free_port()
             proc, boot_s = start(kind, model_dir, port, env, logs / f"{kind}-{round_no}.log",
-                                 precision)
+                                 precision, opts.defaults)
             try:
                 figures = {"boot_s": boot_s, **load(port, model_dir, opts.num_prompts,
                                                     opts.concurrency)}
@@ -145,7 +155,7 @@ def main() -> None:
     fresh_home = Path(tempfile.mkdtemp(prefix="podium-fresh-"))
     port = free_port()
     proc, fresh_boot = start("podium", model_dir, port, {**env, "PODIUM_HOME": str(fresh_home)},
-                             logs / "podium-fresh.log", precision)
+                             logs / "podium-fresh.log", precision, opts.defaults)
     stop(proc)
     shutil.rmtree(fresh_home, ignore_errors=True)
     print(json.dumps({"server": "podium-fresh-package", "boot_s": fresh_boot}), flush=True)
@@ -156,9 +166,11 @@ def main() -> None:
     rows = [
         ("output tok/s (higher is better)", "output_throughput"),
         ("median TTFT ms (lower is better)", "median_ttft_ms"),
+        ("p99 TTFT ms (lower is better)", "p99_ttft_ms"),
         ("boot to ready s, from cache", "boot_s"),
     ]
-    print(f"\nboth at {precision} ({PRECISIONS[precision].dtype})")
+    print("\neach with its own defaults" if opts.defaults
+          else f"\nboth at {precision} ({PRECISIONS[precision].dtype})")
     print(f"\n{'metric':38} {'podium':>10} {'reference':>10} {'ratio':>7}")
     for label, key in rows:
         p, r = med("podium", key), med("reference", key)
