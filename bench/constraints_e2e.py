@@ -10,9 +10,11 @@ chat completions at temperature 1.0, `--concurrency` at a time. The three modes:
 
 - `podium`: the request's `constraint` (`distinct_items`, min 3, max 5): one attempt;
 - `vllm`: `response_format` `json_schema` (an array of the candidates as an `enum`,
-  `minItems` 3, `maxItems` 5, `uniqueItems`), which Podium hands to vLLM's own structured
-  outputs (xgrammar, a grammar compiled per distinct schema); an answer that still repeats a
-  title, or is cut off, is asked again, as a user would (up to `--attempts` in all);
+  `minItems` 3, `maxItems` 5; no `uniqueItems`: neither xgrammar nor guidance implements it,
+  so vLLM refuses the schema, and Podium answers 400 naming `response_format`), which Podium
+  hands to vLLM's own structured outputs (xgrammar, a grammar compiled per distinct schema); an
+  answer that repeats a title, or is cut off, is asked again, as a user would (up to
+  `--attempts` in all);
 - `free`: no constraint, invalid answers asked again likewise.
 
 Reported per mode: valid answers per second (valid / the mode's wall time), answers per second
@@ -91,7 +93,7 @@ def body(mode: str, candidates: list[str], max_tokens: int) -> dict[str, Any]:
                              "max": MAX_ITEMS}
     elif mode == "vllm":
         schema = {"type": "array", "items": {"type": "string", "enum": candidates},
-                  "minItems": MIN_ITEMS, "maxItems": MAX_ITEMS, "uniqueItems": True}
+                  "minItems": MIN_ITEMS, "maxItems": MAX_ITEMS}
         out["response_format"] = {"type": "json_schema",
                                   "json_schema": {"name": "picks", "schema": schema}}
     return out
