@@ -102,7 +102,8 @@ def why_not(name: str, machine: Machine | None = None) -> str | None:
     machine = machine or this_machine()
     precision = PRECISIONS.get(name)
     if precision is None:
-        return f"{name!r} is not a precision Podium knows (one of {', '.join(NAMES)})"
+        return (f"{name!r} is not a precision Podium knows (one of {AUTO}, "
+                f"{', '.join(NAMES)})")
     if machine.kind is None:
         return None
     if machine.kind not in precision.kinds:
