@@ -80,12 +80,14 @@ def is_valid(text: str, candidates: list[str]) -> bool:
             and len(set(value)) == len(value))
 
 
-def body(mode: str, candidates: list[str], max_tokens: int) -> dict[str, Any]:
+def body(mode: str, candidates: list[str], max_tokens: int, tag: str = "") -> dict[str, Any]:
+    """One request; `tag` opens the prompt so no other mode's run finds it in the prefix
+    cache (the modes share the candidate lists, not the cached prompts)."""
     listing = "\n".join(f"- {c}" for c in candidates)
     out: dict[str, Any] = {
         "model": MODEL, "stream": True, "temperature": 1.0, "max_tokens": max_tokens,
         "messages": [{"role": "user", "content":
-                      f"Recommend {MIN_ITEMS} to {MAX_ITEMS} different movies from this list "
+                      f"{tag}Recommend {MIN_ITEMS} to {MAX_ITEMS} different movies from this list "
                       f"for tonight:\n{listing}\nAnswer only with a JSON array of titles, "
                       "exactly as written above."}]}
     if mode == "podium":
@@ -122,8 +124,8 @@ async def attempt(client: httpx.AsyncClient, url: str, payload: dict[str, Any],
     return "".join(parts)
 
 
-async def run_mode(url: str, mode: str, requests: list[list[str]], opts: argparse.Namespace
-                   ) -> Tally:
+async def run_mode(url: str, mode: str, requests: list[list[str]], opts: argparse.Namespace,
+                   tag: str = "") -> Tally:
     tally = Tally()
     gate = asyncio.Semaphore(opts.concurrency)
     tries = 1 if mode == "podium" else opts.attempts
@@ -131,8 +133,8 @@ async def run_mode(url: str, mode: str, requests: list[list[str]], opts: argpars
     async def one(client: httpx.AsyncClient, candidates: list[str]) -> None:
         for n in range(tries):
             async with gate:
-                text = await attempt(client, url, body(mode, candidates, opts.max_tokens),
-                                     tally)
+                text = await attempt(client, url, body(mode, candidates, opts.max_tokens,
+                                                       tag), tally)
             tally.attempts += 1
             if is_valid(text, candidates):
                 tally.valid += 1
@@ -199,7 +201,8 @@ def main() -> int:
                                                         opts.max_candidates))
                         for _ in range(opts.requests)]
             for mode in modes if round_no % 2 == 0 else modes[::-1]:
-                figures = summary(mode, asyncio.run(run_mode(url, mode, requests, opts)),
+                tag = f"(set {mode}-{round_no}) "  # a cold prefix cache for every run
+                figures = summary(mode, asyncio.run(run_mode(url, mode, requests, opts, tag)),
                                   opts.requests)
                 results[mode].append(figures)
                 print(json.dumps({"round": round_no, **figures}), flush=True)
