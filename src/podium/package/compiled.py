@@ -51,11 +51,6 @@ def job_for(package: Package, weights: Path, resolved: engine_mode.ResolvedMode)
     from podium import env
 
     env.force_offline()  # the engine environment an instance boots with, so the keys agree
-    if resolved.machine_kind == "cpu":
-        # vLLM 0.32 on CPU saves an AOT-compiled model it cannot load back (its stock-Inductor
-        # artifact has no finalize_loading; upstream turns AOT off on CPU, vllm#32037):
-        # without AOT, torch.compile's own caches in the entry serve the next boot
-        os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
     manifest = _manifest(package)
     factors = keys.key_factors(
         engine=keys.engine_version(), torch=keys.torch_version(), weights=weights.name,
