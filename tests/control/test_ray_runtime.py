@@ -245,3 +245,46 @@ def test_red_black_rollout_on_ray_drops_no_request(ray_platform: Platform,
     assert versions["1"] > 0 and versions["2"] > 0
     assert {r.version for r in results[-50:]} == {"2"}
     ray_platform.wait_for(lambda: [i.version for i in ray_platform.runtime.instances()] == ["2"])
+
+
+def test_a_region_on_ray_beside_a_local_one_rolls_out_after_it_with_no_failed_request(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    """Regions with runtimes of their own kinds: a runs local processes, b Ray actors; echo
+    1 -> 2 rolls out region by region under load through both gateways."""
+    from tests.control.test_region_e2e import BAKE_MS, NAMES, TwoRegions
+    from tests.control.test_region_e2e import STAGED as REGION_STAGED
+
+    def on_ray(store: Store, table: Any, workdir: Path) -> RayRuntime:
+        return RayRuntime(store, table, workdir, num_cpus=INSTANCE_CPUS, drain_timeout_s=10,
+                          credential=CREDENTIAL)
+
+    regions = TwoRegions(tmp_path, {"b": on_ray}, credential=CREDENTIAL)
+    try:
+        assert isinstance(regions.runtimes["b"], RayRuntime)
+        for version in ("1", "2"):
+            regions.plane.announce(str(write_echo(tmp_path / "packages", version)))
+        regions.serve_v1()
+        loads = {n: Load(regions.served[n].url, num_clients=4) for n in NAMES}
+        for load in loads.values():
+            load.start()
+        for load in loads.values():
+            load.wait_requests(50)
+        rollout_id = regions.plane.deploy("echo", "2", REGION_STAGED)
+        status = regions.wait_done(rollout_id, timeout_s=180)
+        for load in loads.values():
+            load.wait_requests(len(load.results) + 50)
+        results = {n: load.stop() for n, load in loads.items()}
+
+        assert status == "succeeded", regions.store.get_rollout(rollout_id).reason
+        steps = regions.store.rollout_steps(rollout_id)
+        a_done = next(s.at_ms for s in steps if "a: warm delay over" in s.note)
+        b_start = next(s.at_ms for s in steps if "b starts" in s.note)
+        assert b_start - a_done >= BAKE_MS
+        for name, got in results.items():
+            assert [r for r in got if r.status != 200] == [], name
+            assert {r.version for r in got[-20:]} == {"2"}, name
+        assert {i.version for i in regions.runtimes["b"].instances() if i.state == READY} == {
+            "2"}  # b serves 2 from its Ray actors; 1 was drained there too
+        assert regions.store.splits("echo", "b") == {"2": 100}
+    finally:
+        regions.close()

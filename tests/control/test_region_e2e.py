@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,13 +18,16 @@ from podium.control.plane import ControlPlane
 from podium.control.region_config import RegionSpec
 from podium.control.region_world import Region, RegionWorlds
 from podium.control.rollout_config import RolloutConfig
+from podium.control.runtime.base import Runtime
 from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store
 from podium.gateway.proxy import Gateway
+from podium.gateway.routing import RouteTable
 from tests.support.echo_platform import Load, write_echo
 from tests.support.servers import Served
 
 NAMES = ("a", "b")
+RuntimeFactory = Callable[[Store, RouteTable, Path], Runtime]
 BAKE_MS = 2_000
 # loose on latency as in test_e2e_rollout (2 shared cores); errors are what this run judges
 STAGED = RolloutConfig(stages=(50, 100), num_instances=1, ready_timeout_ms=60_000,
@@ -32,16 +35,23 @@ STAGED = RolloutConfig(stages=(50, 100), num_instances=1, ready_timeout_ms=60_00
                        max_p99_ratio=4.0, p99_slack_ms=100.0, bake_ms=BAKE_MS)
 
 
-class TwoRegions:
-    """What `podium up --region a,... --region b,...` wires, in-process with test timings."""
+def local_runtime(store: Store, table: RouteTable, workdir: Path) -> Runtime:
+    return LocalRuntime(store, table, workdir, drain_timeout_s=10)
 
-    def __init__(self, root: Path) -> None:
+
+class TwoRegions:
+    """What `podium up --region a,... --region b,...` wires, in-process with test timings;
+    `runtime_for` gives a region its runtime (default: local processes in both)."""
+
+    def __init__(self, root: Path, runtime_for: dict[str, RuntimeFactory] | None = None,
+                 credential: str | None = None) -> None:
         self.store = Store.open(f"sqlite:///{root / 'control.db'}")
         self.store.set_regions([RegionSpec(n, http_port=9100 + i, grpc_port=-1)
                                 for i, n in enumerate(NAMES)])
-        self.gateways = {n: Gateway() for n in NAMES}
-        self.runtimes = {n: LocalRuntime(self.store.for_region(n), self.gateways[n].table,
-                                         root / n / "instances", drain_timeout_s=10)
+        self.gateways = {n: Gateway(upstream_credential=credential) for n in NAMES}
+        factories = runtime_for or {}
+        self.runtimes = {n: factories.get(n, local_runtime)(
+            self.store.for_region(n), self.gateways[n].table, root / n / "instances")
                          for n in NAMES}
         regions = [Region(n, self.runtimes[n], self.gateways[n].table, self.gateways[n].stats)
                    for n in NAMES]
