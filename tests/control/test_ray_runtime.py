@@ -251,8 +251,8 @@ def test_a_region_on_ray_beside_a_local_one_rolls_out_after_it_with_no_failed_re
         ray_cluster: Any, tmp_path: Path) -> None:
     """Regions with runtimes of their own kinds: a runs local processes, b Ray actors; echo
     1 -> 2 rolls out region by region under load through both gateways."""
-    from tests.control.test_region_e2e import BAKE_MS, NAMES, TwoRegions
-    from tests.control.test_region_e2e import STAGED as REGION_STAGED
+    from tests.support.two_regions import BAKE_MS, NAMES, TwoRegions
+    from tests.support.two_regions import STAGED as REGION_STAGED
 
     def on_ray(store: Store, table: Any, workdir: Path) -> RayRuntime:
         return RayRuntime(store, table, workdir, num_cpus=INSTANCE_CPUS, drain_timeout_s=10,

@@ -16,7 +16,7 @@ from podium.control.up_loop import FeedingLoop
 from podium.control.world import RuntimeWorld
 from podium.gateway.routing import RouteTable
 from podium.gateway.stats import VersionStats
-from tests.control.test_loop import FakeRuntime
+from tests.support.ready_runtime import FakeRuntime
 
 
 class Lock:
