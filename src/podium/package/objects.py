@@ -32,9 +32,15 @@ def staging_for(target: Path) -> Iterator[Path]:
 def publish(staging: Path, target: Path, info: dict[str, Any]) -> None:
     """Mark `staging` complete with `info` and move it to `target`."""
     (staging / OBJECT_INFO).write_text(json.dumps(info, indent=2))
+    promote(staging, target)
+
+
+def promote(staging: Path, target: Path) -> None:
+    """Rename a finished `staging` folder to `target`; a concurrent writer that got there
+    first wins (its object is identical) and ours is dropped."""
     try:
         staging.rename(target)
-    except OSError:  # a concurrent writer won; its object is identical
+    except OSError:
         shutil.rmtree(staging, ignore_errors=True)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from podium.package.manifest import (
     load_manifest,
     parse_manifest,
 )
+from podium.package.objects import promote, sha256_file
 from podium.package.paths import DIRECTORY, FILE, kind_of, named_path, package_entries
 
 
@@ -64,7 +64,7 @@ def open_package(location: Path | str) -> Package:
 def _open_archive(path: Path) -> Package:
     """Unpack once into $PODIUM_HOME/unpacked/<digest>: staged, validated, then renamed."""
     try:
-        digest = _file_digest(path)[:16]
+        digest = sha256_file(path)[:16]
     except OSError as exc:
         raise PackageError(f"{path}: cannot be read ({exc.strerror})") from None
     target = env.home() / "unpacked" / digest
@@ -77,7 +77,7 @@ def _open_archive(path: Path) -> Package:
             raise PackageError(f"{path}: no {MANIFEST_NAME} at the top of the archive; pack "
                                "the package directory with `podium package DIR`")
         manifest = check_package(staging).manifest  # only a valid package is ever promoted
-        _promote(staging, target)
+        promote(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -166,16 +166,3 @@ def write_manifest(directory: Path, data: dict) -> Package:
     return Package(directory.resolve(), manifest)
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _promote(staging: Path, target: Path) -> None:
-    try:
-        staging.rename(target)
-    except OSError:  # another process won the race: theirs is as good as ours
-        shutil.rmtree(staging, ignore_errors=True)
