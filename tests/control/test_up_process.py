@@ -29,8 +29,9 @@ def test_kill_9_mid_rollout_under_load_fails_no_request_and_the_rollout_resumes(
                       "--api", up.api) == 0
     assert podium("deploy", "echo@1", "--stages", "100", "--analysis-window", "0",
                   "--warm-delay", "0", "--api", up.api) == 0
-    wait(lambda: up.rollout(1)["status"] == "succeeded", what="v1 deployed")
-    wait(lambda: len(up.pids("1")) == 1, what="v1 ready")
+    wait(lambda: up.rollout(1)["status"] == "succeeded", what="v1 deployed",
+         detail=up.diagnosis)
+    wait(lambda: len(up.pids("1")) == 1, what="v1 ready", detail=up.diagnosis)
     up.wait_serving("1")
     [v1_pid] = up.pids("1")
     [gateway_pid] = up.gateway_pids()
@@ -39,7 +40,8 @@ def test_kill_9_mid_rollout_under_load_fails_no_request_and_the_rollout_resumes(
     load.wait_requests(200)
     assert podium("deploy", "echo@2", "--stages", "50,100", "--analysis-window", "4",
                   "--warm-delay", "1", "--api", up.api) == 0
-    wait(lambda: up.rollout(2)["phase"] == "analyze", what="the 50% stage")
+    wait(lambda: up.rollout(2)["phase"] == "analyze", what="the 50% stage",
+         detail=up.diagnosis)
     [v2_pid] = up.pids("2")
 
     assert up.process is not None
@@ -51,8 +53,10 @@ def test_kill_9_mid_rollout_under_load_fails_no_request_and_the_rollout_resumes(
     load.wait_requests(len(load.results) + 200)
 
     up.start()  # same PODIUM_HOME: same SQLite store
-    wait(lambda: up.rollout(2)["status"] == "succeeded", what="the resumed rollout")
-    wait(lambda: up.pids("1") == [] and not alive(v1_pid), what="v1 drained and stopped")
+    wait(lambda: up.rollout(2)["status"] == "succeeded", what="the resumed rollout",
+         detail=up.diagnosis)
+    wait(lambda: up.pids("1") == [] and not alive(v1_pid), what="v1 drained and stopped",
+         detail=up.diagnosis)
     load.wait_requests(len(load.results) + 200)
     results = load.stop()
 

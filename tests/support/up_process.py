@@ -67,15 +67,33 @@ class Up:
         """Until the gateway answers a KServe request of `model` from `version` (its table
         reaches it a moment after the control plane changes)."""
         body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}
+        last = ["no answer yet"]
 
         def serving() -> bool:
             try:
                 r = httpx.post(f"{self.gateway}/v2/models/{model}/infer", json=body, timeout=10)
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
+                last[0] = f"{type(exc).__name__}: {exc}"
                 return False
+            last[0] = f"{r.status_code} {r.text[:300]}"
             return r.status_code == 200 and r.json()["model_version"] == version
 
-        wait(serving, what=f"the gateway serving {model}@{version}")
+        wait(serving, what=f"the gateway serving {model}@{version}",
+             detail=lambda: f"the gateway's last answer: {last[0]}\n{self.diagnosis()}")
+
+    def diagnosis(self) -> str:
+        """What the plane and its gateways say and logged last (for a failed wait)."""
+        parts = []
+        try:
+            gateways = httpx.get(self.api + "/v1/gateways", timeout=5).text
+            parts.append(f"GET /v1/gateways: {gateways}")
+        except httpx.HTTPError as exc:
+            parts.append(f"GET /v1/gateways: {exc!r}")
+        for log in [self.home / "up.log", *sorted((self.home / "gateways").glob("*.log"))]:
+            with contextlib.suppress(OSError):
+                tail = log.read_text(errors="replace").splitlines()[-25:]
+                parts.append(f"--- {log.name} (last {len(tail)} lines)\n" + "\n".join(tail))
+        return "\n".join(parts)
 
     def kill_gateways(self) -> None:
         """SIGKILL the recorded gateways (after a test that left them without a plane)."""
@@ -97,13 +115,15 @@ def _ok(url: str) -> bool:
 
 
 def wait(condition: Callable[[], bool], *, what: str, timeout_s: float = 90,
-         interval_s: float = 0.1) -> None:
-    """Poll `condition` every `interval_s`; fail naming `what` after `timeout_s`. A wait for
-    an engine to boot polls every second: each poll costs the control plane CPU time that the
-    booting engine shares."""
+         interval_s: float = 0.1, detail: Callable[[], str] | None = None) -> None:
+    """Poll `condition` every `interval_s`; fail naming `what` (and what `detail` says) after
+    `timeout_s`. A wait for an engine to boot polls every second: each poll costs the control
+    plane CPU time that the booting engine shares."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}"
+                                 + (f"\n{detail()}" if detail else ""))
         time.sleep(interval_s)
 
 
