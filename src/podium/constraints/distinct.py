@@ -19,7 +19,7 @@ from podium.constraints import kernels
 from podium.constraints.base import Constraint
 from podium.constraints.choice import trie
 from podium.constraints.table import TokenTable, as_i64
-from podium.constraints.vocab import TokenizerInfo
+from podium.constraints.vocab import TokenizerInfo, TokenRuns
 
 OPEN, SEPARATOR, CLOSE = "[", ", ", "]"
 _PLAIN, _ITEM, _SEP, _CLOSE = kernels.PLAIN, kernels.ITEM, kernels.SEP, kernels.CLOSE  # guards
@@ -40,14 +40,13 @@ class DistinctItemsConstraint(Constraint):
         self.items, self.min_items = items, min_items
         self.max_items = min(max_items, len(items))
         # json.dumps(item, ensure_ascii=False) of a string, without its per-call overhead
-        texts = [*map(encode_basestring, items), OPEN, SEPARATOR, CLOSE]
-        encoded = tok.encode_exact(texts)
-        item_seqs, (open_seq, sep_seq, close_seq) = encoded[:-3], encoded[-3:]
-        self._build(item_seqs, open_seq, sep_seq, close_seq, tok.vocab_size)
+        item_runs = tok.encode_runs(list(map(encode_basestring, items)))
+        open_seq, sep_seq, close_seq = tok.encode_exact([OPEN, SEPARATOR, CLOSE])
+        self._build(item_runs, open_seq, sep_seq, close_seq, tok.vocab_size)
         self._alive = np.zeros((0, self.table.num_states), dtype=np.int32)
         self._count = np.zeros(0, dtype=np.int64)
 
-    def _build(self, item_seqs: list[list[int]], open_seq: list[int], sep_seq: list[int],
+    def _build(self, item_runs: TokenRuns, open_seq: list[int], sep_seq: list[int],
                close_seq: list[int], vocab_size: int) -> None:
         edges: list[tuple[int, int, int, int]] = []  # (source, token, target, guard)
         n = 0
@@ -69,7 +68,7 @@ class DistinctItemsConstraint(Constraint):
         path(after_item, sep_seq, item_start, _SEP)
         path(after_item, close_seq, done, _CLOSE)
         # the item trie (numbered from n); its first level hangs off after_open and item_start
-        offsets, nodes, parents, tokens, children = trie(item_seqs, n, vocab_size)
+        offsets, nodes, parents, tokens, children = trie(item_runs, n)
         roots = parents < 0
         fixed = np.array(edges, dtype=np.int64).reshape(-1, 4)
         item = np.full(len(children), _ITEM, dtype=np.int64)
@@ -85,7 +84,7 @@ class DistinctItemsConstraint(Constraint):
         self._after_item = after_item
         leaves = nodes[offsets[1:] - 1]
         self._item_of_node = np.full(n, -1, dtype=np.int64)
-        self._item_of_node[leaves] = np.arange(len(item_seqs))
+        self._item_of_node[leaves] = np.arange(len(item_runs))
         self._path_offsets = offsets
         self._path_nodes = nodes
         self._base_alive = np.bincount(self._path_nodes, minlength=n).astype(np.int32)

@@ -30,7 +30,7 @@ class TokenizerInfo:
         if not ids:
             raise ValueError("the tokenizer has no end-of-sequence token; constraints need one")
         self.eos_token_ids = tuple(sorted(ids))
-        self._memo: dict[str, list[int]] = {}  # text -> verified canonical tokens
+        self._memo: dict[str, bytes] = {}  # text -> verified canonical tokens (int32)
 
     @classmethod
     def from_pretrained(cls, path: str, vocab_size: int | None = None) -> TokenizerInfo:
@@ -51,18 +51,35 @@ class TokenizerInfo:
 
     def encode_exact(self, texts: list[str]) -> list[list[int]]:
         """Like :meth:`encode_batch`, but raise ``ValueError`` for a text the tokenizer cannot
-        reproduce (some drop control characters): its output could never equal the text.
+        reproduce (some drop control characters): its output could never equal the text."""
+        return [np.frombuffer(b, dtype=np.int32).tolist() for b in self._packed(texts)]
+
+    def encode_runs(self, texts: list[str]) -> TokenRuns:
+        """:meth:`encode_exact` packed end to end in one array (what a trie is built from).
 
         Texts seen before come from a memo: per-request candidate sets are mostly drawn from
-        one catalog, so most of a new spec's strings were tokenized for an earlier one."""
+        one catalog, so most of a new spec's strings were tokenized for an earlier one. The
+        memo keeps each text's tokens as packed bytes, so a spec of 500 remembered strings
+        becomes one array by one join, not 500 list conversions."""
+        parts = self._packed(texts)
+        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)) // 4
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.frombuffer(b"".join(parts), dtype=np.int32).astype(np.int64)
+        return TokenRuns(flat, offsets)
+
+    def _packed(self, texts: list[str]) -> list[bytes]:
         memo = self._memo
-        missing = [t for t in texts if t not in memo]
-        if missing:
-            missing = list(dict.fromkeys(missing))
+        parts = list(map(memo.get, texts))
+        if None in parts:
+            missing = list(dict.fromkeys(t for t, b in zip(texts, parts, strict=True)
+                                         if b is None))
             if len(memo) + len(missing) > MEMO_SIZE:
                 memo.clear()  # a crude bound; the catalog refills it
-            memo.update(zip(missing, self._encode_checked(missing), strict=True))
-        return list(map(memo.__getitem__, texts))
+            memo.update(zip(missing, (np.asarray(ids, dtype=np.int32).tobytes()
+                                      for ids in self._encode_checked(missing)), strict=True))
+            parts = list(map(memo.__getitem__, texts))
+        return parts  # type: ignore[return-value]
 
     def _encode_checked(self, texts: list[str]) -> list[list[int]]:
         encoded = self.encode_batch(texts)
@@ -129,6 +146,29 @@ class TokenizerInfo:
                 return _reduced_vocabulary(self.tokenizer)
             out.setdefault(raw, []).append(i)
         return out
+
+
+@dataclass(frozen=True)
+class TokenRuns:
+    """Token sequences end to end: sequence i is ``flat[offsets[i]:offsets[i + 1]]``."""
+
+    flat: np.ndarray
+    """int64 [total tokens]."""
+    offsets: np.ndarray
+    """int64 [num sequences + 1]."""
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @classmethod
+    def of(cls, sequences: list[list[int]]) -> TokenRuns:
+        """Pack plain lists (tests, callers without the memo)."""
+        lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.fromiter((t for seq in sequences for t in seq), dtype=np.int64,
+                           count=int(offsets[-1]))
+        return cls(flat, offsets)
 
 
 @dataclass(frozen=True)
