@@ -13,8 +13,13 @@ ratio is Podium's own overhead; `--precision bf16` compares at the checkpoint's 
 `vllm.entrypoints.openai.api_server --model DIR` with nothing else (vLLM's compiled mode, the
 checkpoint's dtype).
 
+`--long-share 0.25` makes the load mixed: that share of the prompts is `--long-len` (2,000)
+tokens long, the rest 128 (a custom dataset of unrelated random-token prompts, so no prefix is
+shared), where chunked prefill decides how long a long prompt holds up the running decodes.
+
 Usage: .venv/bin/python bench/openai_overhead.py [--num-prompts 64] [--rounds 2]
-       [--precision auto|bf16|fp16|fp32] [--defaults]
+       [--precision auto|bf16|fp16|fp32] [--defaults] [--long-share 0.25 [--long-len 2000]]
+       [--skip-fresh]
 Prints one JSON line per measurement and a table of ratios (Podium / reference).
 """
 
@@ -98,22 +103,52 @@ def stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def load(port: int, model_dir: Path, num_prompts: int, concurrency: int) -> dict:
+def load(port: int, model_dir: Path, num_prompts: int, concurrency: int,
+         dataset: Path | None = None) -> dict:
+    """vLLM's serving benchmark against one server: random 128 in / 64 out, or the prompts of
+    a custom `dataset` (64 out each)."""
     from vllm.benchmarks.serve import add_cli_args, main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
+    data = (["--dataset-name", "random", "--input-len", "128", "--output-len", "64"]
+            if dataset is None else
+            ["--dataset-name", "custom", "--dataset-path", str(dataset), "--custom-output-len",
+             "64", "--skip-chat-template"])
     args = parser.parse_args([
         "--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}",
         "--endpoint", "/v1/completions", "--model", MODEL, "--tokenizer", str(model_dir),
-        "--dataset-name", "random", "--input-len", "128", "--output-len", "64",
-        "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
+        *data, "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
         "--ignore-eos", "--disable-tqdm", "--seed", "0", "--num-warmups", "4"])
     result = main(args)
     return {"output_throughput": result["output_throughput"],
             "median_ttft_ms": result["median_ttft_ms"], "p99_ttft_ms": result["p99_ttft_ms"],
             "median_itl_ms": result.get("median_itl_ms"), "completed": result["completed"]}
+
+
+def mixed_dataset(path: Path, model_dir: Path, num_prompts: int, long_share: float,
+                  long_len: int, short_len: int = 128) -> Path:
+    """A JSONL of `num_prompts` prompts of random tokens (seeded), `long_share` of them
+    `long_len` tokens long and spread evenly through the run, the others `short_len`."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    rng = random.Random(0)
+    special = set(tok.all_special_ids)
+    ids = [i for i in range(len(tok)) if i not in special]
+    num_long = round(num_prompts * long_share)
+    every = num_prompts / num_long if num_long else 0
+    long_at = {int(k * every) for k in range(num_long)}
+    lines = []
+    for i in range(num_prompts):
+        n = long_len if i in long_at else short_len
+        text = tok.decode(rng.choices(ids, k=n))
+        lines.append(json.dumps({"prompt": text}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def main() -> None:
@@ -124,6 +159,11 @@ def main() -> None:
     parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     parser.add_argument("--defaults", action="store_true",
                         help="each server with its own defaults (no shared args or dtype)")
+    parser.add_argument("--long-share", type=float, default=0.0,
+                        help="share of long prompts (a mixed load; 0: random 128 in)")
+    parser.add_argument("--long-len", type=int, default=2000)
+    parser.add_argument("--skip-fresh", action="store_true",
+                        help="skip the boot of a fresh package (materialization)")
     opts = parser.parse_args()
 
     from podium.package.cache import ModelCache
@@ -137,6 +177,12 @@ def main() -> None:
     print("each server with its own defaults" if opts.defaults
           else f"both servers at {precision}", flush=True)
     logs = Path(tempfile.mkdtemp(prefix="podium-bench-"))
+    dataset = None
+    if opts.long_share > 0:
+        dataset = mixed_dataset(logs / "mixed.jsonl", model_dir, opts.num_prompts,
+                                opts.long_share, opts.long_len)
+        print(f"mixed load: {opts.long_share:.0%} of {opts.num_prompts} prompts "
+              f"{opts.long_len} tokens long, the rest 128 ({dataset})", flush=True)
     results: dict[str, list[dict]] = {"podium": [], "reference": []}
     for round_no in range(opts.rounds):
         order = ["reference", "podium"] if round_no % 2 == 0 else ["podium", "reference"]
@@ -146,19 +192,22 @@ def main() -> None:
                                  precision, opts.defaults)
             try:
                 figures = {"boot_s": boot_s, **load(port, model_dir, opts.num_prompts,
-                                                    opts.concurrency)}
+                                                    opts.concurrency, dataset)}
             finally:
                 stop(proc)
             results[kind].append(figures)
             print(json.dumps({"server": kind, "round": round_no, **figures}), flush=True)
 
-    fresh_home = Path(tempfile.mkdtemp(prefix="podium-fresh-"))
-    port = free_port()
-    proc, fresh_boot = start("podium", model_dir, port, {**env, "PODIUM_HOME": str(fresh_home)},
-                             logs / "podium-fresh.log", precision, opts.defaults)
-    stop(proc)
-    shutil.rmtree(fresh_home, ignore_errors=True)
-    print(json.dumps({"server": "podium-fresh-package", "boot_s": fresh_boot}), flush=True)
+    fresh_boot = None
+    if not opts.skip_fresh:
+        fresh_home = Path(tempfile.mkdtemp(prefix="podium-fresh-"))
+        port = free_port()
+        proc, fresh_boot = start("podium", model_dir, port,
+                                 {**env, "PODIUM_HOME": str(fresh_home)},
+                                 logs / "podium-fresh.log", precision, opts.defaults)
+        stop(proc)
+        shutil.rmtree(fresh_home, ignore_errors=True)
+        print(json.dumps({"server": "podium-fresh-package", "boot_s": fresh_boot}), flush=True)
 
     def med(kind: str, key: str) -> float:
         return statistics.median(r[key] for r in results[kind])
@@ -176,8 +225,9 @@ def main() -> None:
         p, r = med("podium", key), med("reference", key)
         print(f"{label:38} {p:10.2f} {r:10.2f} {p / r:7.3f}")
     ref_boot = med("reference", "boot_s")
-    print(f"{'boot to ready s, fresh package':38} {fresh_boot:10.2f} {ref_boot:10.2f} "
-          f"{fresh_boot / ref_boot:7.3f}")
+    if fresh_boot is not None:
+        print(f"{'boot to ready s, fresh package':38} {fresh_boot:10.2f} {ref_boot:10.2f} "
+              f"{fresh_boot / ref_boot:7.3f}")
     print(f"logs: {logs}")
 
 
