@@ -119,6 +119,56 @@ def test_engine_that_rewrites_the_cached_build_is_reported(tmp_path: Path, caplo
     assert "rewrote torch_aot_compile/abc" in caplog.text
 
 
+class FakeInductor:
+    """vLLM compiled on CPU with AOT off: only Inductor's FX-graph cache holds the build (an
+    entry per graph, written on a miss, read on a hit)."""
+
+    def __init__(self, graph: str = "fabc") -> None:
+        self.graph = graph
+        self.compiles = 0
+
+    def start(self) -> str:
+        root = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        entry = root / "fxgraph" / self.graph[:3] / self.graph / "0"
+        if not entry.is_file():
+            self.compiles += 1
+            entry.parent.mkdir(parents=True)
+            entry.write_bytes(b"\1" * 512)
+            (root / "locks").mkdir(exist_ok=True)
+            (root / "locks" / "x.lock").write_bytes(b"")  # rewritten on every start
+        return "engine"
+
+
+def test_inductor_cache_alone_is_a_build_and_its_reuse_a_hit(tmp_path: Path) -> None:
+    cache, engine = CompileCache(tmp_path), FakeInductor()
+    assert run_with_artifacts(_job(), engine.start, cache) == ("engine", False)
+    assert run_with_artifacts(_job(), engine.start, cache) == ("engine", True)
+    assert engine.compiles == 1 and cache.lookup(_job().key).info["hits"] == 1
+
+
+def test_inductor_compiling_another_graph_is_no_hit(tmp_path: Path, caplog) -> None:
+    cache = CompileCache(tmp_path)
+    run_with_artifacts(_job(), FakeInductor("fabc").start, cache)
+    caplog.set_level(logging.WARNING, "podium.compile_cache")
+    assert run_with_artifacts(_job(), FakeInductor("fdef").start, cache)[1] is False
+    assert "rewrote torchinductor/fxgraph" in caplog.text
+    assert cache.lookup(_job().key).info["hits"] == 0
+
+
+def test_cpu_compiles_without_aot_and_keys_on_it(monkeypatch) -> None:
+    """vLLM 0.32 cannot load its own AOT build on CPU: a compiled package there compiles with
+    AOT off (a factor of the key), unless the operator set it."""
+    monkeypatch.delenv(compiled.AOT_COMPILE_ENV, raising=False)
+    compiled._reloadable_on("cuda")
+    assert compiled.AOT_COMPILE_ENV not in os.environ
+    compiled._reloadable_on("cpu")
+    assert os.environ[compiled.AOT_COMPILE_ENV] == "0"
+    assert keys.engine_env()["VLLM_USE_AOT_COMPILE"] is False
+    monkeypatch.setenv(compiled.AOT_COMPILE_ENV, "1")
+    compiled._reloadable_on("cpu")
+    assert os.environ[compiled.AOT_COMPILE_ENV] == "1"
+
+
 def _tiny_package(tmp_path: Path, **manifest):
     root = tmp_path / "tiny"
     (root / "weights").mkdir(parents=True)

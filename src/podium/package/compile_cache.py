@@ -2,8 +2,9 @@
 
     $PODIUM_CACHE/compiled/       (or $PODIUM_COMPILE_CACHE)
       <key>/engine/               the engine's own cache root (VLLM_CACHE_ROOT): vLLM's
-                                  torch.compile cache (torch_compile_cache/, AOT artifacts and
-                                  Inductor's generated code), model-inspection cache, …
+                                  torch.compile cache (torch_compile_cache/, AOT artifacts),
+                                  Inductor's caches and generated code (torchinductor/),
+                                  model-inspection cache, …
       <key>/podium-compiled.json  the factors of the key, files, sizes, compile seconds, hits
       <key>.lock                  held while one process compiles or boots from the entry
 
@@ -150,7 +151,7 @@ def run_with_artifacts(job: CompileJob, start: Callable[[], T],
             log.info("compile cache miss for %s (key %s): %s; the engine compiles now and the "
                      "result is cached", job.package_key, key[:12],
                      cache.why_missing(job.factors, job.package_key))
-        before = _aot_builds(engine_root)
+        before = _artifacts(engine_root)
         started = time.monotonic()
         with engine_environment(engine_root):
             result = start()
@@ -161,7 +162,7 @@ def run_with_artifacts(job: CompileJob, start: Callable[[], T],
                      job.package_key, seconds, len(entry.info["files"]), entry.num_bytes / 1e6,
                      entry.path)
             return result, False
-        after = _aot_builds(engine_root)
+        after = _artifacts(engine_root)
         new = sorted({_build_name(p) for p, mtime in after.items() if before.get(p) != mtime})
         if new:  # vLLM's own key (env, source files) differed, or its artifact did not load
             log.warning("the engine compiled %s although Podium's compile cache matched: vLLM "
@@ -193,15 +194,26 @@ def engine_environment(engine_root: Path) -> Iterator[None]:
                     os.environ[name] = value
 
 
-def _aot_builds(engine_root: Path) -> dict[Path, int]:
-    """vLLM's compiled artifacts (`<vLLM's key>/rank_*/<artifact>`) and their mtimes: a
-    compile writes a new one or rewrites one, a load leaves them as they were."""
-    base = engine_root / "torch_compile_cache"
-    return {p.relative_to(base): p.stat().st_mtime_ns for p in base.glob("**/rank_*/*")}
+def _artifacts(engine_root: Path) -> dict[Path, int]:
+    """What a compile writes, with mtimes: vLLM's own builds
+    (`torch_compile_cache/<vLLM's key>/rank_*/<artifact>`) and Inductor's FX-graph and
+    AOTAutograd cache entries (the compiled code on CPU, where vLLM's AOT build is off). A
+    compile writes a new one or rewrites one; a load leaves them as they were."""
+    found = {}
+    for pattern in ("torch_compile_cache/**/rank_*/*", "torchinductor/fxgraph/**/*",
+                    "torchinductor/aotautograd/**/*"):
+        for path in engine_root.glob(pattern):
+            if path.is_file():
+                found[path.relative_to(engine_root)] = path.stat().st_mtime_ns
+    return found
 
 
 def _build_name(artifact: Path) -> str:
-    return str(artifact.parent.parent)
+    """The build an artifact belongs to, as the warning names it."""
+    parts = artifact.parts
+    if parts[0] == "torchinductor":
+        return "/".join(parts[:2])  # torchinductor/fxgraph, torchinductor/aotautograd
+    return str(Path(*parts[1:]).parent.parent)  # vLLM's: <kind>/<its key>
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

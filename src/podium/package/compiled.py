@@ -51,6 +51,7 @@ def job_for(package: Package, weights: Path, resolved: engine_mode.ResolvedMode)
     from podium import env
 
     env.force_offline()  # the engine environment an instance boots with, so the keys agree
+    _reloadable_on(resolved.machine_kind)
     manifest = _manifest(package)
     factors = keys.key_factors(
         engine=keys.engine_version(), torch=keys.torch_version(), weights=weights.name,
@@ -61,6 +62,20 @@ def job_for(package: Package, weights: Path, resolved: engine_mode.ResolvedMode)
                                               task=manifest.task, mode=resolved.mode),
         hardware=keys.hardware(resolved.machine_kind), engine_env=keys.engine_env())
     return CompileJob(package.key, factors)
+
+
+AOT_COMPILE_ENV = "VLLM_USE_AOT_COMPILE"
+
+
+def _reloadable_on(kind: str) -> None:
+    """On CPU, compile the way the engine can load back: vLLM 0.32 saves its AOT artifact
+    there but fails to load it (the stock-Inductor function of DYNAMO_TRACE_ONCE has no
+    `finalize_loading`; upstream turned AOT off on CPU, vllm-project/vllm#32037). Without AOT
+    Dynamo traces at each boot and Inductor's FX-graph and AOTAutograd caches in the entry
+    serve the compiled code. Set before the key is computed, so it is a factor of it; an
+    operator's own setting stays."""
+    if kind == "cpu" and AOT_COMPILE_ENV not in os.environ:
+        os.environ[AOT_COMPILE_ENV] = "0"
 
 
 def start(job: CompileJob | None, start_engine: Callable[[], T]) -> T:
