@@ -110,6 +110,8 @@ def load(port: int, model_dir: Path, num_prompts: int, concurrency: int,
     from vllm.benchmarks.serve import add_cli_args, main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
+    if dataset is not None:
+        _read_jsonl_without_pandas()
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
     data = (["--dataset-name", "random", "--input-len", "128", "--output-len", "64"]
@@ -125,6 +127,37 @@ def load(port: int, model_dir: Path, num_prompts: int, concurrency: int,
     return {"output_throughput": result["output_throughput"],
             "median_ttft_ms": result["median_ttft_ms"], "p99_ttft_ms": result["p99_ttft_ms"],
             "median_itl_ms": result.get("median_itl_ms"), "completed": result["completed"]}
+
+
+class _JsonLines:
+    """The little of pandas that vLLM's custom dataset reads a JSONL file with (`read_json`,
+    `.columns`, `.iterrows()`, `row.to_dict()`): pandas is not a dependency of Podium."""
+
+    class Row(dict):
+        def to_dict(self) -> dict:
+            return dict(self)
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows = [self.Row(r) for r in rows]
+        self.columns = {k for r in rows for k in r}
+
+    def iterrows(self):  # type: ignore[no-untyped-def]
+        return enumerate(self.rows)
+
+    @classmethod
+    def read_json(cls, path_or_buf: str, lines: bool = True) -> _JsonLines:
+        assert lines
+        text = Path(path_or_buf).read_text()
+        return cls([json.loads(line) for line in text.splitlines() if line.strip()])
+
+
+def _read_jsonl_without_pandas() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("pandas") is None:
+        from vllm.benchmarks.datasets import datasets
+
+        datasets.pd = _JsonLines  # type: ignore[attr-defined]
 
 
 def mixed_dataset(path: Path, model_dir: Path, num_prompts: int, long_share: float,

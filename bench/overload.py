@@ -125,17 +125,33 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-def measure(call: Call, opts: argparse.Namespace) -> dict[str, Any]:
-    """Capacity, the spike and the recovery against one ready server."""
-    asyncio.run(closed_loop(call, 2, 3))  # warm up
-    base = asyncio.run(closed_loop(call, opts.concurrency, opts.capacity_seconds))
+Closed = Callable[[int, float], list[Answer]]
+"""A closed loop: (clients, seconds) → answers."""
+Opened = Callable[[list[tuple[float, float]]], list[Answer]]
+"""An open loop: phases of (rate per second, seconds) → answers."""
+
+
+def measure(call: Call | None, opts: argparse.Namespace,
+            loops: tuple[Closed, Opened] | None = None) -> dict[str, Any]:
+    """Capacity, the spike and the recovery against one ready server, with httpx sending
+    `call`, or with the given `loops` (another client, e.g. `rawload`'s)."""
+    if loops is None:
+        assert call is not None
+        def closed(n: int, seconds: float) -> list[Answer]:
+            return asyncio.run(closed_loop(call, n, seconds))
+
+        def opened(phases: list[tuple[float, float]]) -> list[Answer]:
+            return asyncio.run(open_loop(call, phases))
+    else:
+        closed, opened = loops
+    closed(2, 3)  # warm up
+    base = closed(opts.concurrency, opts.capacity_seconds)
     admitted = [a for a in base if a.ok]
     capacity = len(admitted) / opts.capacity_seconds
     base_p99 = p99([a.seconds for a in admitted])
     spike_end_offset = opts.seconds
     started = time.monotonic()
-    answers = asyncio.run(open_loop(call, [(opts.factor * capacity, opts.seconds),
-                                           (capacity, opts.recovery_seconds)]))
+    answers = opened([(opts.factor * capacity, opts.seconds), (capacity, opts.recovery_seconds)])
     spike = [a for a in answers if a.sent - started < spike_end_offset]
     after = [a for a in answers if a.sent - started >= spike_end_offset]
     ok = [a for a in spike if a.ok]

@@ -4,6 +4,7 @@ sized to the capacity, one after the other in one run.
 
     .venv/bin/python bench/overload_xgb.py [--seconds 60] [--factor 4] [--concurrency 16]
                                            [--bounds 256,32] [--max-queue 1024]
+                                           [--client raw|httpx] [--client-processes 2]
 
 The phases are `bench/overload.py`'s (capacity with a closed loop of `--concurrency` clients,
 then Poisson arrivals at `--factor` x capacity for `--seconds`, then back at capacity for the
@@ -12,6 +13,9 @@ recovery), the request a KServe v2 JSON infer of one row; the time measured is t
 `--max-queue`) and a fresh gateway process whose `--max-in-flight-per-instance` is the bound,
 so one setting's backlog cannot leak into the next. The load generator shares the machine's
 cores with both servers; its own cost lowers the capacity it measures, for every bound alike.
+By default it is `rawload`'s (pre-encoded requests over keep-alive connections from
+`--client-processes` processes, arrivals on absolute times), light enough to offer the spike it
+is asked for; `--client httpx` is the client of the first run (~1 ms of CPU per request).
 """
 
 from __future__ import annotations
@@ -32,14 +36,36 @@ sys.path.insert(0, str(ROOT / "bench"))
 from gateway_llm import child  # noqa: E402
 from gateway_overhead import FEATURES, free_port  # noqa: E402
 from overload import Answer, Call, add_phase_args, measure  # noqa: E402
+from rawload import Target, closed_loop, open_loop  # noqa: E402
 
 MODEL = "xgb-example"
 
 
+BODY = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 20],
+                    "data": FEATURES[0]}]}
+
+
+def raw_loops(url: str, processes: int, lags: list[float]):  # type: ignore[no-untyped-def]
+    """`measure`'s loops with rawload's client; each open loop's lag goes to `lags`."""
+    target = Target.post_json(f"{url}/v2/models/{MODEL}/infer", json.dumps(BODY).encode())
+
+    def answers(raw: list[tuple[float, int, float]]) -> list[Answer]:
+        return [Answer(sent, status, seconds, status == 200) for sent, status, seconds in raw]
+
+    def closed(n: int, seconds: float) -> list[Answer]:
+        return answers(closed_loop(target, n, seconds, processes=processes))
+
+    def opened(phases: list[tuple[float, float]]) -> list[Answer]:
+        raw, lag = open_loop(target, phases, processes=processes)
+        lags.append(lag)
+        return answers(raw)
+
+    return closed, opened
+
+
 def infer(url: str) -> Call:
     """One KServe v2 infer through the gateway: status, time to the whole answer."""
-    body = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 20],
-                        "data": FEATURES[0]}]}
+    body = BODY
 
     async def call(client: httpx.AsyncClient) -> Answer:
         sent = time.monotonic()
@@ -73,6 +99,8 @@ def main() -> int:
     parser.add_argument("--bounds", default="256,32",
                         help="the gateway's per-instance in-flight bounds to compare")
     parser.add_argument("--max-queue", type=int, default=1024, help="the batcher's queue")
+    parser.add_argument("--client", choices=["raw", "httpx"], default="raw")
+    parser.add_argument("--client-processes", type=int, default=2)
     parser.add_argument("--gateway-child", nargs=3, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.gateway_child:
@@ -99,10 +127,17 @@ def main() -> int:
                    env), \
                 child(gateway, f"http://127.0.0.1:{gw}/health/ready", logs / f"g{bound}.log",
                       env):
-            results[bound] = measure(infer(f"http://127.0.0.1:{gw}"), opts)
+            url = f"http://127.0.0.1:{gw}"
+            lags: list[float] = []
+            if opts.client == "raw":
+                results[bound] = measure(None, opts, raw_loops(url, opts.client_processes, lags))
+                results[bound]["client_lag_s"] = round(max(lags), 3)
+            else:
+                results[bound] = measure(infer(url), opts)
+            results[bound]["offered_rps"] = round(results[bound]["offered"] / opts.seconds, 1)
         print(json.dumps({"bound": int(bound), **results[bound]}), flush=True)
-    keys = ["capacity_rps", "share_2xx", "capacity_p99_ttft_s", "admitted_p99_ttft_s",
-            "reject_p99_ms", "num_5xx", "recovery_s"]
+    keys = ["capacity_rps", "offered_rps", "share_2xx", "capacity_p99_ttft_s",
+            "admitted_p99_ttft_s", "reject_median_ms", "reject_p99_ms", "num_5xx", "recovery_s"]
     print(f"\n{'bound':<8}" + "".join(f"{k:>22}" for k in keys))
     for bound, r in results.items():
         print(f"{bound:<8}" + "".join(f"{r[k]!s:>22}" for k in keys))

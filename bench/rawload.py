@@ -1,0 +1,168 @@
+"""A light HTTP/1.1 load generator for the overload benches: one pre-encoded request sent over
+keep-alive connections by several processes, so the load a bench offers is not capped by its
+own client.
+
+httpx costs about a millisecond of CPU per request in the client; on a 2-core machine that
+shares its cores with the servers under test, that alone held `overload_xgb.py`'s "4x" spike to
+~150 req/s. Here a request is one `write` of bytes built once and a parse of the status line and
+`Content-Length`, in `--client-processes` processes with their own event loops. Arrivals are
+scheduled on absolute times (a Poisson process per client process, at its share of the rate): a
+client that falls behind sends the late ones at once instead of silently lowering the rate, and
+`lag` in its report says by how much it fell behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import random
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the requests go and the bytes of one request."""
+
+    host: str
+    port: int
+    raw: bytes
+
+    @classmethod
+    def post_json(cls, url: str, body: bytes) -> Target:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        head = (f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+        return cls(host, port, head.encode() + body)
+
+
+class _Connections:
+    """Idle keep-alive connections to one target (a new one when none is idle)."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def send(self) -> tuple[int, float]:
+        """One request: (status, seconds to the whole answer); 599 for a failed connection."""
+        sent = time.monotonic()
+        conn = self.idle.pop() if self.idle else None
+        try:
+            if conn is None:
+                conn = await asyncio.open_connection(self.target.host, self.target.port)
+            reader, writer = conn
+            writer.write(self.target.raw)
+            status_line = await asyncio.wait_for(reader.readline(), TIMEOUT_S)
+            if not status_line:
+                raise ConnectionError("closed before answering")
+            status = int(status_line.split(b" ", 2)[1])
+            length, close = 0, False
+            while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                name, _, value = line.partition(b":")
+                name = name.strip().lower()
+                if name == b"content-length":
+                    length = int(value)
+                elif name == b"connection" and value.strip().lower() == b"close":
+                    close = True
+            await reader.readexactly(length)
+            if close:
+                writer.close()
+            else:
+                self.idle.append(conn)
+            return status, time.monotonic() - sent
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
+            if conn is not None:
+                conn[1].close()
+            return 599, time.monotonic() - sent
+
+
+async def _open(target: Target, phases: list[tuple[float, float]], start: float,
+                seed: int) -> tuple[list[tuple[float, int, float]], float]:
+    """Poisson arrivals at each phase's rate from `start` (a monotonic time); the answers
+    (sent, status, seconds) and the largest lag behind the schedule."""
+    rng, conns = random.Random(seed), _Connections(target)
+    answers: list[tuple[float, int, float]] = []
+    tasks: list[asyncio.Task[None]] = []
+    lag = 0.0
+
+    async def one(at: float) -> None:
+        status, seconds = await conns.send()
+        answers.append((at, status, seconds))
+
+    await asyncio.sleep(max(0.0, start - time.monotonic()))
+    due, phase_start = start, start
+    for rate, seconds in phases:
+        end = phase_start + seconds
+        while (due := due + rng.expovariate(rate)) < end:
+            now = time.monotonic()
+            if due > now:
+                await asyncio.sleep(due - now)
+            else:
+                lag = max(lag, now - due)
+            tasks.append(asyncio.create_task(one(time.monotonic())))
+        phase_start, due = end, end
+    await asyncio.gather(*tasks)
+    return answers, lag
+
+
+async def _closed(target: Target, concurrency: int, seconds: float, start: float
+                  ) -> tuple[list[tuple[float, int, float]], float]:
+    answers: list[tuple[float, int, float]] = []
+    await asyncio.sleep(max(0.0, start - time.monotonic()))
+    deadline = start + seconds
+
+    async def worker() -> None:
+        conns = _Connections(target)  # one connection per client, as a closed loop has
+        while (now := time.monotonic()) < deadline:
+            status, took = await conns.send()
+            answers.append((now, status, took))
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return answers, 0.0
+
+
+def _child(kind: str, args: tuple, out: multiprocessing.connection.Connection) -> None:
+    loop = _open if kind == "open" else _closed
+    out.send(asyncio.run(loop(*args)))
+    out.close()
+
+
+def _run(kind: str, per_process: list[tuple]) -> tuple[list[tuple[float, int, float]], float]:
+    ctx = multiprocessing.get_context("fork")
+    pipes, procs = [], []
+    for args in per_process:
+        mine, theirs = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(kind, args, theirs), daemon=True)
+        proc.start()
+        pipes.append(mine)
+        procs.append(proc)
+    answers: list[tuple[float, int, float]] = []
+    lag = 0.0
+    for pipe in pipes:
+        got, their_lag = pipe.recv()
+        answers += got
+        lag = max(lag, their_lag)
+    for proc in procs:
+        proc.join()
+    return sorted(answers), lag
+
+
+def open_loop(target: Target, phases: list[tuple[float, float]], *, processes: int = 2,
+              seed: int = 0) -> tuple[list[tuple[float, int, float]], float]:
+    """Poisson arrivals, `phases` of (rate per second, seconds), split over `processes`."""
+    start = time.monotonic() + 0.5  # every process is up before the first arrival
+    share = [(rate / processes, seconds) for rate, seconds in phases]
+    return _run("open", [(target, share, start, seed + i) for i in range(processes)])
+
+
+def closed_loop(target: Target, concurrency: int, seconds: float, *, processes: int = 2
+                ) -> list[tuple[float, int, float]]:
+    """`concurrency` clients back to back for `seconds`, split over `processes`."""
+    start = time.monotonic() + 0.5
+    counts = [concurrency // processes + (i < concurrency % processes)
+              for i in range(processes)]
+    return _run("closed", [(target, n, seconds, start) for n in counts if n])[0]
