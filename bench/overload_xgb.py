@@ -89,8 +89,11 @@ def run_gateway(http_port: int, upstream: str, bound: int) -> None:
     gateway = Gateway(limits=GatewayLimits(max_in_flight_per_instance=bound))
     gateway.table.add_endpoint(MODEL, "1", Endpoint("xgb-1", upstream))
     gateway.table.set_split(MODEL, {"1": 100})
+    from podium.gateway.process import KEEP_ALIVE_S
+
+    # the keep-alive of `podium gateway` (uvicorn's default closes idle connections after 5 s)
     uvicorn.run(gateway.app(), host="127.0.0.1", port=http_port, log_level="warning",
-                access_log=False)
+                access_log=False, timeout_keep_alive=KEEP_ALIVE_S)
 
 
 def main() -> int:

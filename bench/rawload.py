@@ -48,9 +48,24 @@ class _Connections:
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def send(self) -> tuple[int, float]:
-        """One request: (status, seconds to the whole answer); 599 for a failed connection."""
+        """One request: (status, seconds to the whole answer); 599 for a failed connection.
+        An idle connection the server closed meanwhile (its keep-alive timeout) is never
+        reused, and a reused one that closes before answering is retried once on a new
+        connection, as HTTP clients do; a new connection that fails is the server's."""
         sent = time.monotonic()
-        conn = self.idle.pop() if self.idle else None
+        while self.idle and (self.idle[-1][0].at_eof() or self.idle[-1][1].is_closing()):
+            self.idle.pop()[1].close()
+        if self.idle:
+            status = await self._on(self.idle.pop(), sent)
+            if status is not None:
+                return status
+        return await self._on(None, sent) or (599, time.monotonic() - sent)
+
+    async def _on(self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None,
+                  sent: float) -> tuple[int, float] | None:
+        """The request on `conn` (None: a new connection); None when a reused one turned out
+        closed before any answer (the caller retries)."""
+        reused = conn is not None
         try:
             if conn is None:
                 conn = await asyncio.open_connection(self.target.host, self.target.port)
@@ -58,7 +73,8 @@ class _Connections:
             writer.write(self.target.raw)
             status_line = await asyncio.wait_for(reader.readline(), TIMEOUT_S)
             if not status_line:
-                raise ConnectionError("closed before answering")
+                writer.close()
+                return None if reused else (599, time.monotonic() - sent)
             status = int(status_line.split(b" ", 2)[1])
             length, close = 0, False
             while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
@@ -74,6 +90,10 @@ class _Connections:
             else:
                 self.idle.append(conn)
             return status, time.monotonic() - sent
+        except ConnectionResetError:
+            if conn is not None:
+                conn[1].close()
+            return None if reused else (599, time.monotonic() - sent)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
             if conn is not None:
                 conn[1].close()

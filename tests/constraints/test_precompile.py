@@ -144,3 +144,23 @@ async def test_compiling_leaves_the_event_loop_serving(smol_dir: Any) -> None:
     task.cancel()
     # on the loop, a compile would have let no tick run until it finished
     assert took > 0.02 and ticks >= 3, (took, ticks)
+
+
+def test_the_host_directory_is_trimmed_beside_the_compiles_oldest_first(
+        smol_dir: Any, tmp_path: Any) -> None:
+    """Past its byte budget the directory drops its oldest forms; the scan runs in its own
+    thread every 256 puts, not inside a request's compile."""
+    from podium.constraints.store import FormStore
+
+    store = FormStore(tmp_path / "forms", max_dir_bytes=64 << 10)
+    compiler = ConstraintPrecompiler(str(smol_dir), 49152, store=store)
+    keys = [compiler.compile_now(validate_constraint(
+        {"type": "choice", "choices": [f"title {i}", f"other {i}"]})).key for i in range(256)]
+    deadline = time.monotonic() + 30
+    while store._trimming.is_set():  # set by the 256th put until its scan is done
+        assert time.monotonic() < deadline, "the trim never finished"
+        time.sleep(0.05)
+    files = list((tmp_path / "forms").glob("*.form"))
+    assert sum(f.stat().st_size for f in files) <= 64 << 10
+    assert (tmp_path / "forms" / f"{keys[-1]}.form").exists()  # the newest stays
+    assert not (tmp_path / "forms" / f"{keys[0]}.form").exists()  # the oldest went

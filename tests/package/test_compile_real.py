@@ -64,9 +64,10 @@ def test_compiled_once_at_announce_then_boots_without_compiling(
 
     # the changed package compiles while the first one boots from its build (another key,
     # another lock: neither waits for the other, and the suite saves one engine start)
-    changed = subprocess.Popen([*PODIUM, "materialize", str(_package(tmp_path, 256))],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=compile_env, cwd=ROOT)
+    out_path, err_path = tmp_path / "changed.out", tmp_path / "changed.err"
+    with out_path.open("w") as out, err_path.open("w") as err:  # a pipe could fill and block
+        changed = subprocess.Popen([*PODIUM, "materialize", str(_package(tmp_path, 256))],
+                                   stdout=out, stderr=err, env=compile_env, cwd=ROOT)
     started = time.monotonic()
     with running_instance([str(_package(tmp_path, 128))], tmp_path / "boot.log") as instance:
         boot_s = time.monotonic() - started
@@ -85,7 +86,8 @@ def test_compiled_once_at_announce_then_boots_without_compiling(
     print(f"\ncompile at announce {compile_s:.0f} s (engine init {compiling_init:.0f} s); "
           f"boot from the cache {boot_s:.0f} s (engine init {loading_init:.0f} s)")
 
-    out, err = changed.communicate(timeout=900)
+    changed.wait(timeout=900)
+    out, err = out_path.read_text(), err_path.read_text()
     assert changed.returncode == 0, err[-3000:]
     assert "compiled artifacts built" in out, out
     assert "engine args: max_model_len 128 → 256" in err, err[-3000:]

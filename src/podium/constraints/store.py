@@ -47,6 +47,7 @@ class FormStore:
         self._memory: OrderedDict[str, CompiledForm] = OrderedDict()
         self._lock = threading.Lock()
         self._puts = 0
+        self._trimming = threading.Event()
 
     def get(self, key: str) -> CompiledForm | None:
         """The form named ``key``, or None if no process of this host compiled it."""
@@ -89,8 +90,12 @@ class FormStore:
             log.warning("cannot publish a compiled constraint to %s: %s", self.directory, exc)
             return
         self._puts += 1
-        if self._puts % 256 == 0:
-            self._trim()
+        if self._puts % 256 == 0 and not self._trimming.is_set():
+            # a directory scan (a stat per file: ~13 ms at 700 forms) is no request's to wait
+            # for: it runs beside the compiles, one at a time
+            self._trimming.set()
+            threading.Thread(target=self._trim_then_clear, name="podium-form-trim",
+                             daemon=True).start()
 
     def _remember(self, form: CompiledForm) -> None:
         with self._lock:
@@ -98,6 +103,12 @@ class FormStore:
             self._memory.move_to_end(form.key)
             while len(self._memory) > self.capacity:
                 self._memory.popitem(last=False)
+
+    def _trim_then_clear(self) -> None:
+        try:
+            self._trim()
+        finally:
+            self._trimming.clear()
 
     def _trim(self) -> None:
         """Drop the oldest files past ``max_dir_bytes`` (a request then recompiles them)."""
