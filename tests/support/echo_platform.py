@@ -19,6 +19,7 @@ from podium.control.rollout_config import RolloutConfig
 from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store
 from podium.control.world import RuntimeWorld
+from podium.gateway.process import KEEP_ALIVE_S
 from podium.gateway.proxy import Gateway
 from tests.support.servers import Served
 
@@ -71,7 +72,10 @@ class Platform:
                                 self.gateway.stats, LoopConfig(interval_s=0.2))
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.served = Served(self.gateway.app())
+        # with the keep-alive of `podium gateway`: uvicorn's 5 s default closed a pooled
+        # connection as a client (stalled on a loaded machine) sent on it, a ReadError that
+        # the real gateway would not give
+        self.served = Served(self.gateway.app(), timeout_keep_alive=KEEP_ALIVE_S)
         self.url = self.served.url
 
     def deploy(self, version: str, config: RolloutConfig) -> int:
