@@ -157,7 +157,7 @@ def test_the_host_directory_is_trimmed_beside_the_compiles_oldest_first(
     keys = [compiler.compile_now(validate_constraint(
         {"type": "choice", "choices": [f"title {i}", f"other {i}"]})).key for i in range(256)]
     deadline = time.monotonic() + 30
-    while store._trimming.is_set():  # set by the 256th put until its scan is done
+    while store._trimming.locked():  # taken by the 256th put until its scan is done
         assert time.monotonic() < deadline, "the trim never finished"
         time.sleep(0.05)
     files = list((tmp_path / "forms").glob("*.form"))

@@ -57,11 +57,9 @@ def trie(runs: TokenRuns, first: int) -> tuple[np.ndarray, ...]:
     children = ids[new]
     parent_of = np.concatenate([np.full((num, 1), -1, dtype=np.int64), node_of[:, :-1]], axis=1)
     parents, tokens = parent_of[new], rows[new]
-    nodes = np.empty(len(flat), dtype=np.int64)
     where = np.empty(num, dtype=np.int64)
     where[order] = np.arange(num)  # sorted row of each sequence
-    back = inside[where]  # rows in the sequences' own order again
-    nodes[:] = node_of[where][back]
+    nodes = node_of[where][inside[where]]  # flattened in the sequences' own order again
     return offsets, nodes, parents, tokens, children
 
 

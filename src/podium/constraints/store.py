@@ -47,7 +47,7 @@ class FormStore:
         self._memory: OrderedDict[str, CompiledForm] = OrderedDict()
         self._lock = threading.Lock()
         self._puts = 0
-        self._trimming = threading.Event()
+        self._trimming = threading.Lock()  # held while a trim runs
 
     def get(self, key: str) -> CompiledForm | None:
         """The form named ``key``, or None if no process of this host compiled it."""
@@ -90,11 +90,10 @@ class FormStore:
             log.warning("cannot publish a compiled constraint to %s: %s", self.directory, exc)
             return
         self._puts += 1
-        if self._puts % 256 == 0 and not self._trimming.is_set():
+        if self._puts % 256 == 0 and self._trimming.acquire(blocking=False):
             # a directory scan (a stat per file: ~13 ms at 700 forms) is no request's to wait
             # for: it runs beside the compiles, one at a time
-            self._trimming.set()
-            threading.Thread(target=self._trim_then_clear, name="podium-form-trim",
+            threading.Thread(target=self._trim_then_release, name="podium-form-trim",
                              daemon=True).start()
 
     def _remember(self, form: CompiledForm) -> None:
@@ -104,11 +103,11 @@ class FormStore:
             while len(self._memory) > self.capacity:
                 self._memory.popitem(last=False)
 
-    def _trim_then_clear(self) -> None:
+    def _trim_then_release(self) -> None:
         try:
             self._trim()
         finally:
-            self._trimming.clear()
+            self._trimming.release()
 
     def _trim(self) -> None:
         """Drop the oldest files past ``max_dir_bytes`` (a request then recompiles them)."""

@@ -67,10 +67,7 @@ class TokenizerInfo:
         whose hash the caller has usually computed already."""
         parts = self._packed(texts, quoted)
         lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)) // 4
-        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        flat = np.frombuffer(b"".join(parts), dtype=np.int32).astype(np.int64)
-        return TokenRuns(flat, offsets)
+        return TokenRuns.joined(np.frombuffer(b"".join(parts), dtype=np.int32), lengths)
 
     def _packed(self, texts: list[str], quoted: bool = False) -> list[bytes]:
         memo = self._quoted_memo if quoted else self._memo
@@ -166,14 +163,19 @@ class TokenRuns:
         return len(self.offsets) - 1
 
     @classmethod
-    def of(cls, sequences: list[list[int]]) -> TokenRuns:
-        """Pack plain lists (tests, callers without the memo)."""
-        lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
-        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+    def joined(cls, flat: np.ndarray, lengths: np.ndarray) -> TokenRuns:
+        """Sequences of these `lengths` laid end to end in `flat`."""
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
+        return cls(flat.astype(np.int64, copy=False), offsets)
+
+    @classmethod
+    def of(cls, sequences: list[list[int]]) -> TokenRuns:
+        """Pack plain lists (callers without the memo)."""
+        lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
         flat = np.fromiter((t for seq in sequences for t in seq), dtype=np.int64,
-                           count=int(offsets[-1]))
-        return cls(flat, offsets)
+                           count=int(lengths.sum()))
+        return cls.joined(flat, lengths)
 
 
 @dataclass(frozen=True)
