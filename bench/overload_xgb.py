@@ -3,7 +3,8 @@ offered 4x its measured capacity, with the gateway's default in-flight bound and
 sized to the capacity, one after the other in one run.
 
     .venv/bin/python bench/overload_xgb.py [--seconds 60] [--factor 4] [--concurrency 16]
-                                           [--bounds 256,32] [--max-queue 1024]
+                                           [--bounds 256,32] [--shed early,full]
+                                           [--max-queue 1024] [--server-cpus 0]
                                            [--client raw|httpx] [--client-processes 2]
 
 The phases are `bench/overload.py`'s (capacity with a closed loop of `--concurrency` clients,
@@ -11,11 +12,19 @@ then Poisson arrivals at `--factor` x capacity for `--seconds`, then back at cap
 recovery), the request a KServe v2 JSON infer of one row; the time measured is the whole answer
 (there is no first token). Each bound gets a fresh instance (`podium serve`, its batcher queue
 `--max-queue`) and a fresh gateway process whose `--max-in-flight-per-instance` is the bound,
-so one setting's backlog cannot leak into the next. The load generator shares the machine's
-cores with both servers; its own cost lowers the capacity it measures, for every bound alike.
-By default it is `rawload`'s (pre-encoded requests over keep-alive connections from
-`--client-processes` processes, arrivals on absolute times), light enough to offer the spike it
-is asked for; `--client httpx` is the client of the first run (~1 ms of CPU per request).
+so one setting's backlog cannot leak into the next. The gateway serves HTTP with `podium
+gateway`'s protocol; `--shed` lists the refusal paths to compare, each bound run once per
+entry in the order given: `early` (a certain shed answered from the request's head,
+`gateway.early_shed`, as `podium gateway` does) and `full` (every request through the ASGI app,
+as before that existed). The gateway and the instance run on `--server-cpus` (default cpu 0)
+and the load generator on the other cores, so the generator neither takes the servers' CPU nor
+waits for it: a refusal's time is the servers' (on a 2-core machine the servers share one core,
+and the capacity is that core's). `--server-cpus ''` shares every core, as the runs before
+2026-12-02 04:30 did; there the generator's own stalls (150 ms and more) were part of every
+latency it measured. By default the generator is
+`rawload`'s (pre-encoded requests over keep-alive connections from `--client-processes`
+processes, arrivals on absolute times), light enough to offer the spike it is asked for;
+`--client httpx` is the client of the first run (~1 ms of CPU per request).
 """
 
 from __future__ import annotations
@@ -78,22 +87,46 @@ def infer(url: str) -> Call:
     return call
 
 
-def run_gateway(http_port: int, upstream: str, bound: int) -> None:
-    """Child mode: a gateway process with one static endpoint and the given in-flight bound."""
+def run_gateway(http_port: int, upstream: str, bound: int, shed: str) -> None:
+    """Child mode: a gateway process with one static endpoint and the given in-flight bound,
+    its HTTP protocol `podium gateway`'s, with (`shed` early) or without the early shed."""
     import uvicorn
 
+    from podium.gateway.early_shed import EarlyShed
+    from podium.gateway.http_server import bounded_head_protocol
     from podium.gateway.limits import GatewayLimits
+    from podium.gateway.process import KEEP_ALIVE_S
     from podium.gateway.proxy import Gateway
     from podium.gateway.routing import Endpoint
 
-    gateway = Gateway(limits=GatewayLimits(max_in_flight_per_instance=bound))
+    limits = GatewayLimits(max_in_flight_per_instance=bound)
+    gateway = Gateway(limits=limits)
     gateway.table.add_endpoint(MODEL, "1", Endpoint("xgb-1", upstream))
     gateway.table.set_split(MODEL, {"1": 100})
-    from podium.gateway.process import KEEP_ALIVE_S
-
+    protocol = bounded_head_protocol(limits.max_header_bytes,
+                                     shed=EarlyShed(gateway) if shed == "early" else None)
     # the keep-alive of `podium gateway` (uvicorn's default closes idle connections after 5 s)
     uvicorn.run(gateway.app(), host="127.0.0.1", port=http_port, log_level="warning",
-                access_log=False, timeout_keep_alive=KEEP_ALIVE_S)
+                access_log=False, timeout_keep_alive=KEEP_ALIVE_S, http=protocol)
+
+
+def pin_servers(cpus: str) -> list[str]:
+    """The command prefix that runs a server on `cpus`; this process (and the load generator
+    it forks) moves to the other cores. Nothing when `cpus` is empty."""
+    if not cpus:
+        return []
+    servers = {int(c) for part in cpus.split(",") for c in _cpu_range(part)}
+    others = set(os.sched_getaffinity(0)) - servers
+    if not others:
+        raise SystemExit(f"--server-cpus {cpus} leaves no core for the load generator")
+    os.sched_setaffinity(0, others)
+    print(f"servers on cpus {sorted(servers)}, load generator on {sorted(others)}", flush=True)
+    return ["taskset", "-c", cpus]
+
+
+def _cpu_range(part: str) -> range:
+    low, _, high = part.partition("-")
+    return range(int(low), int(high or low) + 1)
 
 
 def main() -> int:
@@ -101,52 +134,66 @@ def main() -> int:
     add_phase_args(parser)
     parser.add_argument("--bounds", default="256,32",
                         help="the gateway's per-instance in-flight bounds to compare")
+    parser.add_argument("--shed", default="early",
+                        help="refusal paths to compare, in order: early (from the head, as "
+                             "podium gateway does), full (through the app)")
     parser.add_argument("--max-queue", type=int, default=1024, help="the batcher's queue")
+    parser.add_argument("--server-cpus", default="0" if len(os.sched_getaffinity(0)) > 1 else "",
+                        help="cpus (taskset list) of the gateway and the instance; the load "
+                             "generator gets the others ('': no pinning)")
+    parser.add_argument("--instance-nice", type=int, default=0,
+                        help="the instance's nice value (the gateway's is 0)")
     parser.add_argument("--client", choices=["raw", "httpx"], default="raw")
     parser.add_argument("--client-processes", type=int, default=2)
-    parser.add_argument("--gateway-child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--gateway-child", nargs=4, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.gateway_child:
-        port, upstream, bound = opts.gateway_child
-        run_gateway(int(port), upstream, int(bound))
+        port, upstream, bound, shed = opts.gateway_child
+        run_gateway(int(port), upstream, int(bound), shed)
         return 0
 
     from podium.examples.builders import write_xgb_example
+
+    pin = pin_servers(opts.server_cpus)
 
     package = write_xgb_example(Path(tempfile.mkdtemp()) / MODEL)
     logs = Path(tempfile.mkdtemp(prefix="podium-overload-xgb-"))
     print(f"{MODEL} through the gateway: spike {opts.factor}x capacity for {opts.seconds}s, "
           f"batcher max_queue {opts.max_queue}; logs in {logs}", flush=True)
     results: dict[str, dict[str, Any]] = {}
-    for bound in opts.bounds.split(","):
+    settings = [(bound, shed) for bound in opts.bounds.split(",")
+                for shed in opts.shed.split(",")]
+    for bound, shed in settings:
+        name = f"{bound}/{shed}"
         inst, gw = free_port(), free_port()
-        instance = [sys.executable, "-m", "podium.cli", "serve", str(package), "--host",
-                    "127.0.0.1", "--http-port", str(inst), "--grpc-port", "-1",
+        nice = ["nice", "-n", str(opts.instance_nice)] if opts.instance_nice else []
+        instance = [*pin, *nice, sys.executable, "-m", "podium.cli", "serve", str(package),
+                    "--host", "127.0.0.1", "--http-port", str(inst), "--grpc-port", "-1",
                     "--max-queue", str(opts.max_queue)]
-        gateway = [sys.executable, __file__, "--gateway-child", str(gw),
-                   f"http://127.0.0.1:{inst}", bound]
+        gateway = [*pin, sys.executable, __file__, "--gateway-child", str(gw),
+                   f"http://127.0.0.1:{inst}", bound, shed]
         env = dict(os.environ)
-        with child(instance, f"http://127.0.0.1:{inst}/health/ready", logs / f"i{bound}.log",
-                   env), \
-                child(gateway, f"http://127.0.0.1:{gw}/health/ready", logs / f"g{bound}.log",
-                      env):
+        with child(instance, f"http://127.0.0.1:{inst}/health/ready",
+                   logs / f"i{bound}-{shed}.log", env), \
+                child(gateway, f"http://127.0.0.1:{gw}/health/ready",
+                      logs / f"g{bound}-{shed}.log", env):
             url = f"http://127.0.0.1:{gw}"
             lags: list[float] = []
             if opts.client == "raw":
-                results[bound] = measure(None, opts, raw_loops(url, opts.client_processes, lags))
-                results[bound]["client_lag_s"] = round(max(lags), 3)
+                results[name] = measure(None, opts, raw_loops(url, opts.client_processes, lags))
+                results[name]["client_lag_s"] = round(max(lags), 3)
             else:
-                results[bound] = measure(infer(url), opts)
-            results[bound]["offered_rps"] = round(results[bound]["offered"] / opts.seconds, 1)
-        print(json.dumps({"bound": int(bound), **results[bound]}), flush=True)
+                results[name] = measure(infer(url), opts)
+            results[name]["offered_rps"] = round(results[name]["offered"] / opts.seconds, 1)
+        print(json.dumps({"bound": int(bound), "shed": shed, **results[name]}), flush=True)
     keys = ["capacity_rps", "offered_rps", "share_2xx", "capacity_p99_ttft_s",
             "admitted_p99_ttft_s", "reject_median_ms", "reject_p99_ms", "num_5xx", "recovery_s"]
-    print(f"\n{'bound':<8}" + "".join(f"{k:>22}" for k in keys))
-    for bound, r in results.items():
-        print(f"{bound:<8}" + "".join(f"{r[k]!s:>22}" for k in keys))
+    print(f"\n{'bound/shed':<12}" + "".join(f"{k:>22}" for k in keys))
+    for name, r in results.items():
+        print(f"{name:<12}" + "".join(f"{r[k]!s:>22}" for k in keys))
     print("(for xgb the *_ttft_s columns are the time to the whole answer)")
-    for bound, r in results.items():
-        print(f"bound {bound}: admitted p99 / capacity p99 "
+    for name, r in results.items():
+        print(f"bound/shed {name}: admitted p99 / capacity p99 "
               f"{r['admitted_p99_ttft_s'] / r['capacity_p99_ttft_s']:.2f}x (target <= 2x), "
               f"rejections p99 {r['reject_p99_ms']} ms (<= 50), 5xx {r['num_5xx']} (0), "
               f"recovery {r['recovery_s']} s (<= 5)")

@@ -180,6 +180,11 @@ class Access:
         """Whether any role needs a key."""
         return any(keys is not None for keys in self.roles.values())
 
+    def allows(self, role: str, given: str | bytes | None) -> bool:
+        """Whether `given` (an Authorization value) passes `role`; always for an open role."""
+        keys = self.roles.get(role)
+        return keys is None or keys.matches(given)
+
     def check(self, role: str, given: str | bytes | None, *, how: str) -> None:
         """Accept `given` for `role` or raise Unauthorized."""
         keys = self.roles.get(role)

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from podium.control.runtime.base import READY
-from podium.control.runtime.local import LocalRuntime
+from podium.control.runtime.local import BOOT_NICE, SERVE_NICE, LocalRuntime
 from podium.control.store import Store
 from podium.gateway.routing import RouteTable
 
@@ -80,6 +80,32 @@ def test_instances_start_become_ready_and_get_routed(env: Env) -> None:
     assert [r.state for _, _, r in rows] == ["ready", "ready"]
     log = Path(runtime.instances()[0].log_path or "")
     assert "fake instance listening" in log.read_text()
+
+
+def test_an_instance_boots_low_then_serves_below_the_gateway(env: Env) -> None:
+    env.package("1", ready_after_s=1.0)
+    runtime = env.runtime()
+    runtime.scale("iris", "1", 1)
+    wait_for(lambda: runtime.instances()[0].pid is not None, runtime)
+    pid = runtime.instances()[0].pid
+    assert pid is not None
+    # the gate execs `nice -n BOOT_NICE podium serve ...` once the pid is recorded
+    wait_for(lambda: os.getpriority(os.PRIO_PROCESS, pid) == BOOT_NICE, runtime, timeout_s=5)
+    assert runtime.instances()[0].state != READY
+    wait_for(lambda: runtime.instances()[0].state == READY, runtime)
+    serving = os.getpriority(os.PRIO_PROCESS, pid)
+    if _may_lower_niceness():
+        assert serving == SERVE_NICE
+    else:  # an unprivileged plane cannot raise a process's priority: it stays low
+        assert serving == BOOT_NICE
+    assert 0 < SERVE_NICE < BOOT_NICE  # serving: below the gateway (0), above booting ones
+
+
+def _may_lower_niceness() -> bool:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
+    return os.geteuid() == 0 or soft == resource.RLIM_INFINITY or 20 - soft <= SERVE_NICE
 
 
 def test_the_gateway_learns_the_packages_bound_idempotency_and_mode_when_it_routes(
@@ -158,7 +184,7 @@ def test_a_restarted_control_plane_adopts_running_instances(env: Env) -> None:
 CRASHING_PLANE = """
 import os, sys
 from pathlib import Path
-from podium.control.runtime.local import LocalRuntime
+from podium.control.runtime.local import BOOT_NICE, SERVE_NICE, LocalRuntime
 from podium.control.store import Store
 from podium.gateway.routing import RouteTable
 

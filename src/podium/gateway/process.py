@@ -27,6 +27,7 @@ import uvicorn
 from podium.auth import ApiKeyMiddleware
 from podium.auth_keys import KeyConfig
 from podium.errors import InvalidArgument
+from podium.gateway.early_shed import EarlyShed
 from podium.gateway.follow import ControlFollower
 from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.health import run_health_checks
@@ -115,7 +116,9 @@ async def _serve(config: GatewayConfig, watchdog: ShutdownWatchdog) -> None:
     http_socket = bind(config.host, config.http_port, reuse_port=config.reuse_port)
     server = _Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                     timeout_keep_alive=KEEP_ALIVE_S,
-                                    http=bounded_head_protocol(config.limits.max_header_bytes)))
+                                    http=bounded_head_protocol(
+                                        config.limits.max_header_bytes,
+                                        shed=EarlyShed(gateway, access))))
     follower = ControlFollower(
         config.control_url, table, stats, api_key=credential or config.control_key,
         gateway_id=config.gateway_id or f"{socket.gethostname()}-{os.getpid()}",

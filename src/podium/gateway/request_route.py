@@ -12,8 +12,9 @@ from podium.gateway.limits import DEFAULT_MAX_BODY_BYTES
 from podium.gateway.prefix_key import PrefixKey, kserve_key, openai_key
 from podium.gateway.routing import Endpoint
 
-_KSERVE = re.compile(
+KSERVE_PATH = re.compile(
     r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?P<rest>/.*)?$")
+"""A KServe v2 model path: its model, the version it names (if any) and the rest."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class RequestRoute:
     def upstream_path(self, path: str, version: str) -> str:
         """The path to send upstream once the version is resolved (aliases replaced)."""
         if self.kind == "kserve" and self.version is not None:
-            match = _KSERVE.match(path)
+            match = KSERVE_PATH.match(path)
             assert match is not None
             return f"/v2/models/{self.model}/versions/{version}{match['rest'] or ''}"
         return path
@@ -54,7 +55,7 @@ def route_of(method: str, path: str, body: bytes, *, content_encoding: str = "",
              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> RequestRoute:
     """Read the model (and version) from the KServe path or the OpenAI JSON body (inflated
     first when compressed, up to `max_body_bytes`)."""
-    match = _KSERVE.match(path)
+    match = KSERVE_PATH.match(path)
     if match:
         prefix = kserve_key(match["rest"], body) if method == "POST" and not content_encoding \
             else None

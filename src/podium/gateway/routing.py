@@ -203,6 +203,23 @@ class RouteTable:
                 raise Unavailable(f"model {model!r} has no version taking traffic")
             return chosen, self._instance(model, chosen, entry, exclude, choose)
 
+    def saturated(self, model: str, version: str | None,
+                  has_room: Callable[[Endpoint], bool]) -> bool:
+        """Whether the first attempt of a request for `model` (`version` None: by the split)
+        is certain to find its instance without room: every ready instance of every version
+        `resolve` could pick fails `has_room`. False when any has room, and when none is
+        ready (that answer is no shed). Reads the table only: no turn of the round robin."""
+        with self._lock:
+            entry = self._models.get(model)
+            if entry is None:
+                return False
+            if version is not None:
+                versions = [entry.aliases.get(version, version)]
+            else:
+                versions = list(entry.splits)
+            usable = [e for v in versions for e in entry.endpoints.get(v, ()) if e.can_take]
+            return bool(usable) and not any(has_room(e) for e in usable)
+
     @staticmethod
     def _weighted(entry: _Model, candidates: dict[str, int]) -> str:
         # smooth weighted round robin (nginx): exact proportions, interleaved

@@ -74,20 +74,30 @@ class _Process(Instance):
     """The core its engine's worker is bound to (None: the operator's binding, or adopted)."""
 
 
+BOOT_NICE = 10
+"""CPU niceness of a booting instance: it must not slow the instances serving traffic."""
+SERVE_NICE = 5
+"""CPU niceness of a serving instance: below the gateways and the control plane (0), so a
+saturated instance never starves the process that refuses work for it. With an xgb instance and
+its gateway on one core at 4x the instance's capacity, the gateway's refusals took 8 ms
+(median) and 63 ms (p99) with the instance at 0, 0.7 ms and 11-17 ms with it at 5
+(docs/benchmarks.md, `bench/overload_xgb.py`)."""
+
+
 class LocalRuntime(Supervisor[_Process]):
     """Runs instances as child processes; routes ready ones through a gateway route table."""
 
     def __init__(self, store: Store, table: RouteTable, workdir: Path, *,
                  command: CommandFor = serve_command, max_restarts: int = 5,
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
-                 probe_timeout_s: float = 1.0, boot_nice: int = 10,
-                 credential: str | None = None) -> None:
+                 probe_timeout_s: float = 1.0, boot_nice: int = BOOT_NICE,
+                 serve_nice: int = SERVE_NICE, credential: str | None = None) -> None:
         super().__init__(store, table, max_restarts=max_restarts,
                          drain_timeout_s=drain_timeout_s, stop_timeout_s=stop_timeout_s,
                          probe_timeout_s=probe_timeout_s, credential=credential)
         self.workdir = workdir
         self.command = command
-        self.boot_nice = boot_nice
+        self.boot_nice, self.serve_nice = boot_nice, serve_nice
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         self._adopt()
 
@@ -150,7 +160,7 @@ class LocalRuntime(Supervisor[_Process]):
                 os.kill(instance.pid, signal.SIGTERM)  # the server stops its own children
 
     def _serving(self, instance: _Process) -> None:
-        renice(instance.pid, 0)
+        renice(instance.pid, self.serve_nice)
 
     def _adopt(self) -> None:
         """Take over instances a previous control plane left running; mark dead ones stopped."""

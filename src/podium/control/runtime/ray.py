@@ -26,6 +26,7 @@ from typing import Any
 
 from podium.control.models import PackageRow
 from podium.control.runtime.base import DRAINING, STARTING, STOPPED, InstanceView
+from podium.control.runtime.local import BOOT_NICE, SERVE_NICE
 from podium.control.runtime.ray_host import InstanceHost
 from podium.control.runtime.ray_placement import (
     SCHEDULING_STRATEGY,
@@ -107,14 +108,15 @@ class RayRuntime(Supervisor[_Actor]):
     def __init__(self, store: Store, table: RouteTable, workdir: Path, *,
                  address: str | None = None, num_cpus: float = 1.0, max_restarts: int = 5,
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
-                 probe_timeout_s: float = 1.0, boot_nice: int = 10,
+                 probe_timeout_s: float = 1.0, boot_nice: int = BOOT_NICE,
+                 serve_nice: int = SERVE_NICE,
                  credential: str | None = None) -> None:
         super().__init__(store, table, max_restarts=max_restarts,
                          drain_timeout_s=drain_timeout_s, stop_timeout_s=stop_timeout_s,
                          probe_timeout_s=probe_timeout_s, credential=credential)
         self.workdir = workdir
         self.num_cpus = num_cpus
-        self.boot_nice = boot_nice
+        self.boot_nice, self.serve_nice = boot_nice, serve_nice
         self.namespace = namespace_for(
             store.engine.url.render_as_string(hide_password=True))
         """The Ray namespace of this control plane's actors (one per database)."""
@@ -218,7 +220,7 @@ class RayRuntime(Supervisor[_Actor]):
         instance.actor.terminate.remote(force)
 
     def _serving(self, instance: _Actor) -> None:
-        instance.actor.renice.remote(0)
+        instance.actor.renice.remote(self.serve_nice)
 
     def _release(self, instance: _Actor) -> None:
         if instance.actor is None:

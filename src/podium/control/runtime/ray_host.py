@@ -74,6 +74,6 @@ class InstanceHost:
                 self.process.send_signal(signal.SIGKILL if force else signal.SIGTERM)
 
     def renice(self, nice: int) -> None:
-        """Set the server's CPU priority (boots low, serves at 0)."""
+        """Set the server's CPU priority (boots low, serves at `SERVE_NICE`)."""
         if self.process is not None:
             renice(self.process.pid, nice)

@@ -1,0 +1,68 @@
+"""The gateway's cheapest answer: a KServe request certain to be shed is refused from its head.
+
+At several times an instance's capacity most requests are refusals. A refusal that takes the
+full path (a task, the ASGI cycle, the body read, routing, the 429 rendered and sent through
+uvicorn) costs the gateway's one event loop nearly what forwarding does, so at 4x capacity the
+refusals alone saturate it and every request, admitted or not, waits behind them
+(`bench/overload_xgb.py`). The HTTP protocol (`gateway.http_server`) asks `EarlyShed` as soon as
+a request's head is parsed: when the path names a KServe model whose every ready instance is at
+its bound (`RouteTable.saturated`), the answer is the 429 the full path would give (counted as
+shed the same way, the same body and `Retry-After`), written by the protocol itself, and the
+request's body is dropped as it arrives.
+
+Only a certain refusal is answered early; everything else takes the full path: an OpenAI
+request (its model is in the body), a request whose key does not pass (its answer is the 401),
+a body over the gateway's limit (its answer is the 413), and any request that might be
+forwarded.
+"""
+
+from __future__ import annotations
+
+from podium.auth import instance_role
+from podium.auth_keys import Access
+from podium.errors import Overloaded
+from podium.gateway.asgi import Answer, Headers, error_answer
+from podium.gateway.proxy import Gateway
+from podium.gateway.request_route import KSERVE_PATH
+from podium.gateway.retry import Attempts
+
+
+class EarlyShed:
+    """`(method, path, headers) -> the 429 to answer now, or None`: for `http_server`."""
+
+    def __init__(self, gateway: Gateway, access: Access | None = None) -> None:
+        self.gateway = gateway
+        self.access = access if access is not None and access.guarded else None
+
+    def __call__(self, method: str, path: str, headers: Headers) -> Answer | None:
+        if method != "POST" or not path.startswith("/v2/models/"):
+            return None
+        match = KSERVE_PATH.match(path)
+        if match is None or not self._plain(path, headers):
+            return None
+        gateway = self.gateway
+        model, version = match["model"], match["version"]
+        if not gateway.table.saturated(model, version, gateway.admission.has_room):
+            return None
+        attempts = Attempts(gateway.table, gateway.admission, gateway.stats, model, version,
+                            max_attempts=gateway.max_attempts)
+        try:
+            attempts.first()  # raises, counting the shed, unless the table just changed
+        except Overloaded as exc:
+            return error_answer(path, exc)
+        return None
+
+    def _plain(self, path: str, headers: Headers) -> bool:
+        """Whether nothing but the overload decides this request's answer: its key passes and
+        its declared body is within the limit."""
+        authorization = length = None
+        for name, value in headers:
+            if name == b"authorization":
+                authorization = value
+            elif name == b"content-length":
+                length = value
+        if length is not None and not (length.isdigit()
+                                       and int(length) <= self.gateway.limits.max_body_bytes):
+            return False
+        return self.access is None or self.access.allows(instance_role(path) or "",
+                                                         authorization)
