@@ -149,7 +149,7 @@ async def test_compiling_leaves_the_event_loop_serving(smol_dir: Any) -> None:
 def test_the_host_directory_is_trimmed_beside_the_compiles_oldest_first(
         smol_dir: Any, tmp_path: Any) -> None:
     """Past its byte budget the directory drops its oldest forms; the scan runs in its own
-    thread every 256 puts, not inside a request's compile."""
+    thread, not inside a request's compile, and only once the directory may be over budget."""
     from podium.constraints.store import FormStore
 
     store = FormStore(tmp_path / "forms", max_dir_bytes=64 << 10)
@@ -157,10 +157,57 @@ def test_the_host_directory_is_trimmed_beside_the_compiles_oldest_first(
     keys = [compiler.compile_now(validate_constraint(
         {"type": "choice", "choices": [f"title {i}", f"other {i}"]})).key for i in range(256)]
     deadline = time.monotonic() + 30
-    while store._trimming.locked():  # taken by the 256th put until its scan is done
+    while store._trimming.locked():  # taken by a put past the budget until its scan is done
         assert time.monotonic() < deadline, "the trim never finished"
         time.sleep(0.05)
     files = list((tmp_path / "forms").glob("*.form"))
     assert sum(f.stat().st_size for f in files) <= 64 << 10
     assert (tmp_path / "forms" / f"{keys[-1]}.form").exists()  # the newest stays
     assert not (tmp_path / "forms" / f"{keys[0]}.form").exists()  # the oldest went
+
+
+def test_the_host_directory_is_scanned_only_when_it_may_be_over_budget(tmp_path: Any) -> None:
+    """A scan holds the GIL beside the compiles: one when the store starts writing, then only
+    once what it wrote since could take the directory past its budget."""
+    import numpy as np
+
+    from podium.constraints import store as store_module
+    from podium.constraints.compiled import FIELDS, TABLE, CompiledForm
+    from podium.constraints.store import FormStore
+
+    def form(i: int) -> CompiledForm:
+        arrays = {name: np.zeros(2 if name == "offsets" else 0, dtype=dtype)
+                  for name, dtype in FIELDS.items()}
+        return CompiledForm(f"{i:040x}", TABLE, arrays, start=0)
+
+    size = len(form(0).to_bytes())
+    store = FormStore(tmp_path / "forms", max_dir_bytes=100 * size)
+    scans: list[int] = []
+    trim = store._trim
+
+    def counted() -> None:
+        scans.append(store._puts)
+        trim()
+
+    store._trim = counted  # type: ignore[method-assign]
+
+    def settle() -> None:
+        deadline = time.monotonic() + 10
+        while store._trimming.locked():
+            assert time.monotonic() < deadline, "the scan never finished"
+            time.sleep(0.01)
+
+    store.put(form(0))
+    settle()
+    for i in range(1, 100):
+        store.put(form(i))
+    settle()
+    assert scans == [1]  # the first put's; 100 forms are within the budget of 100
+    store.put(form(100))  # past the budget: a scan, down to 90%
+    settle()
+    assert len(scans) == 2
+    assert len(list((tmp_path / "forms").glob("*.form"))) == int(100 * store_module.TRIM_TO)
+    for i in range(101, 105):  # back under the budget after the trim: no scan
+        store.put(form(i))
+    settle()
+    assert len(scans) == 2

@@ -2,31 +2,33 @@
 
 Each string is tokenized the way the tokenizer itself would (canonical BPE), and the trie
 of those sequences is the state machine: a node is a state, a child token an edge, a node
-that ends a string accepts. Building it is one batch tokenization (memoized per string) plus
-a constant number of numpy passes over the sorted sequences.
+that ends a string accepts. Building it is one batch tokenization (memoized per string), a
+sort of the sequences and one compiled pass over them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from podium.constraints import kernels
 from podium.constraints.base import TableConstraint
 from podium.constraints.table import TokenTable
 from podium.constraints.vocab import TokenizerInfo, TokenRuns
 
 
 def trie(runs: TokenRuns, first: int) -> tuple[np.ndarray, ...]:
-    """The trie of token sequences, built over all of them at once (numpy).
+    """The trie of token sequences, built over all of them at once.
 
     Nodes are numbered from ``first``; a sequence's first token hangs off parent -1 (the
     caller's root). Returns ``(offsets, nodes, parents, tokens, children)``: ``nodes`` holds,
     flattened like ``sequences`` (``offsets``), the node each token leads to; the last three
     are the trie's edges.
 
-    The sequences are laid out as rows of one padded matrix and sorted; in sorted order a row
-    shares with the row before it exactly their common prefix, so the row's tokens past that
-    prefix are new nodes, and a token inside it reuses the node of the last row that created
-    one at its depth. A constant number of array passes, whatever the depth of the trie.
+    The sequences are sorted as rows of one padded matrix (its rows as byte strings: in some
+    order of tokens, which is all a trie needs, rows sharing a prefix are neighbours; three
+    times faster than np.lexsort); then one compiled pass (``kernels.trie_nodes``) walks them
+    in that order, each sharing exactly its common prefix with the row before. The pass
+    replaced a dozen whole-matrix numpy passes: 0.8 ms of a 500-candidate compile's 3.3 ms.
     """
     num, offsets, flat = len(runs), runs.offsets, runs.flat
     lengths = np.diff(offsets)
@@ -35,31 +37,13 @@ def trie(runs: TokenRuns, first: int) -> tuple[np.ndarray, ...]:
     if width == 0:
         return offsets, empty.copy(), empty, empty, empty
     inside = np.arange(width) < lengths[:, None]
-    rows = np.full((num, width), -1, dtype=np.int64)  # -1 past the end sorts before any token
+    rows = np.full((num, width), -1, dtype=np.int64)  # -1 past the end
     rows[inside] = flat
-    # rows as byte strings sort lexicographically (in some order of tokens: all a trie needs
-    # is that rows sharing a prefix are neighbours), three times faster than np.lexsort
     order = np.argsort(rows.view(np.dtype((np.void, rows.itemsize * width))).ravel(),
                        kind="stable")
-    rows, inside, lengths = rows[order], inside[order], lengths[order]
-    # common prefix with the row before (0 for the first row)
-    same = np.zeros((num, width + 1), dtype=bool)
-    same[1:, :width] = (rows[1:] == rows[:-1]) & inside[1:]
-    common = np.argmin(same, axis=1)
-    depth = np.arange(width)
-    new = inside & (depth >= common[:, None])
-    ids = np.full((num, width), -1, dtype=np.int64)
-    ids[new] = np.arange(first, first + int(new.sum()), dtype=np.int64)
-    # inside a shared prefix: the node of the last row above that created one at this depth
-    creator = np.where(new, np.arange(num)[:, None], -1)
-    np.maximum.accumulate(creator, axis=0, out=creator)
-    node_of = ids[np.maximum(creator, 0), depth]
-    children = ids[new]
-    parent_of = np.concatenate([np.full((num, 1), -1, dtype=np.int64), node_of[:, :-1]], axis=1)
-    parents, tokens = parent_of[new], rows[new]
-    where = np.empty(num, dtype=np.int64)
-    where[order] = np.arange(num)  # sorted row of each sequence
-    nodes = node_of[where][inside[where]]  # flattened in the sequences' own order again
+    nodes, parents, tokens, children = kernels.trie_nodes(
+        offsets, np.ascontiguousarray(flat, dtype=np.int64), order.astype(np.int64, copy=False),
+        width, first)
     return offsets, nodes, parents, tokens, children
 
 

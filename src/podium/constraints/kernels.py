@@ -187,6 +187,45 @@ def distinct_advance(offsets: np.ndarray, tokens: np.ndarray, targets: np.ndarra
     return out
 
 
+@njit(nogil=True, cache=True)
+def trie_nodes(offsets: np.ndarray, flat: np.ndarray, order: np.ndarray, width: int,
+               first: int) -> tuple[np.ndarray, ...]:  # pragma: no cover - compiled
+    """The trie of the sequences ``flat[offsets[i]:offsets[i + 1]]``, visited in ``order``
+    (an order in which sequences sharing a prefix are neighbours, as a sort gives): each
+    sequence shares with the one visited before it exactly their common prefix, so its
+    tokens past that prefix are new nodes (numbered from ``first`` in visiting order) and
+    those inside it reuse the previous one's nodes. Returns (the node each token leads to,
+    flattened like ``flat``; and the edges: parents, tokens, children)."""
+    total = offsets[len(offsets) - 1]
+    nodes = np.empty(total, dtype=np.int64)
+    parents = np.empty(total, dtype=np.int64)
+    tokens = np.empty(total, dtype=np.int64)
+    children = np.empty(total, dtype=np.int64)
+    path = np.empty(max(width, 1), dtype=np.int64)  # the previous sequence's node per depth
+    num_new = 0
+    prev = -1
+    for r in range(len(order)):
+        i = order[r]
+        lo, length = offsets[i], offsets[i + 1] - offsets[i]
+        common = 0
+        if prev >= 0:
+            plo, plength = offsets[prev], offsets[prev + 1] - offsets[prev]
+            while (common < length and common < plength
+                   and flat[lo + common] == flat[plo + common]):
+                common += 1
+        for d in range(length):
+            if d >= common:
+                node = first + num_new
+                parents[num_new] = path[d - 1] if d > 0 else -1
+                tokens[num_new] = flat[lo + d]
+                children[num_new] = node
+                num_new += 1
+                path[d] = node
+            nodes[lo + d] = path[d]
+        prev = i
+    return nodes, parents[:num_new], tokens[:num_new], children[:num_new]
+
+
 def warm() -> None:
     """Compile (or load from the cache) every kernel now, e.g. at install time."""
     empty = np.zeros(0, dtype=np.int64)
@@ -201,3 +240,4 @@ def warm() -> None:
     distinct_advance(one, empty, empty, np.zeros(0, dtype=np.int8), alive, empty, empty, one,
                      empty, 0, empty, empty, empty, 0, 0)
     keep_only_rows(np.zeros((1, 1), dtype=np.float32), empty, empty, empty)
+    trie_nodes(np.zeros(1, dtype=np.int64), empty, empty, 0, 0)
