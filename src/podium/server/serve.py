@@ -128,7 +128,13 @@ def _draining_server(instance: Instance, watchdog: ShutdownWatchdog, config: Any
             instance.draining = True
             from podium.metrics.server import set_ready
 
-            set_ready(False)
+            # not here: this runs between two bytecodes of whatever the main thread was doing,
+            # and a request recording a metric holds prometheus_client's (non-reentrant)
+            # lock, which set_ready needs: the shutdown then deadlocked until the watchdog
+            try:
+                asyncio.get_running_loop().call_soon(set_ready, False)
+            except RuntimeError:  # no loop running (yet): nothing can hold the lock
+                set_ready(False)
             super().handle_exit(sig, frame)
 
     return DrainingServer(config)
