@@ -184,7 +184,7 @@ def test_a_restarted_control_plane_adopts_running_instances(env: Env) -> None:
 CRASHING_PLANE = """
 import os, sys
 from pathlib import Path
-from podium.control.runtime.local import BOOT_NICE, SERVE_NICE, LocalRuntime
+from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store
 from podium.gateway.routing import RouteTable
 

@@ -41,9 +41,7 @@ def trie(runs: TokenRuns, first: int) -> tuple[np.ndarray, ...]:
     rows[inside] = flat
     order = np.argsort(rows.view(np.dtype((np.void, rows.itemsize * width))).ravel(),
                        kind="stable")
-    nodes, parents, tokens, children = kernels.trie_nodes(
-        offsets, np.ascontiguousarray(flat, dtype=np.int64), order.astype(np.int64, copy=False),
-        width, first)
+    nodes, parents, tokens, children = kernels.trie_nodes(offsets, flat, order, width, first)
     return offsets, nodes, parents, tokens, children
 
 

@@ -22,8 +22,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from podium.errors import HeaderFieldsTooLarge
-from podium.errors.render import instance_shape, json_error
-from podium.gateway.asgi import Answer, Headers
+from podium.gateway.asgi import Answer, Headers, error_answer
 
 Shed = Callable[[str, str, Headers], Answer | None]
 """(method, path, headers) → the answer to give a request from its head alone, or None."""
@@ -124,21 +123,13 @@ def bounded_head_protocol(max_header_bytes: int, *, server: str = "the gateway",
                 f"the request line and headers exceed {server}'s limit of "
                 f"{max_header_bytes} bytes ({flag}): {size} bytes came; send large values "
                 "in the body")
-            self.transport.write(_answer(error, path=self.url.decode("latin-1")))
+            answer = error_answer(self.url.decode("latin-1"), error)
+            self.transport.write(_wire(answer, [], keep_alive=False))
             if self.transport.can_write_eof():  # not over TLS: there it closes after the linger
                 self.transport.write_eof()
             self.loop.call_later(_LINGER_S, self.transport.close)
 
     return BoundedHeadProtocol
-
-
-def _answer(error: HeaderFieldsTooLarge, *, path: str) -> bytes:
-    """A whole HTTP/1.1 response in the shape the gateway answers `path` with."""
-    status, body = json_error(instance_shape(path), error)
-    return (b"HTTP/1.1 %d Request Header Fields Too Large\r\n" % status
-            + b"content-type: application/json\r\n"
-            + b"content-length: " + str(len(body)).encode() + b"\r\n"
-            + b"connection: close\r\n\r\n" + body)
 
 
 def _wire(answer: Answer, default_headers: list[tuple[bytes, bytes]], *,
