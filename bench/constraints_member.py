@@ -153,7 +153,7 @@ def main() -> None:
     catalog = make_titles(CATALOG)
     compiler = ConstraintPrecompiler(args.model, VOCAB)
     compiler.compile_now(_spec(rng, catalog, 3))  # loads the tokenizer (once per process)
-    tok = compiler._tokenizer()[0]
+    tok = compiler.load_tokenizer()[0]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} "
           f"CPUs, load average {os.getloadavg()[0]:.1f}")
 

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 os.environ.setdefault("PODIUM_HOME", str(ROOT / ".podium"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# in-process apps compile constraints in their threads: each test's event loop would start a
+# compile worker of its own (seconds of CPU each); `podium serve` subprocesses run with the
+# platform's default (a worker), see tests/support/harness.py, and the worker's own tests
+# ask for it explicitly
+os.environ.setdefault("PODIUM_CONSTRAINT_COMPILER", "thread")
 
 LLM = "smollm2-135m-instruct"
 EMBEDDER = "all-minilm-l6-v2"

@@ -35,6 +35,15 @@ def constraint_cache_dir() -> Path:
     return base / f"podium-constraints-{os.getuid()}"
 
 
+def constraint_compiler() -> str:
+    """PODIUM_CONSTRAINT_COMPILER: where a server compiles constraints: ``process`` (default:
+    a worker process of its own, off the server's GIL) or ``thread`` (the server's threads)."""
+    raw = os.environ.get("PODIUM_CONSTRAINT_COMPILER", "process").strip().lower() or "process"
+    if raw not in ("process", "thread"):
+        raise ValueError(f"PODIUM_CONSTRAINT_COMPILER={raw!r}: use process or thread")
+    return raw
+
+
 def api_key() -> str | None:
     """PODIUM_API_KEY: the bearer key every route but liveness requires; unset means open."""
     return os.environ.get("PODIUM_API_KEY") or None

@@ -157,3 +157,35 @@ def test_constraint_as_a_grpc_request_parameter(instance) -> None:
         "constraint": json.dumps({"type": "choice", "choices": [" yes", " no"]})})
     assert result.as_numpy("text_output")[0].decode() in ("Is the sky blue? yes",
                                                           "Is the sky blue? no")
+
+
+def test_the_served_instance_compiles_in_its_worker_process(instance,
+                                                            openai_client: openai.OpenAI) -> None:
+    """`podium serve` starts its compile worker at the first constrained request; once it is
+    ready, new specs are compiled there (the histogram's `compiler` label) and still hold."""
+    import time
+
+    from tests.conftest import API_KEY
+
+    def compiled_in_worker() -> float:
+        text = httpx.get(f"{instance.http_url}/metrics", timeout=30,
+                         headers={"authorization": f"Bearer {API_KEY}"}).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("podium:constraint_compile_seconds_count")
+                   and 'compiler="process"' in line and 'cache="miss"' in line)
+
+    titles = make_titles(5000)
+    deadline = time.monotonic() + 120
+    for n in range(1000):  # a new spec each time: a miss the worker must compile
+        items = titles[n * 40:(n + 1) * 40]
+        r = openai_client.chat.completions.create(
+            model=LLM, max_tokens=60, temperature=1.0,
+            messages=[{"role": "user", "content": "Two or three titles as a JSON array"}],
+            extra_body={"constraint": {"type": "distinct_items", "items": items, "min": 2,
+                                       "max": 3}})
+        value = json.loads(r.choices[0].message.content)
+        assert 2 <= len(value) <= 3 and set(value) <= set(items), value
+        if compiled_in_worker() > 0:
+            return
+        assert time.monotonic() < deadline, "no compile reached the worker in 120 s"
+        time.sleep(0.5)

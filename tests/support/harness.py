@@ -87,8 +87,9 @@ def start_instance(args: list[str], log_path: Path, *, api_key: str | None = Non
     if api_key:
         command += ["--api-key", api_key]
     log_file = log_path.open("wb")
+    base = {k: v for k, v in os.environ.items() if k != "PODIUM_CONSTRAINT_COMPILER"}
     process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                               env={**os.environ, **(env or {})}, cwd=ROOT)
+                               env={**base, **(env or {})}, cwd=ROOT)  # the real default
     return RunningInstance(process, http_port, grpc_port, log_path, api_key)
 
 

@@ -1,9 +1,12 @@
 """Compiling a request's constraint before it reaches the engine, off the event loop.
 
 The frontend admits a spec (``admit_constraint``: validation, 400 on a bad one), then awaits
-:func:`precompile_xargs`: the spec is compiled in a small thread pool against the model's
-tokenizer, lowered to its compact form, published to the host's :class:`FormStore`, and the
-request's extra arguments gain the form's key. The engine's processor adopts the form by key and
+:func:`precompile_xargs`: the spec is compiled against the model's tokenizer, lowered to its
+compact form, published to the host's :class:`FormStore`, and the request's extra arguments gain
+the form's key. A server compiles built-in types in a worker process of its own
+(:mod:`podium.constraints.compile_process`: the server's GIL is its event loop's), and in a
+small thread pool until that worker is ready, for plugin types, and with
+``PODIUM_CONSTRAINT_COMPILER=thread``. The engine's processor adopts the form by key and
 never compiles. Identical specs share one form (and one compile, even when they arrive together).
 A spec that does not compile fails its request alone, with a 400 naming ``constraint``.
 """
@@ -36,17 +39,29 @@ class Precompiled:
     seconds: float
     """Time this request waited for its compiled form (a cache hit: microseconds)."""
     cached: bool
+    compiler: str = "thread"
+    """Where it was compiled or found: ``process`` (the worker) or ``thread`` (the server's)."""
 
 
 class ConstraintPrecompiler:
     """Compiles specs for one tokenizer into the host's store; thread-safe."""
 
     def __init__(self, tokenizer: str, vocab_size: int, *, store: Any = None,
-                 workers: int = 2) -> None:
+                 workers: int = 2, process: bool | None = None) -> None:
         from podium.constraints.store import FormStore
 
         self.tokenizer_path, self.vocab_size = tokenizer, vocab_size
         self.store = store if store is not None else FormStore()
+        if process is None:
+            from podium.env import constraint_compiler
+
+            process = constraint_compiler() == "process"
+        self._worker: Any = None
+        if process:
+            from podium.constraints.compile_process import CompileProcess
+
+            self._worker = CompileProcess(tokenizer, vocab_size, self.store.directory)
+        self._asked: dict[str, asyncio.Future[Precompiled]] = {}  # the worker's, by key
         self._pool = ThreadPoolExecutor(max_workers=workers,
                                         thread_name_prefix="podium-constraint-compile")
         self._lock = threading.Lock()
@@ -54,7 +69,8 @@ class ConstraintPrecompiler:
         self._tok: Any = None
         self._fingerprint: str | None = None
 
-    def _tokenizer(self) -> tuple[Any, str]:
+    def load_tokenizer(self) -> tuple[Any, str]:
+        """The tokenizer and its fingerprint, loaded on first use."""
         with self._lock:
             if self._tok is None:
                 from podium.constraints.vocab import TokenizerInfo
@@ -66,23 +82,67 @@ class ConstraintPrecompiler:
             return self._tok, self._fingerprint
 
     async def compile(self, normalized: dict[str, Any]) -> Precompiled:
-        """Compile (or find) ``normalized`` in the pool; the event loop keeps serving."""
+        """Compile (or find) ``normalized`` off the event loop, which keeps serving."""
         start = time.perf_counter()
-        future = self._submit(normalized)
-        result = await asyncio.wrap_future(future)
+        result = await self._compile_off_loop(normalized)
         seconds = time.perf_counter() - start
-        _observe(normalized["type"], result.cached, seconds)
-        return Precompiled(result.key, seconds, result.cached)
+        _observe(normalized["type"], result.cached, result.compiler, seconds)
+        return Precompiled(result.key, seconds, result.cached, result.compiler)
 
     def compile_now(self, normalized: dict[str, Any]) -> Precompiled:
         """The same, in the calling thread (tests, benchmarks, synchronous callers)."""
         start = time.perf_counter()
-        result = self._submit(normalized).result()
+        result = self.submit(normalized).result()
         return Precompiled(result.key, time.perf_counter() - start, result.cached)
 
-    def _submit(self, normalized: dict[str, Any]) -> Future[Precompiled]:
-        canonical = json.dumps(normalized, sort_keys=True, ensure_ascii=False,
-                               separators=(",", ":"))
+    def shutdown(self) -> None:
+        """Finish the compiles in flight; stop the worker process, if any."""
+        self._pool.shutdown(wait=True)
+        if self._worker is not None:
+            self._worker.close()
+
+    async def _compile_off_loop(self, normalized: dict[str, Any]) -> Precompiled:
+        worker = self._worker
+        if worker is not None and normalized["type"] in _builtin_names() and worker.ready():
+            canonical = _canonical(normalized)
+            try:
+                canonical.encode()
+            except UnicodeEncodeError:  # a lone surrogate: no UTF-8 line can carry it
+                pass
+            else:
+                from podium.constraints.compile_process import WorkerGone
+
+                try:
+                    return await self._in_worker(worker, canonical)
+                except WorkerGone:
+                    pass  # it died with this compile in flight: the pool compiles it
+        return await asyncio.wrap_future(self.submit(normalized))
+
+    async def _in_worker(self, worker: Any, canonical: str) -> Precompiled:
+        """The form's key from the worker; identical specs in flight share one compile."""
+        from podium.constraints.store import form_key
+
+        key = form_key(worker.fingerprint, canonical)
+        if self.store.has(key):
+            return Precompiled(key, 0.0, True, "process")
+        asked = self._asked.get(key)
+        if asked is None:
+            asked = self._asked[key] = asyncio.ensure_future(self._ask(worker, canonical))
+            asked.add_done_callback(lambda _f: self._asked.pop(key, None))
+        # shielded: a request that goes away does not cancel the compile others wait for
+        return await asyncio.shield(asked)
+
+    @staticmethod
+    async def _ask(worker: Any, canonical: str) -> Precompiled:
+        answer = await worker.compile(canonical)
+        if "error" in answer:
+            raise InvalidArgument(answer["error"], param=answer.get("param"))
+        if "fault" in answer:
+            raise RuntimeError(f"the constraint compile worker failed: {answer['fault']}")
+        return Precompiled(answer["key"], answer["seconds"], answer["cached"], "process")
+
+    def submit(self, normalized: dict[str, Any]) -> Future[Precompiled]:
+        canonical = _canonical(normalized)
         with self._lock:
             fp = self._fingerprint
         if fp is not None:
@@ -113,7 +173,7 @@ class ConstraintPrecompiler:
         from podium.constraints.registry import constraint_type
         from podium.constraints.store import form_key
 
-        tok, fp = self._tokenizer()
+        tok, fp = self.load_tokenizer()
         key = form_key(fp, canonical)
         if self.store.get(key) is not None:
             return Precompiled(key, 0.0, True)
@@ -160,6 +220,19 @@ async def precompile_xargs(xargs: dict[str, Any] | None, model_config: Any) -> f
     return result.seconds
 
 
+def _canonical(normalized: dict[str, Any]) -> str:
+    """The spec's one text (what its key hashes)."""
+    return json.dumps(normalized, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+@cache
+def _builtin_names() -> frozenset[str]:
+    """Types the worker process compiles; a plugin's compile stays in the server's threads."""
+    from podium.constraints.builtins import BUILTIN_TYPES
+
+    return frozenset(ct.name for ct in BUILTIN_TYPES)
+
+
 def _fingerprint(tok: Any) -> str:
     """What identifies a tokenizer for compiled forms: its vocabulary, merges and EOS."""
     h = hashlib.sha256()
@@ -172,7 +245,7 @@ def _fingerprint(tok: Any) -> str:
     return h.hexdigest()
 
 
-def _observe(kind: str, cached: bool, seconds: float) -> None:
+def _observe(kind: str, cached: bool, compiler: str, seconds: float) -> None:
     from podium.metrics.server import observe_constraint_compile
 
-    observe_constraint_compile(kind, cached, seconds)
+    observe_constraint_compile(kind, cached, compiler, seconds)

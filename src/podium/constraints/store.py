@@ -83,6 +83,13 @@ class FormStore:
         self._remember(form)
         return form
 
+    def has(self, key: str) -> bool:
+        """Whether ``key``'s form is here or in the host's directory (not read)."""
+        with self._lock:
+            if key in self._memory:
+                return True
+        return _is_key(key) and (self.directory / (key + _SUFFIX)).exists()
+
     def put(self, form: CompiledForm) -> None:
         """Keep ``form`` here and publish it to the host's directory."""
         self._remember(form)

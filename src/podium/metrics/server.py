@@ -79,8 +79,8 @@ CONSTRAINT_COMPILE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0
 CONSTRAINT_COMPILE = Histogram(
     "podium:constraint_compile_seconds",
     "Time a request waited for its constraint's compiled form at admission (cache: hit or "
-    "miss).",
-    ("type", "cache"),
+    "miss; compiler: process, the server's compile worker, or thread, its own threads).",
+    ("type", "cache", "compiler"),
     buckets=CONSTRAINT_COMPILE_BUCKETS,
     registry=REGISTRY,
 )
@@ -163,9 +163,9 @@ def observe_queue_refused(model: str, version: str, reason: str) -> None:
     QUEUE_REFUSED.labels(model, version, reason).inc()
 
 
-def observe_constraint_compile(kind: str, cached: bool, seconds: float) -> None:
+def observe_constraint_compile(kind: str, cached: bool, compiler: str, seconds: float) -> None:
     """Record how long a request waited for its constraint's compiled form."""
-    CONSTRAINT_COMPILE.labels(kind, "hit" if cached else "miss").observe(seconds)
+    CONSTRAINT_COMPILE.labels(kind, "hit" if cached else "miss", compiler).observe(seconds)
 
 
 def observe_batch(model: str, version: str, size: int) -> None:

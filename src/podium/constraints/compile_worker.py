@@ -1,0 +1,100 @@
+"""The constraint compile worker: a process of its own that compiles specs for one tokenizer.
+
+The server's event loop holds its GIL for most of every step it serves, so a compile in one of
+its threads waits for that GIL at every release: measured (``bench/constraints_gil.py``), a
+500-candidate spec that compiles in 2.1 ms alone took 107 ms (p50) beside one busy Python
+thread, 11.8 ms here. Here the compile has a GIL of
+its own. :class:`~podium.constraints.compile_process.CompileProcess` starts this module as
+``python -m podium.constraints.compile_worker`` and speaks to it over its standard streams, one
+msgspec JSON message a line:
+
+- worker → server, once, when it is ready: ``{"ready": <tokenizer fingerprint>}``;
+- server → worker: ``{"id": n, "spec": <normalized spec>}``;
+- worker → server, one per request, in any order: ``{"id": n, "key": k, "seconds": s,
+  "cached": b}``, or ``{"id": n, "error": message, "param": field}`` for a spec that does not
+  compile (the request's 400), or ``{"id": n, "fault": text}`` for a fault of ours.
+
+The worker compiles with :class:`~podium.constraints.precompile.ConstraintPrecompiler` (its
+thread pool, its de-duplication, the host's store), so a form it publishes is the one the
+server's own threads would have made. It exits when its input closes: when the server exits,
+however it exits. Only built-in constraint types come here; a plugin registered in the server
+compiles there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+
+from podium.errors import InvalidArgument
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m podium.constraints.compile_worker")
+    ap.add_argument("--tokenizer", required=True, help="the model's tokenizer folder")
+    ap.add_argument("--vocab-size", type=int, required=True, help="the model's logits width")
+    ap.add_argument("--directory", required=True, help="the host's compiled-form directory")
+    args = ap.parse_args(argv)
+    # the protocol gets a descriptor of its own; anything a library prints goes to stderr
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    from podium.constraints import kernels
+    from podium.constraints.precompile import ConstraintPrecompiler
+    from podium.constraints.store import FormStore
+
+    compiler = ConstraintPrecompiler(args.tokenizer, args.vocab_size,
+                                     store=FormStore(Path(args.directory)), process=False)
+    _, fingerprint = compiler.load_tokenizer()
+    kernels.warm()
+    send = _Sender(out)
+    send({"ready": fingerprint})
+    decode = msgspec.json.Decoder().decode
+    for line in sys.stdin.buffer:
+        try:
+            message = decode(line)
+            rid = message["id"]
+        except (msgspec.DecodeError, KeyError, TypeError) as exc:  # the server's bug
+            print(f"podium compile worker: unreadable request: {exc}", file=sys.stderr)
+            return 2  # the server then compiles what was in flight itself
+        try:
+            future = compiler.submit(message["spec"])
+        except Exception as exc:  # any failure is this request's answer
+            future = Future()
+            future.set_exception(exc)
+        future.add_done_callback(lambda f, rid=rid: send(_answer(rid, f)))
+    compiler.shutdown()
+    return 0
+
+
+def _answer(rid: int, future: Future[Any]) -> dict[str, Any]:
+    exc = future.exception()
+    if exc is None:
+        done = future.result()
+        return {"id": rid, "key": done.key, "seconds": done.seconds, "cached": done.cached}
+    if isinstance(exc, InvalidArgument):
+        return {"id": rid, "error": exc.message, "param": exc.param}
+    return {"id": rid, "fault": f"{type(exc).__name__}: {exc}"}
+
+
+class _Sender:
+    """Whole lines to the server, one writer at a time (answers come from pool threads)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out, self._lock = out, threading.Lock()
+        self._encode = msgspec.json.Encoder().encode
+
+    def __call__(self, message: dict[str, Any]) -> None:
+        data = self._encode(message) + b"\n"
+        with self._lock:
+            self._out.write(data)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
