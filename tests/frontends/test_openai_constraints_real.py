@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -19,7 +20,7 @@ import openai
 import pytest
 import regex
 
-from tests.conftest import LLM
+from tests.conftest import API_KEY, LLM
 from tests.support.catalog import make_titles
 
 pytestmark = pytest.mark.engine
@@ -163,10 +164,6 @@ def test_the_served_instance_compiles_in_its_worker_process(instance,
                                                             openai_client: openai.OpenAI) -> None:
     """`podium serve` starts its compile worker at the first constrained request; once it is
     ready, new specs are compiled there (the histogram's `compiler` label) and still hold."""
-    import time
-
-    from tests.conftest import API_KEY
-
     def compiled_in_worker() -> float:
         text = httpx.get(f"{instance.http_url}/metrics", timeout=30,
                          headers={"authorization": f"Bearer {API_KEY}"}).text

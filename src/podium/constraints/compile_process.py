@@ -4,8 +4,9 @@ One :class:`CompileProcess` per tokenizer in a server process. It is spoken to f
 loop only: a request's spec goes down the worker's input as one line and the loop reads the
 answer from its output when it comes, so the wait for a compile takes no thread and no GIL
 hand-over in the server. The worker starts at the first constrained request (the server's own
-threads compile until it says ready, about two seconds) and is started again if it dies; a
-request whose compile was in flight when it died is compiled by the server's threads instead.
+threads compile until it says ready: 6-8 s here, loading the tokenizer and the kernels) and is
+started again if it dies; a request whose compile was in flight when it died is compiled by the
+server's threads instead.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ class CompileProcess:
         self._last_start = float("-inf")
         self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_id = 0
-        self._encode = msgspec.json.Encoder().encode
         self._decode = msgspec.json.Decoder().decode
 
     def ready(self) -> bool:
@@ -65,14 +65,14 @@ class CompileProcess:
         self._maybe_start(loop)
         return False
 
-    async def compile(self, canonical: str) -> dict[str, Any]:
-        """The worker's answer for one normalized spec (its canonical JSON text)."""
+    async def compile(self, spec: bytes) -> dict[str, Any]:
+        """The worker's answer for one normalized spec (its canonical JSON, UTF-8)."""
         assert self._proc is not None and self._proc.stdin is not None
         rid = self._next_id = self._next_id + 1
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = answer
         try:
-            self._proc.stdin.write(b'{"id":%d,"spec":%s}\n' % (rid, canonical.encode()))
+            self._proc.stdin.write(b'{"id":%d,"spec":%s}\n' % (rid, spec))
             await self._proc.stdin.drain()
         except (ConnectionError, RuntimeError) as exc:
             self._waiting.pop(rid, None)

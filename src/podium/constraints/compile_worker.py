@@ -1,10 +1,10 @@
 """The constraint compile worker: a process of its own that compiles specs for one tokenizer.
 
 The server's event loop holds its GIL for most of every step it serves, so a compile in one of
-its threads waits for that GIL at every release: measured (``bench/constraints_gil.py``), a
-500-candidate spec that compiles in 2.1 ms alone took 107 ms (p50) beside one busy Python
-thread, 11.8 ms here. Here the compile has a GIL of
-its own. :class:`~podium.constraints.compile_process.CompileProcess` starts this module as
+its threads waits for that GIL at every release. Here the compile has a GIL of its own:
+measured (``bench/constraints_gil.py``), a 500-candidate spec that compiles in 2.1 ms alone took
+107 ms (p50) in a server thread beside one busy Python thread, and 11.8 ms here.
+:class:`~podium.constraints.compile_process.CompileProcess` starts this module as
 ``python -m podium.constraints.compile_worker`` and speaks to it over its standard streams, one
 msgspec JSON message a line:
 

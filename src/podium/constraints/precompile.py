@@ -102,39 +102,45 @@ class ConstraintPrecompiler:
             self._worker.close()
 
     async def _compile_off_loop(self, normalized: dict[str, Any]) -> Precompiled:
-        worker = self._worker
-        if worker is not None and normalized["type"] in _builtin_names() and worker.ready():
-            canonical = _canonical(normalized)
-            try:
-                canonical.encode()
-            except UnicodeEncodeError:  # a lone surrogate: no UTF-8 line can carry it
-                pass
-            else:
-                from podium.constraints.compile_process import WorkerGone
+        sent = self._for_worker(normalized)
+        if sent is not None:
+            from podium.constraints.compile_process import WorkerGone
 
-                try:
-                    return await self._in_worker(worker, canonical)
-                except WorkerGone:
-                    pass  # it died with this compile in flight: the pool compiles it
+            try:
+                return await self._in_worker(*sent)
+            except WorkerGone:
+                pass  # it died with this compile in flight: the pool compiles it
         return await asyncio.wrap_future(self.submit(normalized))
 
-    async def _in_worker(self, worker: Any, canonical: str) -> Precompiled:
+    def _for_worker(self, normalized: dict[str, Any]) -> tuple[str, bytes] | None:
+        """The spec's canonical text and its UTF-8 bytes when the worker can take it now."""
+        worker = self._worker
+        if worker is None or normalized["type"] not in _builtin_names() or not worker.ready():
+            return None
+        canonical = _canonical(normalized)
+        try:
+            return canonical, canonical.encode()
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 line can carry it
+            return None
+
+    async def _in_worker(self, canonical: str, data: bytes) -> Precompiled:
         """The form's key from the worker; identical specs in flight share one compile."""
         from podium.constraints.store import form_key
 
+        worker = self._worker
         key = form_key(worker.fingerprint, canonical)
         if self.store.has(key):
             return Precompiled(key, 0.0, True, "process")
         asked = self._asked.get(key)
         if asked is None:
-            asked = self._asked[key] = asyncio.ensure_future(self._ask(worker, canonical))
+            asked = self._asked[key] = asyncio.ensure_future(self._ask(worker, data))
             asked.add_done_callback(lambda _f: self._asked.pop(key, None))
         # shielded: a request that goes away does not cancel the compile others wait for
         return await asyncio.shield(asked)
 
     @staticmethod
-    async def _ask(worker: Any, canonical: str) -> Precompiled:
-        answer = await worker.compile(canonical)
+    async def _ask(worker: Any, data: bytes) -> Precompiled:
+        answer = await worker.compile(data)
         if "error" in answer:
             raise InvalidArgument(answer["error"], param=answer.get("param"))
         if "fault" in answer:
