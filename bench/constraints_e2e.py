@@ -3,6 +3,11 @@ unconstrained, on one real engine behind Podium's OpenAI server, in one run.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/constraints_e2e.py [--requests 64]
         [--concurrency 32] [--min-candidates 20] [--max-candidates 100] [--rounds 2]
+        [--catalog package|none]
+
+The served package names the 50,000 titles as its `constraint_catalog` (tokenized when the
+instance boots) unless `--catalog none`; the podium figures count the titles its compiles still
+had to tokenize (`podium:constraint_strings_tokenized_total`).
 
 Every request asks for 3 to 5 different titles from its own candidates (a different set each
 time, drawn from a 50,000-title catalog and listed in the prompt), as a JSON array; streamed
@@ -207,6 +212,13 @@ def _await_compile_worker(url: str, opts: argparse.Namespace, rng: random.Random
         asyncio.run(run_mode(url, "podium", [rng.sample(catalog, opts.min_candidates)], opts))
 
 
+def _tokenized(url: str) -> int:
+    """Candidate strings the server's compiles have tokenized so far."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("podium:constraint_strings_tokenized_total{")))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=64, help="requests per mode and round")
@@ -218,15 +230,25 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--modes", default="podium,vllm,free")
+    ap.add_argument("--catalog", choices=("package", "none"), default="package",
+                    help="package: the served package names the 50,000 titles as its "
+                    "constraint_catalog (tokenized at boot); none: requests' titles are "
+                    "tokenized when first named")
     opts = ap.parse_args()
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    from podium.package.defaults import write_default_package
+    from podium.package.defaults import default_llm_manifest
+    from podium.package.package import write_manifest
 
-    package = write_default_package()
     rng = random.Random(0)
     catalog = make_titles(50_000)
+    manifest = default_llm_manifest()
+    root = Path(tempfile.mkdtemp(prefix="podium-constraints-e2e-package-"))
+    if opts.catalog == "package":
+        (root / "catalog.txt").write_text("\n".join(catalog) + "\n")
+        manifest["constraint_catalog"] = "catalog.txt"
+    package = write_manifest(root, manifest)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = Path(tempfile.mkdtemp(prefix="podium-constraints-e2e-")) / "serve.log"
@@ -235,7 +257,8 @@ def main() -> int:
     modes = opts.modes.split(",")
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     print(f"{opts.requests} requests per mode and round, concurrency {opts.concurrency}, "
-          f"{opts.min_candidates}-{opts.max_candidates} candidates each; log {log}", flush=True)
+          f"{opts.min_candidates}-{opts.max_candidates} candidates each, catalog "
+          f"{opts.catalog}; log {log}", flush=True)
     with child(command, f"{url}/health/ready", log, dict(os.environ)):
         warm = [rng.sample(catalog, opts.min_candidates) for _ in range(4)]
         for mode in modes:  # warm-up: first-use costs (numba, xgrammar) out of the figures
@@ -248,8 +271,11 @@ def main() -> int:
                         for _ in range(opts.requests)]
             for mode in modes if round_no % 2 == 0 else modes[::-1]:
                 tag = f"(set {mode}-{round_no}) "  # a cold prefix cache for every run
+                before = _tokenized(url)
                 figures = summary(mode, asyncio.run(run_mode(url, mode, requests, opts, tag)),
                                   opts.requests)
+                if mode == "podium":
+                    figures["titles_tokenized"] = _tokenized(url) - before
                 results[mode].append(figures)
                 print(json.dumps({"round": round_no, **figures}), flush=True)
 

@@ -36,6 +36,9 @@ MAX_NUM_BATCHED_TOKENS = 256
 """The shared instance's prefill chunk (vLLM's budget of tokens a step; its CPU default is
 2,048): a prompt just over it is prefilled in two chunks, and on a CPU every prompt token
 costs (tests/engine_patches/test_cpu_seed_real.py sends one)."""
+CATALOG_SIZE = 5000
+"""The shared LLM package's constraint_catalog: the first titles of tests/support/catalog.py,
+tokenized by the instance at boot."""
 KV_BLOCK_SIZE = 32
 """The shared instance's KV block (vLLM's CPU default is 128): the prefix cache shares whole
 blocks only, and with 32 the chat template's system prompt and a test's repeated task are read
@@ -54,15 +57,20 @@ def default_model_dir() -> Path:
 def model_repository(tmp_path_factory: pytest.TempPathFactory,
                      default_model_dir: Path) -> Path:
     """A repository with the default LLM (its scheduling as shipped, chunked prefill and prefix
-    caching on, with a smaller chunk and KV block) and the embedding model."""
+    caching on, with a smaller chunk and KV block, and a constraint catalog) and the embedding
+    model."""
     from podium.package.defaults import default_llm_manifest, write_embedding_package
     from podium.package.package import write_manifest
+    from tests.support.catalog import make_titles
 
     repo = tmp_path_factory.mktemp("repository")
     manifest = default_llm_manifest()
     manifest["engine_args"] = {**manifest["engine_args"],
                                "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
                                "block_size": KV_BLOCK_SIZE}
+    manifest["constraint_catalog"] = "catalog.txt"
+    (repo / LLM).mkdir()
+    (repo / LLM / "catalog.txt").write_text("\n".join(make_titles(CATALOG_SIZE)) + "\n")
     write_manifest(repo / LLM, manifest)
     write_embedding_package(repo / EMBEDDER)
     return repo

@@ -10,8 +10,9 @@ The engine-level traps (chunked prefill, preemption) and the larger samples are 
 from __future__ import annotations
 
 import json
+import random
 import re
-import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,7 +21,7 @@ import openai
 import pytest
 import regex
 
-from tests.conftest import API_KEY, LLM
+from tests.conftest import API_KEY, CATALOG_SIZE, LLM
 from tests.support.catalog import make_titles
 
 pytestmark = pytest.mark.engine
@@ -160,29 +161,39 @@ def test_constraint_as_a_grpc_request_parameter(instance) -> None:
                                                           "Is the sky blue? no")
 
 
-def test_the_served_instance_compiles_in_its_worker_process(instance,
-                                                            openai_client: openai.OpenAI) -> None:
-    """`podium serve` starts its compile worker at the first constrained request; once it is
-    ready, new specs are compiled there (the histogram's `compiler` label) and still hold."""
-    def compiled_in_worker() -> float:
-        text = httpx.get(f"{instance.http_url}/metrics", timeout=30,
-                         headers={"authorization": f"Bearer {API_KEY}"}).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("podium:constraint_compile_seconds_count")
-                   and 'compiler="process"' in line and 'cache="miss"' in line)
+def _metric(instance, name: str, *labels: str) -> float:
+    """The sum of the instance's samples of `name` whose labels include all of `labels`."""
+    text = httpx.get(f"{instance.http_url}/metrics", timeout=30,
+                     headers={"authorization": f"Bearer {API_KEY}"}).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") and all(label in line for label in labels))
 
-    titles = make_titles(5000)
-    deadline = time.monotonic() + 120
-    for n in range(1000):  # a new spec each time: a miss the worker must compile
-        items = titles[n * 40:(n + 1) * 40]
-        r = openai_client.chat.completions.create(
-            model=LLM, max_tokens=60, temperature=1.0,
-            messages=[{"role": "user", "content": "Two or three titles as a JSON array"}],
-            extra_body={"constraint": {"type": "distinct_items", "items": items, "min": 2,
-                                       "max": 3}})
-        value = json.loads(r.choices[0].message.content)
-        assert 2 <= len(value) <= 3 and set(value) <= set(items), value
-        if compiled_in_worker() > 0:
-            return
-        assert time.monotonic() < deadline, "no compile reached the worker in 120 s"
-        time.sleep(0.5)
+
+def _pick(client: openai.OpenAI, items: list[str]) -> list[str]:
+    r = client.chat.completions.create(
+        model=LLM, max_tokens=60, temperature=1.0,
+        messages=[{"role": "user", "content": "Two or three titles as a JSON array"}],
+        extra_body={"constraint": {"type": "distinct_items", "items": items, "min": 2,
+                                   "max": 3}})
+    value = json.loads(r.choices[0].message.content)
+    assert 2 <= len(value) <= 3 and set(value) <= set(items), value
+    return value
+
+
+def test_the_served_instance_compiles_in_a_worker_ready_with_its_catalog(
+        instance, openai_client: openai.OpenAI) -> None:
+    """The package names a constraint catalog, so `podium serve` starts its compile worker at
+    boot and the worker tokenizes the catalog before the instance is ready: a new spec over
+    catalog titles is compiled in the worker at once and tokenizes none of its titles; one
+    over titles outside it tokenizes exactly those."""
+    compiled = 'podium:constraint_compile_seconds_count', 'compiler="process"', 'cache="miss"'
+    tokenized = "podium:constraint_strings_tokenized_total", 'type="distinct_items"'
+    titles = make_titles(CATALOG_SIZE)
+    in_worker, strings = _metric(instance, *compiled), _metric(instance, *tokenized)
+    _pick(openai_client, random.sample(titles, 50))  # a spec never sent before: a compile
+    assert _metric(instance, *compiled) == in_worker + 1, "not compiled in the worker"
+    assert _metric(instance, *tokenized) == strings, "catalog titles were tokenized again"
+    outside = [f"Unlisted {uuid.uuid4().hex[:8]} Story" for _ in range(17)]
+    _pick(openai_client, titles[5:25] + outside)
+    assert _metric(instance, *compiled) == in_worker + 2
+    assert _metric(instance, *tokenized) == strings + len(outside)

@@ -84,3 +84,23 @@ def test_a_real_process_refuses_in_one_line_then_packages(
                            str(layout.out / "good.tar.gz")], capture_output=True, text=True,
                           timeout=60, env=env)
     assert good.returncode == 0, good.stderr
+
+
+@pytest.mark.parametrize(("catalog", "data", "expected"), [
+    ("../outside.txt", b"ok\n", "constraint_catalog='../outside.txt'"),
+    ("catalog.txt", b"Amelie\nLa Haine\n\xe9t\xe9\n", "line 3 is not UTF-8 (byte 0xe9)"),
+    ("catalog.txt", b"\n\n", "holds no string"),
+], ids=["leaves", "not-utf8", "empty"])
+def test_package_refuses_a_bad_constraint_catalog_then_packages_a_good_one(
+        tmp_path: Path, catalog: str, data: bytes, expected: str) -> None:
+    manifest = {"name": "llm", "backend": "vllm", "constraint_catalog": catalog,
+                "weights": {"source": "package", "path": "model.py"}}
+    src = _package_dir(tmp_path, manifest)
+    (src / catalog).write_bytes(data)
+    refused = _run("package", str(src), "-o", str(tmp_path / "x.tar.gz"))
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and expected in refused.stderr, refused.stderr
+    (src / "podium.json").write_text(json.dumps({**manifest, "constraint_catalog": "good.txt"}))
+    (src / "good.txt").write_text("Amélie\nLa Haine\n")
+    packaged = _run("package", str(src), "-o", str(tmp_path / "x.tar.gz"))
+    assert packaged.returncode == 0, packaged.stderr

@@ -68,10 +68,33 @@ class VllmBackend(Backend):
         # AsyncLLM's constructor blocks until the engine core is up (tens of seconds):
         # build it off the event loop so liveness keeps answering during boot.
         self.engine = await asyncio.to_thread(compiled.start, job, lambda: _start_engine(args))
-        self.supported_tasks = tuple(await self.engine.get_supported_tasks())
-        if self.manifest.frontends == "embedded":  # standalone: KServe only, no OpenAI layer
-            self.state = await self._openai_state()
-        await self._warm_up()
+        catalog = asyncio.ensure_future(self._prepare_constraints())  # beside the rest
+        try:
+            self.supported_tasks = tuple(await self.engine.get_supported_tasks())
+            if self.manifest.frontends == "embedded":  # standalone: KServe only, no OpenAI
+                self.state = await self._openai_state()
+            await self._warm_up()
+        except BaseException:
+            catalog.cancel()
+            raise
+        await catalog
+
+    async def _prepare_constraints(self) -> None:
+        """The package's constraint catalog, if it names one, read, checked and tokenized
+        where this instance compiles constraints (``ConstraintPrecompiler.prepare``)."""
+        name = self.manifest.constraint_catalog
+        if name is None or self.task != "generate":
+            return
+        from podium.constraints.precompile import precompiler_for
+        from podium.package.catalog import FIELD, read_catalog
+        from podium.package.paths import named_path
+
+        root = self.package.root
+        path = named_path(root, name, FIELD)
+        strings = await asyncio.to_thread(read_catalog, path, root)
+        config = self.engine.model_config
+        compiler = precompiler_for(str(config.tokenizer), int(config.get_vocab_size()))
+        await compiler.prepare(path, strings)
 
     async def _openai_state(self) -> Any:
         """vLLM's OpenAI serving objects (chat, completions, embeddings) for this model."""

@@ -12,6 +12,7 @@ server's threads instead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -40,15 +41,17 @@ class CompileProcess:
     """A compile worker for one tokenizer, bound to the event loop that started it."""
 
     def __init__(self, tokenizer: str, vocab_size: int, directory: Path) -> None:
-        self.command = [sys.executable, "-m", "podium.constraints.compile_worker",
-                        "--tokenizer", tokenizer, "--vocab-size", str(vocab_size),
-                        "--directory", str(directory)]
+        self._args = ["--tokenizer", tokenizer, "--vocab-size", str(vocab_size),
+                      "--directory", str(directory)]
+        self.catalogs: list[Path] = []
+        """Catalog files the worker tokenizes before it says ready, at every start."""
         self.fingerprint: str | None = None
         """The tokenizer's fingerprint as the worker computed it; set once it is ready."""
         self.starts = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._starting: asyncio.Task[None] | None = None
+        self._settled: asyncio.Event | None = None  # set when a start is ready or failed
         self._last_start = float("-inf")
         self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_id = 0
@@ -64,6 +67,23 @@ class CompileProcess:
             return False  # another loop's worker (tests run several loops): not this one's
         self._maybe_start(loop)
         return False
+
+    @property
+    def command(self) -> list[str]:
+        catalogs = [arg for path in self.catalogs for arg in ("--catalog", str(path))]
+        return [sys.executable, "-m", "podium.constraints.compile_worker", *self._args,
+                *catalogs]
+
+    async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
+        """Start the worker now if it is not running and wait until it is ready; False when
+        it did not become ready (the server's threads compile meanwhile)."""
+        if self.ready():
+            return True
+        settled = self._settled
+        if settled is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(settled.wait(), timeout_s)
+        return self.ready()
 
     async def compile(self, spec: bytes) -> dict[str, Any]:
         """The worker's answer for one normalized spec (its canonical JSON, UTF-8)."""
@@ -98,27 +118,38 @@ class CompileProcess:
         self.starts += 1
         self._last_start = now
         self._loop, self._proc, self.fingerprint = loop, None, None
-        self._starting = loop.create_task(self._start(), name="podium-constraint-worker")
+        self._settled = settled = asyncio.Event()
+        self._starting = loop.create_task(self._start(settled), name="podium-constraint-worker")
 
-    async def _start(self) -> None:
+    async def _start(self, settled: asyncio.Event) -> None:
+        try:
+            proc = await self._spawn()
+        finally:
+            settled.set()
+        if proc is not None:
+            await self._read_answers(proc)
+
+    async def _spawn(self) -> asyncio.subprocess.Process | None:
+        """The started worker once it says ready (its ready line logged), else None."""
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 limit=LINE_LIMIT)
             assert proc.stdout is not None
             hello = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S)
-            fingerprint = self._decode(hello)["ready"] if hello else None
+            ready = self._decode(hello) if hello else None
+            fingerprint = ready["ready"] if ready else None
         except (OSError, TimeoutError, msgspec.DecodeError, KeyError, TypeError) as exc:
             log.warning("the constraint compile worker did not start (%s: %s); the server's "
                         "threads compile meanwhile", type(exc).__name__, exc)
-            return
+            return None
         if fingerprint is None:
             log.warning("the constraint compile worker exited at start (code %s); the "
                         "server's threads compile meanwhile", await proc.wait())
-            return
+            return None
         self._proc, self.fingerprint = proc, fingerprint
-        log.info("constraint compile worker %d ready", proc.pid)
-        await self._read_answers(proc)
+        log.info("constraint compile worker %d ready%s", proc.pid, _catalog_line(ready))
+        return proc
 
     async def _read_answers(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
@@ -143,3 +174,11 @@ class CompileProcess:
         for future in waiting.values():
             if not future.done():
                 future.set_exception(WorkerGone(f"exit code {code}"))
+
+
+def _catalog_line(ready: dict[str, Any]) -> str:
+    """What the worker's ready line says of its catalogs, for the log."""
+    if not ready.get("catalog"):
+        return ""
+    return (f": {ready['catalog']} catalog strings tokenized in {ready['seconds']:.2f} s "
+            f"({ready['skipped']} the tokenizer cannot reproduce, left out)")

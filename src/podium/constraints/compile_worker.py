@@ -8,11 +8,13 @@ measured (``bench/constraints_gil.py``), a 500-candidate spec that compiles in 2
 ``python -m podium.constraints.compile_worker`` and speaks to it over its standard streams, one
 msgspec JSON message a line:
 
-- worker → server, once, when it is ready: ``{"ready": <tokenizer fingerprint>}``;
+- worker → server, once, when it is ready (its catalogs tokenized):
+  ``{"ready": <tokenizer fingerprint>, "catalog": strings, "skipped": n, "seconds": s}``;
 - server → worker: ``{"id": n, "spec": <normalized spec>}``;
 - worker → server, one per request, in any order: ``{"id": n, "key": k, "seconds": s,
-  "cached": b}``, or ``{"id": n, "error": message, "param": field}`` for a spec that does not
-  compile (the request's 400), or ``{"id": n, "fault": text}`` for a fault of ours.
+  "cached": b, "tokenized": strings}``, or ``{"id": n, "error": message, "param": field}``
+  for a spec that does not compile (the request's 400), or ``{"id": n, "fault": text}`` for a
+  fault of ours.
 
 The worker compiles with :class:`~podium.constraints.precompile.ConstraintPrecompiler` (its
 thread pool, its de-duplication, the host's store), so a form it publishes is the one the
@@ -27,6 +29,7 @@ import argparse
 import os
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -41,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", required=True, help="the model's tokenizer folder")
     ap.add_argument("--vocab-size", type=int, required=True, help="the model's logits width")
     ap.add_argument("--directory", required=True, help="the host's compiled-form directory")
+    ap.add_argument("--catalog", action="append", default=[], type=Path,
+                    help="a package's constraint_catalog file, tokenized before ready (repeat)")
     args = ap.parse_args(argv)
     # the protocol gets a descriptor of its own; anything a library prints goes to stderr
     out = os.fdopen(os.dup(1), "wb", buffering=0)
@@ -51,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
 
     compiler = ConstraintPrecompiler(args.tokenizer, args.vocab_size,
                                      store=FormStore(Path(args.directory)), process=False)
-    _, fingerprint = compiler.load_tokenizer()
+    tok, fingerprint = compiler.load_tokenizer()
     kernels.warm()
+    ready = {"ready": fingerprint, **_remember(tok, args.catalog)}
     send = _Sender(out)
-    send({"ready": fingerprint})
+    send(ready)
     decode = msgspec.json.Decoder().decode
     for line in sys.stdin.buffer:
         try:
@@ -73,11 +79,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _remember(tok: Any, catalogs: list[Path]) -> dict[str, Any]:
+    """Tokenize the catalogs' strings (a bad file fails the start: the server checked it at
+    boot, so that is a file changed since); what the ready line says of them."""
+    from podium.package.catalog import read_catalog
+
+    start = time.perf_counter()
+    strings = [s for path in catalogs for s in read_catalog(path, path.parent)]
+    skipped = tok.remember(strings) if strings else 0
+    return {"catalog": len(strings), "skipped": skipped,
+            "seconds": round(time.perf_counter() - start, 3)}
+
+
 def _answer(rid: int, future: Future[Any]) -> dict[str, Any]:
     exc = future.exception()
     if exc is None:
         done = future.result()
-        return {"id": rid, "key": done.key, "seconds": done.seconds, "cached": done.cached}
+        return {"id": rid, "key": done.key, "seconds": done.seconds, "cached": done.cached,
+                "tokenized": done.tokenized}
     if isinstance(exc, InvalidArgument):
         return {"id": rid, "error": exc.message, "param": exc.param}
     return {"id": rid, "fault": f"{type(exc).__name__}: {exc}"}

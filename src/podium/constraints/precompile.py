@@ -16,15 +16,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from podium.constraints.admission import XARGS_KEY
 from podium.errors import InvalidArgument
+
+log = logging.getLogger(__name__)
 
 KEY_XARGS = "podium_constraint_key"
 """Extra argument naming the compiled form in the host's store (absent: the engine compiles)."""
@@ -41,6 +45,8 @@ class Precompiled:
     cached: bool
     compiler: str = "thread"
     """Where it was compiled or found: ``process`` (the worker) or ``thread`` (the server's)."""
+    tokenized: int = 0
+    """Strings the compile had to tokenize (not in the tokenizer's memo or a catalog)."""
 
 
 class ConstraintPrecompiler:
@@ -86,8 +92,29 @@ class ConstraintPrecompiler:
         start = time.perf_counter()
         result = await self._compile_off_loop(normalized)
         seconds = time.perf_counter() - start
-        _observe(normalized["type"], result.cached, result.compiler, seconds)
-        return Precompiled(result.key, seconds, result.cached, result.compiler)
+        _observe(normalized["type"], result.cached, result.compiler, seconds, result.tokenized)
+        return Precompiled(result.key, seconds, result.cached, result.compiler, result.tokenized)
+
+    async def prepare(self, catalog: Path, strings: list[str]) -> None:
+        """Before the instance reports ready: the `strings` of a package's catalog file
+        (:mod:`podium.package.catalog`, read and checked) tokenized where this server
+        compiles. A worker that has not started starts now with the catalog, and this waits
+        until it is ready (a restarted worker reads the file again). Otherwise the server's
+        threads remember the strings: a worker already running does not learn a catalog given
+        after its start."""
+        worker = self._worker
+        if worker is not None and worker.starts == 0:
+            worker.catalogs.append(catalog)
+            if await worker.wait_ready():
+                return
+            log.warning("the constraint compile worker is not ready; the server's threads "
+                        "tokenize the catalog %s", catalog)
+        start = time.perf_counter()
+        tok, _ = await asyncio.to_thread(self.load_tokenizer)
+        skipped = await asyncio.to_thread(tok.remember, strings)
+        log.info("constraint catalog %s: %d strings tokenized in the server in %.2f s "
+                 "(%d the tokenizer cannot reproduce, left out)", catalog, len(strings),
+                 time.perf_counter() - start, skipped)
 
     def compile_now(self, normalized: dict[str, Any]) -> Precompiled:
         """The same, in the calling thread (tests, benchmarks, synchronous callers)."""
@@ -145,7 +172,8 @@ class ConstraintPrecompiler:
             raise InvalidArgument(answer["error"], param=answer.get("param"))
         if "fault" in answer:
             raise RuntimeError(f"the constraint compile worker failed: {answer['fault']}")
-        return Precompiled(answer["key"], answer["seconds"], answer["cached"], "process")
+        return Precompiled(answer["key"], answer["seconds"], answer["cached"], "process",
+                           answer.get("tokenized", 0))
 
     def submit(self, normalized: dict[str, Any]) -> Future[Precompiled]:
         canonical = _canonical(normalized)
@@ -188,6 +216,7 @@ class ConstraintPrecompiler:
             raise InvalidArgument(f"unknown constraint type {normalized['type']!r}",
                                   param="constraint.type")
         start = time.perf_counter()
+        tok.tokenized_here()  # counted from here
         try:
             constraint = ct.compile(normalized, tok)
             form = lower(constraint, key=key, vocab_size=tok.vocab_size,
@@ -201,7 +230,7 @@ class ConstraintPrecompiler:
             return Precompiled(None, 0.0, False)  # a plugin with Python state: engine-side
         form.compile_seconds = time.perf_counter() - start
         self.store.put(form)
-        return Precompiled(key, form.compile_seconds, False)
+        return Precompiled(key, form.compile_seconds, False, tokenized=tok.tokenized_here())
 
 
 @cache
@@ -251,7 +280,7 @@ def _fingerprint(tok: Any) -> str:
     return h.hexdigest()
 
 
-def _observe(kind: str, cached: bool, compiler: str, seconds: float) -> None:
+def _observe(kind: str, cached: bool, compiler: str, seconds: float, tokenized: int) -> None:
     from podium.metrics.server import observe_constraint_compile
 
-    observe_constraint_compile(kind, cached, compiler, seconds)
+    observe_constraint_compile(kind, cached, compiler, seconds, tokenized)

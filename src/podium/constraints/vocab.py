@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from json.encoder import encode_basestring
@@ -10,7 +12,10 @@ from typing import Any
 import numpy as np
 
 MEMO_SIZE = 200_000
-"""Texts whose verified tokenization :meth:`TokenizerInfo.encode_exact` remembers."""
+"""Texts whose verified tokenization :meth:`TokenizerInfo.encode_exact` remembers, besides a
+catalog's (:meth:`TokenizerInfo.remember`), which are always kept."""
+REMEMBER_CHUNK = 4096
+"""Strings a catalog is tokenized in at a time (one batch call, one verifying decode)."""
 
 
 class TokenizerInfo:
@@ -33,6 +38,8 @@ class TokenizerInfo:
         self.eos_token_ids = tuple(sorted(ids))
         self._memo: dict[str, bytes] = {}  # text -> verified canonical tokens (int32)
         self._quoted_memo: dict[str, bytes] = {}  # text -> tokens of its JSON string literal
+        self._pinned = {False: 0, True: 0}  # a catalog's entries, first in each memo: kept
+        self._counts = threading.local()
 
     @classmethod
     def from_pretrained(cls, path: str, vocab_size: int | None = None) -> TokenizerInfo:
@@ -65,18 +72,59 @@ class TokenizerInfo:
         becomes one array by one join, not 500 list conversions. `quoted`: each text as a JSON
         string literal (`json.dumps(text, ensure_ascii=False)`), remembered by the text itself,
         whose hash the caller has usually computed already."""
-        parts = self._packed(texts, quoted)
+        parts = self._packed(texts, quoted, count=True)
         lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)) // 4
         return TokenRuns.joined(np.frombuffer(b"".join(parts), dtype=np.int32), lengths)
 
-    def _packed(self, texts: list[str], quoted: bool = False) -> list[bytes]:
+    def remember(self, texts: list[str]) -> int:
+        """Tokenize a catalog ahead of requests, in both spellings constraints use (the text,
+        for ``choice``; its JSON string literal, for ``distinct_items``), and keep it through
+        the memo's trims. Texts the tokenizer cannot reproduce are left out (a request naming
+        one gets its 400 then); the number left out is returned."""
+        skipped = 0
+        for quoted in (False, True):
+            memo = self._quoted_memo if quoted else self._memo
+            if self._pinned[quoted] < len(memo):  # requests' entries ahead of the catalog's
+                requests = dict(itertools.islice(memo.items(), self._pinned[quoted], None))
+                for text in requests:
+                    del memo[text]
+            else:
+                requests = {}
+            new = [t for t in dict.fromkeys(texts) if t not in memo]
+            for at in range(0, len(new), REMEMBER_CHUNK):
+                chunk = new[at:at + REMEMBER_CHUNK]
+                spelled = list(map(encode_basestring, chunk)) if quoted else chunk
+                for text, ids, _ in self._encode_verified(spelled, chunk):
+                    if ids is None:
+                        skipped += 1
+                    else:
+                        memo[text] = np.asarray(ids, dtype=np.int32).tobytes()
+            self._pinned[quoted] = len(memo)
+            memo.update(requests)
+        return skipped
+
+    def tokenized_here(self) -> int:
+        """Candidate texts (:meth:`encode_runs`) this thread tokenized since it last asked:
+        the memo's misses, what a compile paid the tokenizer for."""
+        count = getattr(self._counts, "n", 0)
+        self._counts.n = 0
+        return count
+
+    def _packed(self, texts: list[str], quoted: bool = False, count: bool = False,
+                ) -> list[bytes]:
         memo = self._quoted_memo if quoted else self._memo
         parts = list(map(memo.get, texts))
         if None in parts:
             missing = list(dict.fromkeys(t for t, b in zip(texts, parts, strict=True)
                                          if b is None))
-            if len(memo) + len(missing) > MEMO_SIZE:
-                memo.clear()  # a crude bound; the catalog refills it
+            if count:
+                self._counts.n = getattr(self._counts, "n", 0) + len(missing)
+            pinned = self._pinned[quoted]
+            if len(memo) + len(missing) > pinned + MEMO_SIZE:
+                # a crude bound on requests' entries; a catalog's, first in the memo, stay
+                kept = dict(itertools.islice(memo.items(), pinned))
+                memo.clear()
+                memo.update(kept)
             spelled = list(map(encode_basestring, missing)) if quoted else missing
             memo.update(zip(missing, (np.asarray(ids, dtype=np.int32).tobytes()
                                       for ids in self._encode_checked(spelled)), strict=True))
@@ -84,6 +132,18 @@ class TokenizerInfo:
         return parts  # type: ignore[return-value]
 
     def _encode_checked(self, texts: list[str]) -> list[list[int]]:
+        encoded = []
+        for text, ids, back in self._encode_verified(texts, texts):
+            if ids is None:
+                raise ValueError(f"the tokenizer cannot produce {text!r} (it reads back as "
+                                 f"{back!r}); remove the characters it drops")
+            encoded.append(ids)
+        return encoded
+
+    def _encode_verified(self, texts: list[str], names: list[str],
+                         ) -> list[tuple[str, list[int] | None, str]]:
+        """(name, token ids or None where decoding them does not give the text back, the
+        text read back) for each text."""
         encoded = self.encode_batch(texts)
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is not None:
@@ -91,11 +151,8 @@ class TokenizerInfo:
         else:
             decoded = self.tokenizer.batch_decode(encoded, skip_special_tokens=False,
                                                   clean_up_tokenization_spaces=False)
-        for text, back in zip(texts, decoded, strict=True):
-            if text != back:
-                raise ValueError(f"the tokenizer cannot produce {text!r} (it reads back as "
-                                 f"{back!r}); remove the characters it drops")
-        return encoded
+        return [(name, ids if text == back else None, back)
+                for name, text, ids, back in zip(names, texts, encoded, decoded, strict=True)]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False,

@@ -84,6 +84,14 @@ CONSTRAINT_COMPILE = Histogram(
     buckets=CONSTRAINT_COMPILE_BUCKETS,
     registry=REGISTRY,
 )
+CONSTRAINT_TOKENIZED = Counter(
+    "podium:constraint_strings_tokenized",
+    "Candidate strings (choice's choices, distinct_items' items) a request's constraint "
+    "compile had to tokenize: known neither from an earlier request nor from the package's "
+    "constraint_catalog.",
+    ("type",),
+    registry=REGISTRY,
+)
 MODEL_LOADS = Counter(
     "podium:model_load_events",
     "Model load and unload events, by outcome (ok or error).",
@@ -163,9 +171,12 @@ def observe_queue_refused(model: str, version: str, reason: str) -> None:
     QUEUE_REFUSED.labels(model, version, reason).inc()
 
 
-def observe_constraint_compile(kind: str, cached: bool, compiler: str, seconds: float) -> None:
-    """Record how long a request waited for its constraint's compiled form."""
+def observe_constraint_compile(kind: str, cached: bool, compiler: str, seconds: float,
+                               tokenized: int = 0) -> None:
+    """Record how long a request waited for its constraint's compiled form, and how many of
+    its strings that compile tokenized."""
     CONSTRAINT_COMPILE.labels(kind, "hit" if cached else "miss", compiler).observe(seconds)
+    CONSTRAINT_TOKENIZED.labels(kind).inc(tokenized)
 
 
 def observe_batch(model: str, version: str, size: int) -> None:

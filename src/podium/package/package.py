@@ -130,8 +130,11 @@ def named_paths(manifest: Manifest) -> list[tuple[str, str, tuple[str, ...]]]:
         return [("module", manifest.module, (FILE,))]
     if isinstance(manifest, VllmManifest):
         sources = (("weights", manifest.weights), ("tokenizer", manifest.tokenizer))
-        return [(f"{field}.path", source.path, (FILE, DIRECTORY)) for field, source in sources
-                if isinstance(source, WeightsFromPackage)]
+        paths = [(f"{field}.path", source.path, (FILE, DIRECTORY)) for field, source in sources
+                 if isinstance(source, WeightsFromPackage)]
+        if manifest.constraint_catalog is not None:
+            paths.append(("constraint_catalog", manifest.constraint_catalog, (FILE,)))
+        return paths
     return [("model_file", manifest.model_file, (FILE,))]
 
 
@@ -140,6 +143,11 @@ def build_package(source: Path, target: Path) -> Package:
     be in it) and write it as a .tar.gz."""
     _require_directory(source)
     package = check_package(source, files_must_exist=True)
+    manifest = package.manifest
+    if isinstance(manifest, VllmManifest) and manifest.constraint_catalog is not None:
+        from podium.package.catalog import read_catalog
+
+        read_catalog(package.root / manifest.constraint_catalog, package.root)  # fails early
     pack(package.root, target)
     return package
 

@@ -1,9 +1,10 @@
 """Paths inside a package: they stay inside after following links, and name only regular files
 or directories (FIFOs, sockets and devices are refused from their `stat`, never opened).
 
-Every path a manifest names (`model_file`, `module`, `weights.path` / `tokenizer.path` of a
-`package` source) goes through `named_path`; `package_entries` walks a whole package tree with
-the same rules, and `read_small_file` reads one file (the manifest) under a size cap.
+Every path a manifest names (`model_file`, `module`, `constraint_catalog`, `weights.path` /
+`tokenizer.path` of a `package` source) goes through `named_path`; `package_entries` walks a
+whole package tree with the same rules, and `read_small_file` reads one file (the manifest, a
+constraint catalog) under a size cap.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
+from podium.errors import BootError
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 from podium.shutdown import ShutdownWatchdog
@@ -37,6 +38,10 @@ def run_server(config: ServerConfig) -> int:
     from podium.server.logs import configure_logging
 
     env.force_offline()
+    try:
+        env.constraint_compiler()  # now, not at the first constrained request (a 500 there)
+    except ValueError as exc:
+        raise BootError(str(exc)) from None
     _prepare_metrics_dir()  # before anything imports prometheus_client
     configure_logging(config.log_format, config.log_level)
     instance = Instance(config)
@@ -163,7 +168,6 @@ async def _watch_engines(instance: Instance, server: Any, interval_s: float = 1.
 
 
 async def _start_grpc(instance: Instance) -> Any:
-    from podium.errors import BootError
     from podium.frontends.kserve_grpc import create_server
 
     config = instance.config
