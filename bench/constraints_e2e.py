@@ -23,16 +23,24 @@ chat completions at temperature 1.0, `--concurrency` at a time. The three modes:
 - `free`: no constraint, one attempt per request (`--free-attempts`): the throughput floor.
   Retrying it would measure cached prompts: a retry finds its prompt in the prefix cache and
   skips the prefill a first attempt pays, and the 135M model's free answers are never valid.
+- `matched`: no constraint and `ignore_eos`, each request asking for exactly the tokens of a
+  valid answer (3 to 5 of its candidates as `distinct_items` writes them, and the end of
+  sequence): the same prompts and the same answer lengths as `podium`, so its answers and
+  tokens per second are the unconstrained throughput of the same work.
 
 Reported per mode: valid answers per second (valid / the mode's wall time), answers per second
-(all attempts), generated tokens per second (the usage of every attempt), share valid at the
-first attempt, p50 / p99 TTFT of every attempt, and for `podium` the time each request waited
-for its compiled constraint (the `x-podium-constraint-compile-seconds` header), over all
-requests and apart for the opening burst (the `--concurrency` requests sent at once when the
-run starts) and the rest.
+(all attempts), generated and prompt tokens per second (the usage of every attempt), share
+valid at the first attempt, p50 / p99 TTFT and p50 inter-token time (decode time per token
+after the first) of every attempt, and for `podium` the time each request waited for its
+compiled constraint (the `x-podium-constraint-compile-seconds` header), over all requests and
+apart for the opening burst (the `--concurrency` requests sent at once when the run starts)
+and the rest, with the compiles' own mean time and the titles they still tokenized (from
+/metrics). The server's compiled forms go to a directory of this run: a host store kept from
+an earlier run with the same seed would answer every compile.
 The modes alternate order between rounds (a shared machine drifts); figures are per round,
 then the ratios of the medians: podium / vllm valid answers per second (issue 13's target
->= 2x), podium / free answers and tokens per second (>= 0.9x), podium compile p99 (<= 5 ms).
+>= 2x), podium / free answers and tokens per second and decode rate (>= 0.9x), podium
+compile p99 (<= 5 ms).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -73,6 +82,10 @@ class Tally:
     valid_first: int = 0
     attempts: int = 0
     tokens: int = 0
+    prompt_tokens: int = 0
+    itl_s: list[float] = field(default_factory=list)
+    """Each attempt's decode time per token after its first (the engine's step as a stream
+    sees it, the processor's cost included)."""
     ttft_s: list[float] = field(default_factory=list)
     compile_s: list[float] = field(default_factory=list)
     burst_compile_s: list[float] = field(default_factory=list)
@@ -94,7 +107,8 @@ def is_valid(text: str, candidates: list[str]) -> bool:
             and len(set(value)) == len(value))
 
 
-def body(mode: str, candidates: list[str], max_tokens: int, tag: str = "") -> dict[str, Any]:
+def body(mode: str, candidates: list[str], max_tokens: int, tag: str = "",
+         length: int | None = None) -> dict[str, Any]:
     """One request; `tag` opens the prompt so no other mode's run finds it in the prefix
     cache (the modes share the candidate lists, not the cached prompts)."""
     listing = "\n".join(f"- {c}" for c in candidates)
@@ -105,7 +119,9 @@ def body(mode: str, candidates: list[str], max_tokens: int, tag: str = "") -> di
                       f"{tag}Recommend {MIN_ITEMS} to {MAX_ITEMS} different movies from this list "
                       f"for tonight:\n{listing}\nAnswer only with a JSON array of titles, "
                       "exactly as written above."}]}
-    if mode == "podium":
+    if mode == "matched":  # exactly `length` tokens, unconstrained
+        out.update(max_tokens=length, ignore_eos=True)
+    elif mode == "podium":
         out["constraint"] = {"type": "distinct_items", "items": candidates, "min": MIN_ITEMS,
                              "max": MAX_ITEMS}
     elif mode == "vllm":
@@ -121,7 +137,8 @@ async def attempt(client: httpx.AsyncClient, url: str, payload: dict[str, Any],
     """One streamed attempt: its text; records TTFT (and the compile time when said)."""
     sent = time.monotonic()
     parts: list[str] = []
-    first = None
+    first = last = None
+    completion = 0
     async with client.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
         if r.status_code != 200:
             raise RuntimeError(f"{r.status_code}: {(await r.aread())[:300]!r}")
@@ -134,27 +151,33 @@ async def attempt(client: httpx.AsyncClient, url: str, payload: dict[str, Any],
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            tally.tokens += (chunk.get("usage") or {}).get("completion_tokens", 0)
+            usage = chunk.get("usage") or {}
+            completion += usage.get("completion_tokens", 0)
+            tally.prompt_tokens += usage.get("prompt_tokens", 0)
             for choice in chunk.get("choices", []):
                 text = (choice.get("delta") or {}).get("content") or ""
-                if text and first is None:
-                    first = time.monotonic()
+                if text:
+                    last = time.monotonic()
+                    first = first or last
                 parts.append(text)
+    tally.tokens += completion
     tally.ttft_s.append((first or time.monotonic()) - sent)
+    if first is not None and last is not None and completion > 1:
+        tally.itl_s.append((last - first) / (completion - 1))
     return "".join(parts)
 
 
 async def run_mode(url: str, mode: str, requests: list[list[str]], opts: argparse.Namespace,
-                   tag: str = "") -> Tally:
+                   tag: str = "", lengths: list[int] | None = None) -> Tally:
     tally = Tally()
     gate = asyncio.Semaphore(opts.concurrency)
-    tries = {"podium": 1, "free": opts.free_attempts}.get(mode, opts.attempts)
+    tries = {"podium": 1, "free": opts.free_attempts, "matched": 1}.get(mode, opts.attempts)
 
-    async def one(client: httpx.AsyncClient, candidates: list[str]) -> None:
+    async def one(client: httpx.AsyncClient, candidates: list[str], length: int) -> None:
         for n in range(tries):
             async with gate:
                 text = await attempt(client, url, body(mode, candidates, opts.max_tokens,
-                                                       tag), tally)
+                                                       tag, length), tally)
             tally.attempts += 1
             if is_valid(text, candidates):
                 tally.valid += 1
@@ -164,7 +187,8 @@ async def run_mode(url: str, mode: str, requests: list[list[str]], opts: argpars
     started = tally.started = time.monotonic()
     async with httpx.AsyncClient(timeout=600,
                                  limits=httpx.Limits(max_connections=None)) as client:
-        await asyncio.gather(*(one(client, c) for c in requests))
+        await asyncio.gather(*(one(client, c, n) for c, n in
+                               zip(requests, lengths or [0] * len(requests), strict=True)))
     tally.seconds = time.monotonic() - started
     return tally
 
@@ -178,6 +202,9 @@ def summary(mode: str, t: Tally, n: int) -> dict[str, Any]:
     return {"mode": mode, "valid_per_s": round(t.valid / t.seconds, 3),
             "answers_per_s": round(t.attempts / t.seconds, 3),
             "tokens_per_s": round(t.tokens / t.seconds, 2),
+            "prompt_tokens_per_s": round(t.prompt_tokens / t.seconds, 1),
+            "tokens_per_answer": round(t.tokens / t.attempts, 1) if t.attempts else None,
+            "p50_itl_ms": round(pct(t.itl_s, 0.5) * 1000, 1) if t.itl_s else None,
             "valid_first": round(t.valid_first / n, 3), "valid": round(t.valid / n, 3),
             "attempts": t.attempts, "p50_ttft_s": round(pct(t.ttft_s, 0.5), 3),
             "p99_ttft_s": round(pct(t.ttft_s, 0.99), 3), "seconds": round(t.seconds, 1),
@@ -212,11 +239,36 @@ def _await_compile_worker(url: str, opts: argparse.Namespace, rng: random.Random
         asyncio.run(run_mode(url, "podium", [rng.sample(catalog, opts.min_candidates)], opts))
 
 
-def _tokenized(url: str) -> int:
-    """Candidate strings the server's compiles have tokenized so far."""
+def answer_lengths(requests: list[list[str]], rng: random.Random) -> list[int]:
+    """For `matched`: the tokens of a valid answer to each request (a JSON array of 3 to 5 of
+    its candidates, as `distinct_items` writes it) plus its end of sequence: what the podium
+    mode generates, asked of the engine with no constraint."""
+    from podium.constraints.distinct import render
+    from podium.constraints.vocab import TokenizerInfo
+    from podium.package.defaults import default_model_dir
+
+    tok = TokenizerInfo.from_pretrained(str(default_model_dir()))
+    answers = [render(rng.sample(c, rng.randint(MIN_ITEMS, MAX_ITEMS))) for c in requests]
+    return [len(ids) + 1 for ids in tok.encode_batch(answers)]
+
+
+WORK_FAMILIES = ("podium:constraint_strings_tokenized_total",
+                 "podium:constraint_compile_work_seconds_count",
+                 "podium:constraint_compile_work_seconds_sum")
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """The server's compile-work counters so far, each summed over its labels."""
     text = httpx.get(f"{url}/metrics", timeout=30).text
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("podium:constraint_strings_tokenized_total{")))
+    return {name: sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                      if line.startswith(name + "{")) for name in WORK_FAMILIES}
+
+
+def _compile_work(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """A run's compiles, their mean own time (the wait excluded), titles still tokenized."""
+    tokenized, count, total = (after[n] - before[n] for n in WORK_FAMILIES)
+    return {"compiles": int(count), "titles_tokenized": int(tokenized),
+            "compile_work_mean_ms": round(1000 * total / count, 2) if count else None}
 
 
 def main() -> int:
@@ -229,7 +281,7 @@ def main() -> int:
     ap.add_argument("--free-attempts", type=int, default=1, help="attempts for free")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--modes", default="podium,vllm,free")
+    ap.add_argument("--modes", default="podium,vllm,free,matched")
     ap.add_argument("--catalog", choices=("package", "none"), default="package",
                     help="package: the served package names the 50,000 titles as its "
                     "constraint_catalog (tokenized at boot); none: requests' titles are "
@@ -252,6 +304,11 @@ def main() -> int:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = Path(tempfile.mkdtemp(prefix="podium-constraints-e2e-")) / "serve.log"
+    # compiled forms of this run only: a host store kept from an earlier run (same seed, same
+    # specs) would answer every compile from it, and the compile figures would be hits
+    forms = tempfile.mkdtemp(prefix="podium-constraints-e2e-forms-",
+                             dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+    os.environ["PODIUM_CONSTRAINT_CACHE"] = forms
     command = [sys.executable, "-m", "podium.cli", "serve", str(package.root), "--host",
                "127.0.0.1", "--http-port", str(port), "--grpc-port", "-1"]
     modes = opts.modes.split(",")
@@ -262,22 +319,25 @@ def main() -> int:
     with child(command, f"{url}/health/ready", log, dict(os.environ)):
         warm = [rng.sample(catalog, opts.min_candidates) for _ in range(4)]
         for mode in modes:  # warm-up: first-use costs (numba, xgrammar) out of the figures
-            asyncio.run(run_mode(url, mode, warm, opts))
+            asyncio.run(run_mode(url, mode, warm, opts, lengths=[8] * len(warm)))
         if "podium" in modes:
             _await_compile_worker(url, opts, rng, catalog)
         for round_no in range(opts.rounds):
             requests = [rng.sample(catalog, rng.randint(opts.min_candidates,
                                                         opts.max_candidates))
                         for _ in range(opts.requests)]
+            lengths = answer_lengths(requests, random.Random(round_no))
             for mode in modes if round_no % 2 == 0 else modes[::-1]:
                 tag = f"(set {mode}-{round_no}) "  # a cold prefix cache for every run
-                before = _tokenized(url)
-                figures = summary(mode, asyncio.run(run_mode(url, mode, requests, opts, tag)),
-                                  opts.requests)
+                before = _scrape(url)
+                figures = summary(mode, asyncio.run(run_mode(url, mode, requests, opts, tag,
+                                                             lengths)), opts.requests)
                 if mode == "podium":
-                    figures["titles_tokenized"] = _tokenized(url) - before
+                    figures.update(_compile_work(before, _scrape(url)))
                 results[mode].append(figures)
                 print(json.dumps({"round": round_no, **figures}), flush=True)
+
+    shutil.rmtree(forms, ignore_errors=True)
 
     def med(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in results[mode])
@@ -290,6 +350,14 @@ def main() -> int:
               f"{med('podium', 'answers_per_s') / med('free', 'answers_per_s'):.2f}x, "
               f"tokens per second: "
               f"{med('podium', 'tokens_per_s') / med('free', 'tokens_per_s'):.2f}x "
+              "(free's answers are longer and fewer: `matched` is the like-for-like peer)")
+        print(f"podium / free decode rate per stream (free's p50 ITL / podium's): "
+              f"{med('free', 'p50_itl_ms') / med('podium', 'p50_itl_ms'):.2f}x")
+    if "podium" in results and "matched" in results:
+        print(f"podium / matched (unconstrained, same prompts and answer lengths) answers per "
+              f"second: {med('podium', 'answers_per_s') / med('matched', 'answers_per_s'):.2f}x"
+              f", tokens per second: "
+              f"{med('podium', 'tokens_per_s') / med('matched', 'tokens_per_s'):.2f}x "
               "(target >= 0.9)")
     if results.get("podium"):
         print(f"podium compile p99: {max(r['compile_p99_ms'] for r in results['podium'])} ms "

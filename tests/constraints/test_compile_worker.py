@@ -19,6 +19,7 @@ from podium.constraints.admission import validate_constraint
 from podium.constraints.precompile import ConstraintPrecompiler
 from podium.constraints.store import FormStore
 from podium.errors import InvalidArgument
+from podium.metrics.server import REGISTRY
 from tests.support.catalog import make_titles
 
 TITLES = make_titles(4000)
@@ -39,6 +40,12 @@ async def _ready(compiler: ConstraintPrecompiler, timeout_s: float = 120) -> Any
     return worker
 
 
+def _work_count() -> float:
+    """Compiles the worker did, as the server's metrics record them."""
+    return REGISTRY.get_sample_value("podium:constraint_compile_work_seconds_count",
+                                     {"type": "distinct_items", "compiler": "process"}) or 0.0
+
+
 @pytest.fixture
 async def compiler(smol_dir: Path, tmp_path: Path) -> Any:
     compiler = ConstraintPrecompiler(str(smol_dir), 49152, store=FormStore(tmp_path / "forms"),
@@ -57,9 +64,11 @@ async def test_specs_compile_in_the_worker_and_the_engine_adopts_its_forms(
     worker = await _ready(compiler)
     spec = _spec(200, 100)
     asked = worker._next_id
+    work = _work_count()
     results = await asyncio.gather(*(compiler.compile(spec) for _ in range(6)))
     assert {r.compiler for r in results} == {"process"} and len({r.key for r in results}) == 1
     assert worker._next_id == asked + 1  # identical specs in flight: one compile
+    assert _work_count() == work + 1  # and its own time recorded once, not by each waiter
     assert compiler.store.directory.joinpath(results[0].key + ".form").exists()
     again = await compiler.compile(spec)
     assert again.cached and again.key == results[0].key

@@ -187,11 +187,14 @@ def test_the_served_instance_compiles_in_a_worker_ready_with_its_catalog(
     catalog titles is compiled in the worker at once and tokenizes none of its titles; one
     over titles outside it tokenizes exactly those."""
     compiled = 'podium:constraint_compile_seconds_count', 'compiler="process"', 'cache="miss"'
+    work = "podium:constraint_compile_work_seconds_count", 'compiler="process"'
     tokenized = "podium:constraint_strings_tokenized_total", 'type="distinct_items"'
     titles = make_titles(CATALOG_SIZE)
     in_worker, strings = _metric(instance, *compiled), _metric(instance, *tokenized)
+    worked = _metric(instance, *work)
     _pick(openai_client, random.sample(titles, 50))  # a spec never sent before: a compile
     assert _metric(instance, *compiled) == in_worker + 1, "not compiled in the worker"
+    assert _metric(instance, *work) == worked + 1
     assert _metric(instance, *tokenized) == strings, "catalog titles were tokenized again"
     outside = [f"Unlisted {uuid.uuid4().hex[:8]} Story" for _ in range(17)]
     _pick(openai_client, titles[5:25] + outside)

@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     from podium.constraints.store import FormStore
 
     compiler = ConstraintPrecompiler(args.tokenizer, args.vocab_size,
-                                     store=FormStore(Path(args.directory)), process=False)
+                                     store=FormStore(Path(args.directory)), process=False,
+                                     observe=False)
     tok, fingerprint = compiler.load_tokenizer()
     kernels.warm()
     ready = {"ready": fingerprint, **_remember(tok, args.catalog)}

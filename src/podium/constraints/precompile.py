@@ -53,7 +53,10 @@ class ConstraintPrecompiler:
     """Compiles specs for one tokenizer into the host's store; thread-safe."""
 
     def __init__(self, tokenizer: str, vocab_size: int, *, store: Any = None,
-                 workers: int = 2, process: bool | None = None) -> None:
+                 workers: int = 2, process: bool | None = None, observe: bool = True) -> None:
+        """`process`: compile built-in types in a worker process (None: as
+        ``PODIUM_CONSTRAINT_COMPILER`` says); `observe`: record each compile's own time in this
+        process's metrics (the worker leaves that to its server)."""
         from podium.constraints.store import FormStore
 
         self.tokenizer_path, self.vocab_size = tokenizer, vocab_size
@@ -74,6 +77,7 @@ class ConstraintPrecompiler:
         self._inflight: dict[str, Future[Precompiled]] = {}
         self._tok: Any = None
         self._fingerprint: str | None = None
+        self._observe = observe
 
     def load_tokenizer(self) -> tuple[Any, str]:
         """The tokenizer and its fingerprint, loaded on first use."""
@@ -134,7 +138,7 @@ class ConstraintPrecompiler:
             from podium.constraints.compile_process import WorkerGone
 
             try:
-                return await self._in_worker(*sent)
+                return await self._in_worker(*sent, normalized["type"])
             except WorkerGone:
                 pass  # it died with this compile in flight: the pool compiles it
         return await asyncio.wrap_future(self.submit(normalized))
@@ -150,7 +154,7 @@ class ConstraintPrecompiler:
         except UnicodeEncodeError:  # a lone surrogate: no UTF-8 line can carry it
             return None
 
-    async def _in_worker(self, canonical: str, data: bytes) -> Precompiled:
+    async def _in_worker(self, canonical: str, data: bytes, kind: str) -> Precompiled:
         """The form's key from the worker; identical specs in flight share one compile."""
         from podium.constraints.store import form_key
 
@@ -160,18 +164,20 @@ class ConstraintPrecompiler:
             return Precompiled(key, 0.0, True, "process")
         asked = self._asked.get(key)
         if asked is None:
-            asked = self._asked[key] = asyncio.ensure_future(self._ask(worker, data))
+            asked = self._asked[key] = asyncio.ensure_future(self._ask(worker, data, kind))
             asked.add_done_callback(lambda _f: self._asked.pop(key, None))
         # shielded: a request that goes away does not cancel the compile others wait for
         return await asyncio.shield(asked)
 
     @staticmethod
-    async def _ask(worker: Any, data: bytes) -> Precompiled:
+    async def _ask(worker: Any, data: bytes, kind: str) -> Precompiled:
         answer = await worker.compile(data)
         if "error" in answer:
             raise InvalidArgument(answer["error"], param=answer.get("param"))
         if "fault" in answer:
             raise RuntimeError(f"the constraint compile worker failed: {answer['fault']}")
+        if not answer["cached"]:
+            _observe_work(kind, "process", answer["seconds"])
         return Precompiled(answer["key"], answer["seconds"], answer["cached"], "process",
                            answer.get("tokenized", 0))
 
@@ -229,6 +235,8 @@ class ConstraintPrecompiler:
         if form is None:
             return Precompiled(None, 0.0, False)  # a plugin with Python state: engine-side
         form.compile_seconds = time.perf_counter() - start
+        if self._observe:
+            _observe_work(normalized["type"], "thread", form.compile_seconds)
         self.store.put(form)
         return Precompiled(key, form.compile_seconds, False, tokenized=tok.tokenized_here())
 
@@ -284,3 +292,9 @@ def _observe(kind: str, cached: bool, compiler: str, seconds: float, tokenized: 
     from podium.metrics.server import observe_constraint_compile
 
     observe_constraint_compile(kind, cached, compiler, seconds, tokenized)
+
+
+def _observe_work(kind: str, compiler: str, seconds: float) -> None:
+    from podium.metrics.server import observe_constraint_compile_work
+
+    observe_constraint_compile_work(kind, compiler, seconds)
