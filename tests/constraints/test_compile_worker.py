@@ -46,6 +46,11 @@ def _work_count() -> float:
                                      {"type": "distinct_items", "compiler": "process"}) or 0.0
 
 
+def _tokenized() -> float:
+    return REGISTRY.get_sample_value("podium:constraint_strings_tokenized_total",
+                                     {"type": "distinct_items"}) or 0.0
+
+
 @pytest.fixture
 async def compiler(smol_dir: Path, tmp_path: Path) -> Any:
     compiler = ConstraintPrecompiler(str(smol_dir), 49152, store=FormStore(tmp_path / "forms"),
@@ -64,11 +69,12 @@ async def test_specs_compile_in_the_worker_and_the_engine_adopts_its_forms(
     worker = await _ready(compiler)
     spec = _spec(200, 100)
     asked = worker._next_id
-    work = _work_count()
+    work, tokenized = _work_count(), _tokenized()
     results = await asyncio.gather(*(compiler.compile(spec) for _ in range(6)))
     assert {r.compiler for r in results} == {"process"} and len({r.key for r in results}) == 1
     assert worker._next_id == asked + 1  # identical specs in flight: one compile
-    assert _work_count() == work + 1  # and its own time recorded once, not by each waiter
+    # and its own time and its 200 new titles recorded once, not by each of the 6 waiters
+    assert _work_count() == work + 1 and _tokenized() == tokenized + 200
     assert compiler.store.directory.joinpath(results[0].key + ".form").exists()
     again = await compiler.compile(spec)
     assert again.cached and again.key == results[0].key

@@ -4,9 +4,10 @@ One :class:`CompileProcess` per tokenizer in a server process. It is spoken to f
 loop only: a request's spec goes down the worker's input as one line and the loop reads the
 answer from its output when it comes, so the wait for a compile takes no thread and no GIL
 hand-over in the server. The worker starts at the first constrained request (the server's own
-threads compile until it says ready: 6-8 s here, loading the tokenizer and the kernels) and is
-started again if it dies; a request whose compile was in flight when it died is compiled by the
-server's threads instead.
+threads compile until it says ready: 6-8 s here, loading the tokenizer and the kernels), or at
+boot when the package names a constraint catalog, which it tokenizes before it says ready
+(:meth:`CompileProcess.wait_ready`). It is started again if it dies; a request whose compile
+was in flight when it died is compiled by the server's threads instead.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ class ConstraintPrecompiler:
         start = time.perf_counter()
         result = await self._compile_off_loop(normalized)
         seconds = time.perf_counter() - start
-        _observe(normalized["type"], result.cached, result.compiler, seconds, result.tokenized)
+        _observe(normalized["type"], result.cached, result.compiler, seconds)
         return Precompiled(result.key, seconds, result.cached, result.compiler, result.tokenized)
 
     async def prepare(self, catalog: Path, strings: list[str]) -> None:
@@ -176,10 +176,11 @@ class ConstraintPrecompiler:
             raise InvalidArgument(answer["error"], param=answer.get("param"))
         if "fault" in answer:
             raise RuntimeError(f"the constraint compile worker failed: {answer['fault']}")
+        tokenized = answer.get("tokenized", 0)
         if not answer["cached"]:
-            _observe_work(kind, "process", answer["seconds"])
+            _observe_work(kind, "process", answer["seconds"], tokenized)
         return Precompiled(answer["key"], answer["seconds"], answer["cached"], "process",
-                           answer.get("tokenized", 0))
+                           tokenized)
 
     def submit(self, normalized: dict[str, Any]) -> Future[Precompiled]:
         canonical = _canonical(normalized)
@@ -235,10 +236,11 @@ class ConstraintPrecompiler:
         if form is None:
             return Precompiled(None, 0.0, False)  # a plugin with Python state: engine-side
         form.compile_seconds = time.perf_counter() - start
+        tokenized = tok.tokenized_here()
         if self._observe:
-            _observe_work(normalized["type"], "thread", form.compile_seconds)
+            _observe_work(normalized["type"], "thread", form.compile_seconds, tokenized)
         self.store.put(form)
-        return Precompiled(key, form.compile_seconds, False, tokenized=tok.tokenized_here())
+        return Precompiled(key, form.compile_seconds, False, tokenized=tokenized)
 
 
 @cache
@@ -288,13 +290,13 @@ def _fingerprint(tok: Any) -> str:
     return h.hexdigest()
 
 
-def _observe(kind: str, cached: bool, compiler: str, seconds: float, tokenized: int) -> None:
+def _observe(kind: str, cached: bool, compiler: str, seconds: float) -> None:
     from podium.metrics.server import observe_constraint_compile
 
-    observe_constraint_compile(kind, cached, compiler, seconds, tokenized)
+    observe_constraint_compile(kind, cached, compiler, seconds)
 
 
-def _observe_work(kind: str, compiler: str, seconds: float) -> None:
+def _observe_work(kind: str, compiler: str, seconds: float, tokenized: int) -> None:
     from podium.metrics.server import observe_constraint_compile_work
 
-    observe_constraint_compile_work(kind, compiler, seconds)
+    observe_constraint_compile_work(kind, compiler, seconds, tokenized)

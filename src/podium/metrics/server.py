@@ -95,9 +95,9 @@ CONSTRAINT_COMPILE_WORK = Histogram(
 )
 CONSTRAINT_TOKENIZED = Counter(
     "podium:constraint_strings_tokenized",
-    "Candidate strings (choice's choices, distinct_items' items) a request's constraint "
-    "compile had to tokenize: known neither from an earlier request nor from the package's "
-    "constraint_catalog.",
+    "Candidate strings (choice's choices, distinct_items' items) constraint compiles had "
+    "to tokenize, counted once per compile: known neither from an earlier request nor from "
+    "the package's constraint_catalog.",
     ("type",),
     registry=REGISTRY,
 )
@@ -180,18 +180,17 @@ def observe_queue_refused(model: str, version: str, reason: str) -> None:
     QUEUE_REFUSED.labels(model, version, reason).inc()
 
 
-def observe_constraint_compile(kind: str, cached: bool, compiler: str, seconds: float,
-                               tokenized: int = 0) -> None:
-    """Record how long a request waited for its constraint's compiled form, and how many of
-    its strings that compile tokenized."""
+def observe_constraint_compile(kind: str, cached: bool, compiler: str, seconds: float) -> None:
+    """Record how long a request waited for its constraint's compiled form."""
     CONSTRAINT_COMPILE.labels(kind, "hit" if cached else "miss", compiler).observe(seconds)
-    CONSTRAINT_TOKENIZED.labels(kind).inc(tokenized)
 
 
-def observe_constraint_compile_work(kind: str, compiler: str, seconds: float) -> None:
-    """Record how long one compile itself took (once per compile, however many requests
-    waited for it)."""
+def observe_constraint_compile_work(kind: str, compiler: str, seconds: float,
+                                    tokenized: int = 0) -> None:
+    """Record how long one compile itself took and the candidate strings it tokenized (once
+    per compile, however many requests waited for it)."""
     CONSTRAINT_COMPILE_WORK.labels(kind, compiler).observe(seconds)
+    CONSTRAINT_TOKENIZED.labels(kind).inc(tokenized)
 
 
 def observe_batch(model: str, version: str, size: int) -> None:
