@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from podium.errors import PackageError
+from podium.package.paths import read_small_file
 
 FIELD = "constraint_catalog"
 MAX_CATALOG_BYTES = 64 * 1024 * 1024
@@ -29,8 +30,6 @@ def read_catalog(path: Path, root: Path) -> list[str]:
     """The distinct strings of the catalog file `path` (inside the package `root`), in file
     order; blank lines are skipped, a line's end (LF or CRLF) is not part of its string.
     Anything else wrong is a PackageError naming the field, the line and the fix."""
-    from podium.package.paths import read_small_file
-
     where = f"{FIELD}={path.name!r}"
     raw = read_small_file(path, root, MAX_CATALOG_BYTES, f"the {FIELD} file")
     try:
