@@ -1,8 +1,11 @@
 """Graceful shutdown on the real engine: SIGTERM lets in-flight requests finish, refuses new
-ones, and reaps the engine's processes before exiting."""
+ones, and reaps the engine's processes before exiting, even when the signal goes to the whole
+process group; a server killed outright takes its engine with it."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
 import time
@@ -36,9 +39,13 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
         default_model_dir: Path, tmp_path: Path) -> None:
     from podium.package.defaults import write_default_package
 
+    """The stop signal goes to the server's whole process group, as Ctrl-C in a terminal,
+    `timeout` and a group kill send it: the engine core is in a group of its own
+    (`engine_patches.lifecycle`), so only the server stops it, after the drain. Without that,
+    its worker exited at once and the in-flight requests were answered 503."""
     package = write_default_package(tmp_path / "pkg")
     instance = start_instance([str(package.root), "--shutdown-timeout", "60"],
-                              tmp_path / "instance.log")
+                              tmp_path / "instance.log", new_session=True)
     try:
         _assert_live_before_ready(instance)
         instance.wait_ready()
@@ -49,6 +56,12 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
             assert f"boot step {step} took" in log, step
         children = psutil.Process(instance.process.pid).children(recursive=True)
         assert children, "the engine core runs in a child process"
+        group = os.getpgid(instance.process.pid)
+        assert group == instance.process.pid
+        engine = [c for c in children if c.name().startswith("VLLM::")]  # core, worker
+        assert engine, [c.name() for c in children]
+        assert all(os.getpgid(c.pid) != group for c in engine), \
+            "the engine's processes left the server's process group"
         results: list[httpx.Response | Exception] = []
 
         def generate() -> None:
@@ -64,7 +77,7 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
         for thread in threads:
             thread.start()
         time.sleep(1.0)  # the requests are in the engine now
-        instance.process.send_signal(signal.SIGTERM)
+        os.killpg(group, signal.SIGTERM)
         time.sleep(0.5)
         with pytest.raises(httpx.HTTPError):  # no new requests once draining
             httpx.post(f"{instance.openai_url}/completions",
@@ -99,3 +112,39 @@ def test_dead_engine_stops_the_instance(default_model_dir: Path, tmp_path: Path)
         assert "died" in instance.log()
     finally:
         instance.stop()
+
+
+def test_a_killed_server_takes_its_engine_with_it(default_model_dir: Path,
+                                                  tmp_path: Path) -> None:
+    """SIGKILL (the OOM killer, a supervisor) gives the server no chance to stop its engine:
+    the engine core sees its server gone and stops itself, aborting what it ran. Before,
+    it kept running with its KV cache for good."""
+    from podium.package.defaults import write_default_package
+
+    package = write_default_package(tmp_path / "pkg")
+    instance = start_instance([str(package.root)], tmp_path / "instance.log")
+    children: list[psutil.Process] = []
+    try:
+        instance.wait_ready()
+        children = psutil.Process(instance.process.pid).children(recursive=True)
+        assert children, "the engine core runs in a child process"
+        body = {"model": LLM, "prompt": "Tell a story:", "max_tokens": 400, "ignore_eos": True}
+        request = threading.Thread(target=lambda: _post_ignoring_errors(instance, body))
+        request.start()
+        time.sleep(1.0)  # generating now
+        instance.process.kill()
+        instance.process.wait(10)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"engine processes outlived their server: {alive}"
+        assert "that started this engine core is gone" in instance.log()
+        request.join(30)
+    finally:
+        instance.stop()
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+
+
+def _post_ignoring_errors(instance, body: dict) -> None:
+    with contextlib.suppress(httpx.HTTPError):  # the server is killed under it
+        httpx.post(f"{instance.openai_url}/completions", json=body, timeout=60)

@@ -80,7 +80,10 @@ class RunningInstance:
 
 
 def start_instance(args: list[str], log_path: Path, *, api_key: str | None = None,
-                   env: dict[str, str] | None = None) -> RunningInstance:
+                   env: dict[str, str] | None = None,
+                   new_session: bool = False) -> RunningInstance:
+    """`new_session`: the server leads a process group of its own, which a test may signal
+    whole (as Ctrl-C or `timeout` do) without signalling itself."""
     http_port, grpc_port = free_port(), free_port()
     command = [*PODIUM, "serve", *args, "--host", "127.0.0.1", "--http-port", str(http_port),
                "--grpc-port", str(grpc_port)]
@@ -89,7 +92,8 @@ def start_instance(args: list[str], log_path: Path, *, api_key: str | None = Non
     log_file = log_path.open("wb")
     base = {k: v for k, v in os.environ.items() if k != "PODIUM_CONSTRAINT_COMPILER"}
     process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                               env={**base, **(env or {})}, cwd=ROOT)  # the real default
+                               env={**base, **(env or {})}, cwd=ROOT,  # the real default
+                               start_new_session=new_session)
     return RunningInstance(process, http_port, grpc_port, log_path, api_key)
 
 

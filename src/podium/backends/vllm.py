@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from argparse import Namespace
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -308,6 +309,9 @@ def _start_engine(args: Namespace) -> Any:
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    from podium.engine_patches.lifecycle import PARENT_ENV
+
+    os.environ[PARENT_ENV] = str(os.getpid())  # its engine core follows this process
     engine_args = AsyncEngineArgs.from_cli_args(args)
     try:
         config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)

@@ -151,7 +151,8 @@ class LocalRuntime(Supervisor[_Process]):
             return
         with contextlib.suppress(ProcessLookupError):
             if force:
-                # its own session's process group: an engine core it started goes with it
+                # its own session's process group; an engine core is in a group of its own
+                # and stops itself once its server is gone (engine_patches.lifecycle)
                 try:
                     os.killpg(instance.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
