@@ -109,6 +109,30 @@ def test_the_memo_trims_requests_strings_and_keeps_the_catalogs(
     assert fresh.tokenized_here() == 50, "the trim kept requests' strings past the bound"
 
 
+def test_a_trim_by_another_thread_between_a_compiles_two_memo_steps_loses_nothing(
+        smol_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two compile threads share the memo: when one adds its new strings and the other trims
+    the memo before the first reads them back, the first still gets its tokens. (It read
+    them back from the memo: a KeyError, which reached the client as a 400.)"""
+    fresh = TokenizerInfo.from_pretrained(str(smol_dir))
+    fresh.remember(CATALOG[:20])
+    monkeypatch.setattr(vocab, "MEMO_SIZE", 1_000)
+
+    class TrimmedRightAfter(dict):
+        def update(self, *args: Any, **kwargs: Any) -> None:
+            super().update(*args, **kwargs)
+            kept = dict(list(self.items())[:20])  # the other thread's trim, at this instant
+            self.clear()
+            super().update(kept)
+
+    fresh._quoted_memo = TrimmedRightAfter(fresh._quoted_memo)
+    runs = fresh.encode_runs([*CATALOG[:5], *NEVER[:30]], quoted=True)
+    expected = TokenizerInfo.from_pretrained(str(smol_dir)).encode_runs(
+        [*CATALOG[:5], *NEVER[:30]], quoted=True)
+    assert np.array_equal(runs.flat, expected.flat)
+    assert np.array_equal(runs.offsets, expected.offsets)
+
+
 async def test_the_worker_tokenizes_the_catalog_before_it_says_ready(
         smol_dir: Path, tmp_path: Path) -> None:
     path = _write(tmp_path, "\n".join(CATALOG) + "\n")

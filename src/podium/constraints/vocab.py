@@ -39,6 +39,8 @@ class TokenizerInfo:
         self._memo: dict[str, bytes] = {}  # text -> verified canonical tokens (int32)
         self._quoted_memo: dict[str, bytes] = {}  # text -> tokens of its JSON string literal
         self._pinned = {False: 0, True: 0}  # a catalog's entries, first in each memo: kept
+        # held to change a memo (add, trim, pin); never to read it, nor while tokenizing
+        self._writing = threading.Lock()
         self._counts = threading.local()
 
     @classmethod
@@ -84,13 +86,8 @@ class TokenizerInfo:
         skipped = 0
         for quoted in (False, True):
             memo = self._quoted_memo if quoted else self._memo
-            if self._pinned[quoted] < len(memo):  # requests' entries ahead of the catalog's
-                requests = dict(itertools.islice(memo.items(), self._pinned[quoted], None))
-                for text in requests:
-                    del memo[text]
-            else:
-                requests = {}
             new = [t for t in dict.fromkeys(texts) if t not in memo]
+            tokens: dict[str, bytes] = {}
             for at in range(0, len(new), REMEMBER_CHUNK):
                 chunk = new[at:at + REMEMBER_CHUNK]
                 spelled = list(map(encode_basestring, chunk)) if quoted else chunk
@@ -98,9 +95,17 @@ class TokenizerInfo:
                     if ids is None:
                         skipped += 1
                     else:
-                        memo[text] = np.asarray(ids, dtype=np.int32).tobytes()
-            self._pinned[quoted] = len(memo)
-            memo.update(requests)
+                        tokens[text] = np.asarray(ids, dtype=np.int32).tobytes()
+            with self._writing:  # requests' entries move behind the catalog's, which stay
+                requests = dict(itertools.islice(memo.items(), self._pinned[quoted], None))
+                for text in requests:
+                    del memo[text]
+                for text in dict.fromkeys(texts):
+                    if text in requests:
+                        memo[text] = requests.pop(text)
+                memo.update(tokens)
+                self._pinned[quoted] = len(memo)
+                memo.update(requests)
         return skipped
 
     def tokenized_here(self) -> int:
@@ -119,16 +124,19 @@ class TokenizerInfo:
                                          if b is None))
             if count:
                 self._counts.n = getattr(self._counts, "n", 0) + len(missing)
-            pinned = self._pinned[quoted]
-            if len(memo) + len(missing) > pinned + MEMO_SIZE:
-                # a crude bound on requests' entries; a catalog's, first in the memo, stay
-                kept = dict(itertools.islice(memo.items(), pinned))
-                memo.clear()
-                memo.update(kept)
             spelled = list(map(encode_basestring, missing)) if quoted else missing
-            memo.update(zip(missing, (np.asarray(ids, dtype=np.int32).tobytes()
-                                      for ids in self._encode_checked(spelled)), strict=True))
-            parts = list(map(memo.__getitem__, texts))
+            fresh = dict(zip(missing, (np.asarray(ids, dtype=np.int32).tobytes()
+                                       for ids in self._encode_checked(spelled)), strict=True))
+            with self._writing:
+                pinned = self._pinned[quoted]
+                if len(memo) + len(fresh) > pinned + MEMO_SIZE:
+                    # a crude bound on requests' entries; a catalog's, first in the memo, stay
+                    kept = dict(itertools.islice(memo.items(), pinned))
+                    memo.clear()
+                    memo.update(kept)
+                memo.update(fresh)
+            # from `fresh`, not the memo: another thread's trim may have emptied it since
+            parts = [fresh[t] if b is None else b for t, b in zip(texts, parts, strict=True)]
         return parts  # type: ignore[return-value]
 
     def _encode_checked(self, texts: list[str]) -> list[list[int]]:
