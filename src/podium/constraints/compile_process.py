@@ -88,12 +88,23 @@ class CompileProcess:
 
     async def compile(self, spec: bytes) -> dict[str, Any]:
         """The worker's answer for one normalized spec (its canonical JSON, UTF-8)."""
+        return await self._ask(b'"spec":%s' % spec)
+
+    async def remember(self, catalog: Path) -> dict[str, Any]:
+        """Have the running worker tokenize a catalog file (its answer: strings, skipped,
+        seconds, or an error); once it took it, every later start of the worker reads it."""
+        answer = await self._ask(b'"catalog":' + msgspec.json.encode(str(catalog)))
+        if "catalog" in answer and catalog not in self.catalogs:
+            self.catalogs.append(catalog)
+        return answer
+
+    async def _ask(self, fields: bytes) -> dict[str, Any]:
         assert self._proc is not None and self._proc.stdin is not None
         rid = self._next_id = self._next_id + 1
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = answer
         try:
-            self._proc.stdin.write(b'{"id":%d,"spec":%s}\n' % (rid, spec))
+            self._proc.stdin.write(b'{"id":%d,%s}\n' % (rid, fields))
             await self._proc.stdin.drain()
         except (ConnectionError, RuntimeError) as exc:
             self._waiting.pop(rid, None)

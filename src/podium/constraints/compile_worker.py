@@ -10,11 +10,13 @@ msgspec JSON message a line:
 
 - worker → server, once, when it is ready (its catalogs tokenized):
   ``{"ready": <tokenizer fingerprint>, "catalog": strings, "skipped": n, "seconds": s}``;
-- server → worker: ``{"id": n, "spec": <normalized spec>}``;
+- server → worker: ``{"id": n, "spec": <normalized spec>}``, or ``{"id": n, "catalog":
+  <path>}`` for a catalog given after the worker started (a second package of the same
+  tokenizer: another version loaded beside the first);
 - worker → server, one per request, in any order: ``{"id": n, "key": k, "seconds": s,
-  "cached": b, "tokenized": strings}``, or ``{"id": n, "error": message, "param": field}``
-  for a spec that does not compile (the request's 400), or ``{"id": n, "fault": text}`` for a
-  fault of ours.
+  "cached": b, "tokenized": strings}`` (a catalog: ``{"id": n, "catalog": strings, "skipped":
+  n, "seconds": s}``), or ``{"id": n, "error": message, "param": field}`` for a spec or catalog
+  that is refused (the request's 400), or ``{"id": n, "fault": text}`` for a fault of ours.
 
 The worker compiles with :class:`~podium.constraints.precompile.ConstraintPrecompiler` (its
 thread pool, its de-duplication, the host's store), so a form it publishes is the one the
@@ -36,7 +38,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from podium.errors import InvalidArgument
+from podium.errors import InvalidArgument, PackageError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"podium compile worker: unreadable request: {exc}", file=sys.stderr)
             return 2  # the server then compiles what was in flight itself
         try:
-            future = compiler.submit(message["spec"])
+            if "catalog" in message:  # in a pool thread: compiles go on meanwhile
+                future = compiler.run(_remember, tok, [Path(message["catalog"])])
+            else:
+                future = compiler.submit(message["spec"])
         except Exception as exc:  # any failure is this request's answer
             future = Future()
             future.set_exception(exc)
@@ -96,9 +101,11 @@ def _answer(rid: int, future: Future[Any]) -> dict[str, Any]:
     exc = future.exception()
     if exc is None:
         done = future.result()
+        if isinstance(done, dict):  # a catalog's
+            return {"id": rid, **done}
         return {"id": rid, "key": done.key, "seconds": done.seconds, "cached": done.cached,
                 "tokenized": done.tokenized}
-    if isinstance(exc, InvalidArgument):
+    if isinstance(exc, InvalidArgument | PackageError):
         return {"id": rid, "error": exc.message, "param": exc.param}
     return {"id": rid, "fault": f"{type(exc).__name__}: {exc}"}
 

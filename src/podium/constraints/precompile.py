@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from podium.constraints.admission import XARGS_KEY
-from podium.errors import InvalidArgument
+from podium.errors import InvalidArgument, PackageError
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +103,12 @@ class ConstraintPrecompiler:
         """Before the instance reports ready: the `strings` of a package's catalog file
         (:mod:`podium.package.catalog`, read and checked) tokenized where this server
         compiles. A worker that has not started starts now with the catalog, and this waits
-        until it is ready (a restarted worker reads the file again). Otherwise the server's
-        threads remember the strings: a worker already running does not learn a catalog given
-        after its start."""
+        until it is ready; a worker already running (a second package of the same tokenizer)
+        is sent the file and this waits for its answer. A restarted worker reads every
+        catalog again. Without a worker, the server's threads remember the strings."""
         worker = self._worker
-        if worker is not None and worker.starts == 0:
-            worker.catalogs.append(catalog)
-            if await worker.wait_ready():
+        if worker is not None:
+            if await self._worker_remembers(worker, catalog):
                 return
             log.warning("the constraint compile worker is not ready; the server's threads "
                         "tokenize the catalog %s", catalog)
@@ -119,6 +118,34 @@ class ConstraintPrecompiler:
         log.info("constraint catalog %s: %d strings tokenized in the server in %.2f s "
                  "(%d the tokenizer cannot reproduce, left out)", catalog, len(strings),
                  time.perf_counter() - start, skipped)
+
+    @staticmethod
+    async def _worker_remembers(worker: Any, catalog: Path) -> bool:
+        """Whether the worker now holds `catalog`: it started with it, or learned it."""
+        from podium.constraints.compile_process import WorkerGone
+
+        if worker.starts == 0:
+            worker.catalogs.append(catalog)  # the start reads it before it says ready
+            return await worker.wait_ready()
+        if not await worker.wait_ready():
+            return False
+        try:
+            answer = await worker.remember(catalog)
+        except WorkerGone:  # died meanwhile: its next start reads the file
+            worker.catalogs.append(catalog)
+            return False
+        if "error" in answer:  # the server read the same file a moment ago: changed since
+            raise PackageError(answer["error"], param=answer.get("param"))
+        if "fault" in answer:
+            raise RuntimeError(f"the constraint compile worker failed: {answer['fault']}")
+        log.info("constraint catalog %s: %d strings tokenized in the running compile worker in "
+                 "%.2f s (%d the tokenizer cannot reproduce, left out)", catalog,
+                 answer["catalog"], answer["seconds"], answer["skipped"])
+        return True
+
+    def run(self, fn: Any, *args: Any) -> Future[Any]:
+        """``fn(*args)`` in the compile pool, beside the compiles (the worker's late catalog)."""
+        return self._pool.submit(fn, *args)
 
     def compile_now(self, normalized: dict[str, Any]) -> Precompiled:
         """The same, in the calling thread (tests, benchmarks, synchronous callers)."""
