@@ -92,6 +92,20 @@ async def test_specs_compile_in_the_worker_and_the_engine_adopts_its_forms(
         assert np.array_equal(theirs.arrays[name], array), name
 
 
+async def test_a_request_that_goes_away_leaves_the_compile_its_twins_wait_for(
+        compiler: ConstraintPrecompiler) -> None:
+    await compiler.compile(_spec(20))
+    worker = await _ready(compiler)
+    spec = _spec(300, 7)
+    asked = worker._next_id
+    waiting = [asyncio.ensure_future(compiler.compile(spec)) for _ in range(3)]
+    await asyncio.sleep(0)  # all three in flight on one compile
+    waiting[0].cancel()
+    first, second = await asyncio.gather(*waiting[1:])
+    assert waiting[0].cancelled() and worker._next_id == asked + 1
+    assert first.key == second.key and first.compiler == second.compiler == "process"
+
+
 async def test_a_spec_the_worker_cannot_compile_fails_alone(
         compiler: ConstraintPrecompiler) -> None:
     await compiler.compile(_spec(20))

@@ -1,11 +1,15 @@
 """The server's side of the constraint compile worker (:mod:`podium.constraints.compile_worker`).
 
 One :class:`CompileProcess` per tokenizer in a server process. It is spoken to from the event
-loop only: a request's spec goes down the worker's input as one line and the loop reads the
-answer from its output when it comes, so the wait for a compile takes no thread and no GIL
-hand-over in the server. The worker starts at the first constrained request (the server's own
-threads compile until it says ready: 6-8 s here, loading the tokenizer and the kernels), or at
-boot when the package names a constraint catalog, which it tokenizes before it says ready
+loop only: a request's spec goes down the worker's input as one line, and the answer line is
+handed to its waiters in the loop's callback for the bytes that carry it. So the wait for a
+compile takes no thread, no GIL hand-over and no task of its own in the server: a waiting
+request resumes at the loop's next turn after its answer arrives (before, a reader task, a task
+per spec and a shield stood in between: four turns of a loop that serves every stream).
+
+The worker starts at the first constrained request (the server's own threads compile until it
+says ready: 6-8 s here, loading the tokenizer and the kernels), or at boot when the package
+names a constraint catalog, which it tokenizes before it says ready
 (:meth:`CompileProcess.wait_ready`). It is started again if it dies; a request whose compile
 was in flight when it died is compiled by the server's threads instead.
 """
@@ -17,6 +21,7 @@ import contextlib
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,10 @@ class WorkerGone(Exception):
     """The worker exited (or never became ready) while a compile was in flight."""
 
 
+Answer = Callable[[dict[str, Any] | WorkerGone], None]
+"""Called in the event loop with the worker's answer to one message, or with WorkerGone."""
+
+
 class CompileProcess:
     """A compile worker for one tokenizer, bound to the event loop that started it."""
 
@@ -54,7 +63,8 @@ class CompileProcess:
         self._starting: asyncio.Task[None] | None = None
         self._settled: asyncio.Event | None = None  # set when a start is ready or failed
         self._last_start = float("-inf")
-        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._waiting: dict[int, Answer] = {}
+        self._hello: asyncio.Future[bytes] | None = None  # the ready line, once it comes
         self._next_id = 0
         self._decode = msgspec.json.Decoder().decode
 
@@ -86,30 +96,37 @@ class CompileProcess:
                 await asyncio.wait_for(settled.wait(), timeout_s)
         return self.ready()
 
-    async def compile(self, spec: bytes) -> dict[str, Any]:
-        """The worker's answer for one normalized spec (its canonical JSON, UTF-8)."""
-        return await self._ask(b'"spec":%s' % spec)
+    def send(self, spec: bytes, answer: Answer) -> None:
+        """Send one normalized spec (its canonical JSON, UTF-8); `answer` gets the reply."""
+        self._send(b'"spec":%s' % spec, answer)
 
     async def remember(self, catalog: Path) -> dict[str, Any]:
         """Have the running worker tokenize a catalog file (its answer: strings, skipped,
         seconds, or an error); once it took it, every later start of the worker reads it."""
-        answer = await self._ask(b'"catalog":' + msgspec.json.encode(str(catalog)))
+        done: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+        def answered(message: dict[str, Any] | WorkerGone) -> None:
+            if done.done():
+                return
+            if isinstance(message, WorkerGone):
+                done.set_exception(message)
+            else:
+                done.set_result(message)
+
+        self._send(b'"catalog":' + msgspec.json.encode(str(catalog)), answered)
+        answer = await done
         if "catalog" in answer and catalog not in self.catalogs:
             self.catalogs.append(catalog)
         return answer
 
-    async def _ask(self, fields: bytes) -> dict[str, Any]:
-        assert self._proc is not None and self._proc.stdin is not None
+    def _send(self, fields: bytes, answer: Answer) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.stdin.is_closing():
+            raise WorkerGone("the worker's input is closed")
         rid = self._next_id = self._next_id + 1
-        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = answer
-        try:
-            self._proc.stdin.write(b'{"id":%d,%s}\n' % (rid, fields))
-            await self._proc.stdin.drain()
-        except (ConnectionError, RuntimeError) as exc:
-            self._waiting.pop(rid, None)
-            raise WorkerGone(str(exc)) from None
-        return await answer
+        # no drain: a line is a few kB and the worker reads its input all the time
+        proc.stdin.write(b'{"id":%d,%s}\n' % (rid, fields))
 
     def close(self) -> None:
         """Close the worker's input: it finishes what it holds and exits."""
@@ -139,41 +156,58 @@ class CompileProcess:
         finally:
             settled.set()
         if proc is not None:
-            await self._read_answers(proc)
+            await self._until_exit(proc)
 
     async def _spawn(self) -> asyncio.subprocess.Process | None:
         """The started worker once it says ready (its ready line logged), else None."""
+        loop = asyncio.get_running_loop()
+        self._hello = hello = loop.create_future()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                limit=LINE_LIMIT)
-            assert proc.stdout is not None
-            hello = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S)
-            ready = self._decode(hello) if hello else None
-            fingerprint = ready["ready"] if ready else None
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Lines(self._line, loop), *self.command,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            proc = asyncio.subprocess.Process(transport, protocol, loop)
+            exited = asyncio.ensure_future(proc.wait())
+            await asyncio.wait([hello, exited], timeout=READY_TIMEOUT_S,
+                               return_when=asyncio.FIRST_COMPLETED)
+            if not hello.done():
+                if not exited.done():
+                    raise TimeoutError(f"no ready line in {READY_TIMEOUT_S:.0f} s")
+                log.warning("the constraint compile worker exited at start (code %s); the "
+                            "server's threads compile meanwhile", exited.result())
+                return None
+            ready = self._decode(hello.result())
+            fingerprint = ready["ready"]
         except (OSError, TimeoutError, msgspec.DecodeError, KeyError, TypeError) as exc:
             log.warning("the constraint compile worker did not start (%s: %s); the server's "
                         "threads compile meanwhile", type(exc).__name__, exc)
-            return None
-        if fingerprint is None:
-            log.warning("the constraint compile worker exited at start (code %s); the "
-                        "server's threads compile meanwhile", await proc.wait())
+            with contextlib.suppress(UnboundLocalError, ProcessLookupError):
+                proc.kill()
             return None
         self._proc, self.fingerprint = proc, fingerprint
         log.info("constraint compile worker %d ready%s", proc.pid, _catalog_line(ready))
         return proc
 
-    async def _read_answers(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
+    def _line(self, line: bytes) -> None:
+        """One line from the worker, in the loop's data callback: the ready line, else an
+        answer handed to its waiter here and now."""
+        hello = self._hello
+        if hello is not None and not hello.done():
+            hello.set_result(line)
+            return
         try:
-            while line := await proc.stdout.readline():
-                message = self._decode(line)
-                waiting = self._waiting.pop(message["id"], None)
-                if waiting is not None and not waiting.done():
-                    waiting.set_result(message)
-        except (ValueError, msgspec.DecodeError, KeyError) as exc:  # never expected: a bug
+            message = self._decode(line)
+            answer = self._waiting.pop(message["id"], None)
+        except (msgspec.DecodeError, KeyError, TypeError) as exc:  # never expected: a bug
             log.error("unreadable answer from the constraint compile worker: %s", exc)
-            proc.kill()
+            if self._proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._proc.kill()
+            return
+        if answer is not None:
+            answer(message)
+
+    async def _until_exit(self, proc: asyncio.subprocess.Process) -> None:
         code = await proc.wait()
         if proc.stdin is not None:
             proc.stdin.close()
@@ -183,9 +217,31 @@ class CompileProcess:
                         len(self._waiting))
         self.fingerprint = None
         waiting, self._waiting = self._waiting, {}
-        for future in waiting.values():
-            if not future.done():
-                future.set_exception(WorkerGone(f"exit code {code}"))
+        for answer in waiting.values():
+            answer(WorkerGone(f"exit code {code}"))
+
+
+class _Lines(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's own protocol for a subprocess with pipes (its ``stdin`` writer, its exit),
+    except that the worker's output goes, line by line, to a callback instead of a reader."""
+
+    def __init__(self, on_line: Callable[[bytes], None], loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=LINE_LIMIT, loop=loop)
+        self._on_line, self._partial = on_line, b""
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd != 1:
+            return
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > LINE_LIMIT:  # a worker's bug; its answers are ~150 bytes
+            log.error("the constraint compile worker wrote a line over %d bytes", LINE_LIMIT)
+            self._partial = b""
+        for line in lines:
+            try:
+                self._on_line(line)
+            except Exception:  # a waiter's bug must not take the worker's pipe down
+                log.exception("handling an answer of the constraint compile worker")
 
 
 def _catalog_line(ready: dict[str, Any]) -> str:

@@ -70,7 +70,7 @@ class ConstraintPrecompiler:
             from podium.constraints.compile_process import CompileProcess
 
             self._worker = CompileProcess(tokenizer, vocab_size, self.store.directory)
-        self._asked: dict[str, asyncio.Future[Precompiled]] = {}  # the worker's, by key
+        self._asked: dict[str, list[asyncio.Future[Precompiled]]] = {}  # the worker's, by key
         self._pool = ThreadPoolExecutor(max_workers=workers,
                                         thread_name_prefix="podium-constraint-compile")
         self._lock = threading.Lock()
@@ -189,25 +189,46 @@ class ConstraintPrecompiler:
         key = form_key(worker.fingerprint, canonical)
         if self.store.has(key):
             return Precompiled(key, 0.0, True, "process")
-        asked = self._asked.get(key)
-        if asked is None:
-            asked = self._asked[key] = asyncio.ensure_future(self._ask(worker, data, kind))
-            asked.add_done_callback(lambda _f: self._asked.pop(key, None))
-        # shielded: a request that goes away does not cancel the compile others wait for
-        return await asyncio.shield(asked)
+        # a future per request, all resolved by the answer: one request that goes away
+        # cancels its own, never the compile the others wait for
+        mine: asyncio.Future[Precompiled] = asyncio.get_running_loop().create_future()
+        waiters = self._asked.get(key)
+        if waiters is None:
+            self._asked[key] = waiters = [mine]
+            try:
+                worker.send(data, lambda answer: self._answered(key, kind, answer))
+            except BaseException:
+                del self._asked[key]
+                raise
+        else:
+            waiters.append(mine)
+        return await mine
 
-    @staticmethod
-    async def _ask(worker: Any, data: bytes, kind: str) -> Precompiled:
-        answer = await worker.compile(data)
-        if "error" in answer:
-            raise InvalidArgument(answer["error"], param=answer.get("param"))
-        if "fault" in answer:
-            raise RuntimeError(f"the constraint compile worker failed: {answer['fault']}")
-        tokenized = answer.get("tokenized", 0)
-        if not answer["cached"]:
-            _observe_work(kind, "process", answer["seconds"], tokenized)
-        return Precompiled(answer["key"], answer["seconds"], answer["cached"], "process",
-                           tokenized)
+    def _answered(self, key: str, kind: str, answer: Any) -> None:
+        """The worker's answer for `key`, handed to every request waiting on it."""
+        from podium.constraints.compile_process import WorkerGone
+
+        waiters = self._asked.pop(key, [])
+        result: Precompiled | BaseException
+        if isinstance(answer, WorkerGone):
+            result = answer
+        elif "error" in answer:
+            result = InvalidArgument(answer["error"], param=answer.get("param"))
+        elif "fault" in answer:
+            result = RuntimeError(f"the constraint compile worker failed: {answer['fault']}")
+        else:
+            tokenized = answer.get("tokenized", 0)
+            if not answer["cached"]:
+                _observe_work(kind, "process", answer["seconds"], tokenized)
+            result = Precompiled(answer["key"], answer["seconds"], answer["cached"], "process",
+                                 tokenized)
+        for waiter in waiters:
+            if waiter.done():
+                continue
+            if isinstance(result, BaseException):
+                waiter.set_exception(result)
+            else:
+                waiter.set_result(result)
 
     def submit(self, normalized: dict[str, Any]) -> Future[Precompiled]:
         canonical = _canonical(normalized)
