@@ -26,7 +26,11 @@ ENGINE = textwrap.dedent("""
     def stop(signum, frame):
         out.with_suffix(".term").write_text("SIGTERM")
         sys.exit(0)
+    def group(signum, frame):
+        out.with_suffix(".group").write_text("the group's signal reached the engine")
+        sys.exit(1)
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGUSR1, group)
     from podium.engine_patches import lifecycle
     lifecycle.register()
     out.write_text(str(os.getpgrp()))
@@ -65,10 +69,12 @@ def test_the_engine_core_leaves_the_group_and_stops_when_its_server_is_killed(
     engine = _engine(server)
     try:
         assert int(out.read_text()) == engine.pid != os.getpgid(server.pid)
-        os.killpg(server.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the server alone
+        # a signal to the server's group (as Ctrl-C sends SIGINT; SIGUSR1 here, which a
+        # background job does not ignore, and which kills the server) reaches the server alone
+        os.killpg(server.pid, signal.SIGUSR1)
         server.wait(10)
         engine.wait(10)  # its server is gone: SIGTERM, which it handles by exiting
-        # (had the SIGINT reached it too, it would have died of it, writing nothing)
+        assert not out.with_suffix(".group").exists()
         assert out.with_suffix(".term").read_text() == "SIGTERM"
     finally:
         server.kill()

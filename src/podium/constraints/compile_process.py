@@ -176,6 +176,7 @@ class CompileProcess:
                 log.warning("the constraint compile worker exited at start (code %s); the "
                             "server's threads compile meanwhile", exited.result())
                 return None
+            exited.cancel()  # _until_exit waits for the exit from here on
             ready = self._decode(hello.result())
             fingerprint = ready["ready"]
         except (OSError, TimeoutError, msgspec.DecodeError, KeyError, TypeError) as exc:
