@@ -133,57 +133,55 @@ def test_a_trim_by_another_thread_between_a_compiles_two_memo_steps_loses_nothin
     assert np.array_equal(runs.offsets, expected.offsets)
 
 
-async def test_the_worker_tokenizes_the_catalog_before_it_says_ready(
-        smol_dir: Path, tmp_path: Path) -> None:
-    path = _write(tmp_path, "\n".join(CATALOG) + "\n")
+@pytest.fixture
+async def worker_compiler(smol_dir: Path, tmp_path: Path) -> Any:
+    """A precompiler with a worker process, left to exit while its event loop still runs."""
     compiler = ConstraintPrecompiler(str(smol_dir), 49152, store=FormStore(tmp_path / "forms"),
                                      process=True)
-    try:
-        await compiler.prepare(path, read_catalog(path, tmp_path))
-        worker = compiler._worker
-        assert worker.ready() and worker.starts == 1
-        assert "--catalog" in worker.command
-        known = await compiler.compile(_distinct(CATALOG[500:900]))
-        assert (known.compiler, known.cached, known.tokenized) == ("process", False, 0)
-        unknown = await compiler.compile(_distinct(CATALOG[:10] + NEVER[:25]))
-        assert (unknown.compiler, unknown.tokenized) == ("process", 25)
-    finally:
-        compiler.shutdown()
-        proc = compiler._worker._proc
-        if proc is not None:
-            await asyncio.wait_for(proc.wait(), 30)
+    yield compiler
+    compiler.shutdown()
+    proc = compiler._worker._proc
+    if proc is not None:
+        await asyncio.wait_for(proc.wait(), 30)
+
+
+async def test_the_worker_tokenizes_the_catalog_before_it_says_ready(
+        worker_compiler: ConstraintPrecompiler, tmp_path: Path) -> None:
+    compiler = worker_compiler
+    path = _write(tmp_path, "\n".join(CATALOG) + "\n")
+    await compiler.prepare(path, read_catalog(path, tmp_path))
+    worker = compiler._worker
+    assert worker.ready() and worker.starts == 1
+    assert "--catalog" in worker.command
+    known = await compiler.compile(_distinct(CATALOG[500:900]))
+    assert (known.compiler, known.cached, known.tokenized) == ("process", False, 0)
+    unknown = await compiler.compile(_distinct(CATALOG[:10] + NEVER[:25]))
+    assert (unknown.compiler, unknown.tokenized) == ("process", 25)
 
 
 async def test_a_running_worker_learns_a_catalog_given_after_its_start(
-        smol_dir: Path, tmp_path: Path) -> None:
+        worker_compiler: ConstraintPrecompiler, tmp_path: Path) -> None:
     """A second package of the same tokenizer (another version loaded beside the first)
     brings its catalog to a worker already running: the worker tokenizes it, without a
     restart; a file changed into a bad one since the server read it is refused."""
-    compiler = ConstraintPrecompiler(str(smol_dir), 49152, store=FormStore(tmp_path / "forms"),
-                                     process=True)
-    try:
-        first = _write(tmp_path, "\n".join(CATALOG[:1000]) + "\n", "first.txt")
-        await compiler.prepare(first, read_catalog(first, tmp_path))
-        worker = compiler._worker
-        second = _write(tmp_path, "\n".join(CATALOG[1000:]) + "\n", "second.txt")
-        before = await compiler.compile(_distinct(CATALOG[1500:1540]))
-        assert (before.compiler, before.tokenized) == ("process", 40)  # not known yet
-        await compiler.prepare(second, read_catalog(second, tmp_path))
-        assert worker.starts == 1 and worker.catalogs == [first, second]
-        after = await compiler.compile(_distinct(CATALOG[1600:1900]))
-        assert (after.compiler, after.cached, after.tokenized) == ("process", False, 0)
-        bad = _write(tmp_path, b"ok\n\xff\n", "third.txt")
-        with pytest.raises(PackageError, match="constraint_catalog"):
-            await compiler.prepare(bad, ["ok"])
-        assert worker.ready(), "a refused catalog leaves the worker serving"
-        assert worker.catalogs == [first, second], "and is not read at its next start"
-        good = await compiler.compile(_distinct(CATALOG[:10] + NEVER[:5]))
-        assert (good.compiler, good.tokenized) == ("process", 5)
-    finally:
-        compiler.shutdown()
-        proc = compiler._worker._proc
-        if proc is not None:
-            await asyncio.wait_for(proc.wait(), 30)
+    compiler = worker_compiler
+    first = _write(tmp_path, "\n".join(CATALOG[:1000]) + "\n", "first.txt")
+    await compiler.prepare(first, read_catalog(first, tmp_path))
+    worker = compiler._worker
+    second = _write(tmp_path, "\n".join(CATALOG[1000:]) + "\n", "second.txt")
+    before = await compiler.compile(_distinct(CATALOG[1500:1540]))
+    assert (before.compiler, before.tokenized) == ("process", 40)  # not known yet
+    await compiler.prepare(second, read_catalog(second, tmp_path))
+    assert worker.starts == 1 and worker.catalogs == [first, second]
+    after = await compiler.compile(_distinct(CATALOG[1600:1900]))
+    assert (after.compiler, after.cached, after.tokenized) == ("process", False, 0)
+    bad = _write(tmp_path, b"ok\n\xff\n", "third.txt")
+    with pytest.raises(PackageError, match="constraint_catalog"):
+        await compiler.prepare(bad, ["ok"])
+    assert worker.ready(), "a refused catalog leaves the worker serving"
+    assert worker.catalogs == [first, second], "and is not read at its next start"
+    good = await compiler.compile(_distinct(CATALOG[:10] + NEVER[:5]))
+    assert (good.compiler, good.tokenized) == ("process", 5)
 
 
 async def test_without_a_worker_the_server_threads_remember_the_catalog(
