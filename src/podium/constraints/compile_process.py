@@ -162,6 +162,7 @@ class CompileProcess:
         """The started worker once it says ready (its ready line logged), else None."""
         loop = asyncio.get_running_loop()
         self._hello = hello = loop.create_future()
+        proc: asyncio.subprocess.Process | None = None
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _Lines(self._line, loop), *self.command,
@@ -182,8 +183,9 @@ class CompileProcess:
         except (OSError, TimeoutError, msgspec.DecodeError, KeyError, TypeError) as exc:
             log.warning("the constraint compile worker did not start (%s: %s); the server's "
                         "threads compile meanwhile", type(exc).__name__, exc)
-            with contextlib.suppress(UnboundLocalError, ProcessLookupError):
-                proc.kill()
+            if proc is not None:  # started, but not ready in time or not readable
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
             return None
         self._proc, self.fingerprint = proc, fingerprint
         log.info("constraint compile worker %d ready%s", proc.pid, _catalog_line(ready))
