@@ -60,6 +60,7 @@ async def _serve(instance: Instance, watchdog: ShutdownWatchdog) -> int:
     import uvicorn
 
     from podium.server.app import build_app
+    from podium.server.loop_lag import probe_loop_lag
 
     server: uvicorn.Server | None = None
 
@@ -77,9 +78,11 @@ async def _serve(instance: Instance, watchdog: ShutdownWatchdog) -> int:
         instance.stop = stop
         instance.open_ports = open_grpc_port if instance.config.grpc_port >= 0 else None
         instance.boot_task = asyncio.create_task(_boot_or_exit(instance, server))
+        lag_probe = asyncio.create_task(probe_loop_lag())
         try:
             yield
         finally:
+            lag_probe.cancel()
             watchdog.arm()  # a stop for any reason (signal, dead engine, failed boot)
             await _shutdown(instance, grpc_servers[0] if grpc_servers else None, watchdog)
 
