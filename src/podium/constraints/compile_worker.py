@@ -18,11 +18,13 @@ msgspec JSON message a line:
   n, "seconds": s}``), or ``{"id": n, "error": message, "param": field}`` for a spec or catalog
   that is refused (the request's 400), or ``{"id": n, "fault": text}`` for a fault of ours.
 
-The worker compiles with :class:`~podium.constraints.precompile.ConstraintPrecompiler` (its
-thread pool, its de-duplication, the host's store), so a form it publishes is the one the
-server's own threads would have made. It exits when its input closes: when the server exits,
-however it exits. Only built-in constraint types come here; a plugin registered in the server
-compiles there.
+The worker compiles with :class:`~podium.constraints.precompile.ConstraintPrecompiler` (the
+host's store), so a form it publishes is the one the server's own threads would have made. It
+compiles in the thread that reads its input, in arrival order: a hand-over to a pool thread
+was one more wake-up per compile, on a host whose cores the engine keeps busy. A late
+catalog is tokenized in a pool thread, so compiles go on meanwhile. It exits when its input
+closes: when the server exits, however it exits. Only built-in constraint types come here; a
+plugin registered in the server compiles there.
 """
 
 from __future__ import annotations
@@ -75,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if "catalog" in message:  # in a pool thread: compiles go on meanwhile
                 future = compiler.run(_remember, tok, [Path(message["catalog"])])
-            else:
-                future = compiler.submit(message["spec"])
+            else:  # here: a hand-over to a pool thread is one more wake-up on a busy host
+                future = Future()
+                future.set_result(compiler.compile_here(message["spec"]))
         except Exception as exc:  # any failure is this request's answer
             future = Future()
             future.set_exception(exc)
@@ -111,7 +114,8 @@ def _answer(rid: int, future: Future[Any]) -> dict[str, Any]:
 
 
 class _Sender:
-    """Whole lines to the server, one writer at a time (answers come from pool threads)."""
+    """Whole lines to the server, one writer at a time (a late catalog's answer comes from a
+    pool thread)."""
 
     def __init__(self, out: BinaryIO) -> None:
         self._out, self._lock = out, threading.Lock()

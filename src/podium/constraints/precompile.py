@@ -153,6 +153,11 @@ class ConstraintPrecompiler:
         result = self.submit(normalized).result()
         return Precompiled(result.key, time.perf_counter() - start, result.cached)
 
+    def compile_here(self, normalized: dict[str, Any]) -> Precompiled:
+        """Compile (or find) ``normalized`` in the calling thread, with no hand-over to the
+        pool (the worker's one thread of compiles, in arrival order)."""
+        return self._compile(normalized, _canonical(normalized))
+
     def shutdown(self) -> None:
         """Finish the compiles in flight; stop the worker process, if any."""
         self._pool.shutdown(wait=True)
