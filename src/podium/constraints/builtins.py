@@ -89,11 +89,16 @@ def validate_regex(spec: dict[str, Any]) -> dict[str, Any]:
         re.compile(pattern)
     except re.error as e:
         raise ValueError(f"invalid regex {pattern!r}: {e}", "pattern") from None
+    except RecursionError:
+        raise ValueError("regex groups are nested too deeply; flatten the pattern",
+                         "pattern") from None
     import interegular
 
+    # parsed only: admission runs on the event loop, and building the DFA may take seconds
+    # (bounded in podium.constraints.regex, which the compile does off the loop)
     try:
         # the DFA builder supports a subset of Python regex (no lookarounds, backrefs)
-        interegular.parse_pattern(pattern).to_fsm()
+        interegular.parse_pattern(pattern)
     except Exception as e:
         raise ValueError(f"regex {pattern!r} cannot be compiled to a DFA: {e}",
                          "pattern") from None
@@ -114,8 +119,14 @@ def _compile_distinct(spec: dict[str, Any], tok: TokenizerInfo) -> Constraint:
 
 def _compile_regex(spec: dict[str, Any], tok: TokenizerInfo) -> Constraint:
     from podium.constraints.regex import RegexConstraint
+    from podium.errors import InvalidArgument
 
-    return RegexConstraint(spec["pattern"], tok)
+    try:
+        return RegexConstraint(spec["pattern"], tok)
+    except Exception as exc:  # a pattern matching nothing, one past the bounds of
+        # podium.constraints.regex, a construct the parser took but the DFA cannot hold
+        raise InvalidArgument(f"constraint (regex) cannot be compiled: {exc}",
+                              param="constraint.pattern") from None
 
 
 BUILTIN_TYPES = (

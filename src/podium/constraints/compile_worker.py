@@ -22,7 +22,8 @@ The worker compiles with :class:`~podium.constraints.precompile.ConstraintPrecom
 host's store), so a form it publishes is the one the server's own threads would have made. It
 compiles in the thread that reads its input, in arrival order: a hand-over to a pool thread
 was one more wake-up per compile, on a host whose cores the engine keeps busy. A late
-catalog is tokenized in a pool thread, so compiles go on meanwhile. It exits when its input
+catalog is tokenized in a pool thread, so compiles go on meanwhile, and so is a ``regex``,
+whose compile may take seconds. It exits when its input
 closes: when the server exits, however it exits. Only built-in constraint types come here; a
 plugin registered in the server compiles there.
 """
@@ -77,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if "catalog" in message:  # in a pool thread: compiles go on meanwhile
                 future = compiler.run(_remember, tok, [Path(message["catalog"])])
+            elif message["spec"].get("type") == "regex":
+                # may take seconds (bounded in podium.constraints.regex): in a pool thread,
+                # so the candidate sets behind it do not wait for it
+                future = compiler.submit(message["spec"])
             else:  # here: a hand-over to a pool thread is one more wake-up on a busy host
                 future = Future()
                 future.set_result(compiler.compile_here(message["spec"]))

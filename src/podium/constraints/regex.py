@@ -6,6 +6,10 @@ vocabulary drops out at its first character. Only states from which an accepting
 still reachable count as alive, so decoding can never steer into a dead end.
 (outlines-core 0.2.14 was tried first: its index drops some single-character tokens, e.g.
 ``b`` after ``a`` in ``a(bc)?``, so its tables reject strings of the language.)
+
+Both stages are bounded, so a hostile pattern costs a refusal, not a core: the DFA's states
+(:data:`~podium.constraints.regex_dfa.MAX_REGEX_STATES`) and the table's token steps
+(:data:`MAX_REGEX_WORK`).
 """
 
 from __future__ import annotations
@@ -15,15 +19,29 @@ from collections import deque
 import numpy as np
 
 from podium.constraints.base import TableConstraint
+from podium.constraints.regex_dfa import MAX_REGEX_STATES, TooManyStates, character_dfa
 from podium.constraints.table import TokenTable
 from podium.constraints.vocab import TokenizerInfo
+
+MAX_REGEX_WORK = 100_000_000
+"""Token steps the table may take: each DFA state's walk counts every vocabulary token at each
+of its characters while the token stays alive. About 10 s of one core here (~1e7 steps/s);
+``[a-z]{1,100}`` takes 1e7, ``[^"]{0,200}`` 6.5e7."""
+
+
+class RegexTooComplex(ValueError):
+    """A pattern whose DFA or token table is past its bound (the request's 400)."""
 
 
 def compile_regex(pattern: str, tok: TokenizerInfo) -> TokenTable:
     """Token table of the strings that fully match ``pattern``."""
-    import interegular
-
-    fsm = interegular.parse_pattern(pattern).to_fsm()
+    try:
+        fsm = character_dfa(pattern)
+    except TooManyStates:
+        raise RegexTooComplex(
+            f"regex {pattern!r} needs a DFA of more than {MAX_REGEX_STATES:,} states (a "
+            "repeat after a wildcard, such as [ab]*a[ab]{20}, doubles them per repeat); "
+            "simplify it or use a choice constraint") from None
     trans, initial, finals = _dense_dfa(fsm, pattern)
     chars = tok.token_chars
     symbols = _symbols(fsm.alphabet, chars.unique_codes)[chars.code_index]
@@ -31,9 +49,16 @@ def compile_regex(pattern: str, tok: TokenizerInfo) -> TokenTable:
     dense = {initial: 0}
     queue = deque([initial])
     edges = []
+    work = 0
     while queue:
         q = queue.popleft()
-        ends = _run_all(trans, symbols, chars.lengths, q, dead)
+        ends, steps = _run_all(trans, symbols, chars.lengths, q, dead)
+        work += steps
+        if work > MAX_REGEX_WORK:
+            raise RegexTooComplex(
+                f"regex {pattern!r} is too costly to lift to tokens: past {MAX_REGEX_WORK:,} "
+                f"token steps after {len(dense):,} of its DFA states (long repeats of broad "
+                "classes such as [^\"]{0,500} cost the most); bound its repeats")
         ok = np.flatnonzero(ends != dead)
         for s in np.unique(ends[ok]).tolist():
             if s not in dense:
@@ -75,19 +100,22 @@ def _symbols(alphabet, codes: np.ndarray) -> np.ndarray:
 
 
 def _run_all(trans: np.ndarray, symbols: np.ndarray, lengths: np.ndarray, start: int,
-             dead: int) -> np.ndarray:
-    """State after each token's full text, starting from ``start`` (``dead`` if it fails)."""
+             dead: int) -> tuple[np.ndarray, int]:
+    """State after each token's full text, starting from ``start`` (``dead`` if it fails),
+    and the token steps it took."""
     state = np.full(len(lengths), start, dtype=np.int64)
     alive = np.arange(len(lengths))
+    steps = 0
     for pos in range(symbols.shape[1]):
         alive = alive[lengths[alive] > pos]
         if len(alive) == 0:
             break
+        steps += len(alive)
         sym = symbols[alive, pos]
         nxt = np.where(sym >= 0, trans[state[alive], np.maximum(sym, 0)], dead)
         state[alive] = nxt
         alive = alive[nxt != dead]
-    return state
+    return state, steps
 
 
 def _live(fsm) -> set:
