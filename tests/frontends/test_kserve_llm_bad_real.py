@@ -32,6 +32,13 @@ CASES: dict[str, tuple[str, dict, list[str]]] = {
                                                             str(CONTEXT)]),
     # the instance's --max-n (16), as on /v1: not vLLM's 16,384
     "n-over-max-n": ("Hi", {"n": 17}, ["n=17", "cap of 16", "--max-n"]),
+    # llguidance unrolled the count in the server's process: 17.7 GB, then the OOM killer
+    "structured-outputs-min-items-1e9": (
+        "Hi", {"structured_outputs": {"json": {"type": "array", "minItems": 10**9}}},
+        ["structured_outputs.json.minItems=1000000000", "context"]),
+    "structured-outputs-remote-ref": (
+        "Hi", {"structured_outputs": {"json": {"$ref": "file:///etc/passwd"}}},
+        ["structured_outputs.json.$ref", "outside the schema"]),
 }
 
 

@@ -38,6 +38,10 @@ def _embedding(client: openai.OpenAI, **fields: Any) -> Any:
                                     **fields)
 
 
+def _schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+
+
 CASES: dict[str, tuple[Callable[..., Any], dict[str, Any], str | None, tuple[str, ...]]] = {
     # name: (call, fields, param, what the message says)
     "chat-prompt-over-the-context": (
@@ -64,6 +68,34 @@ CASES: dict[str, tuple[Callable[..., Any], dict[str, Any], str | None, tuple[str
                                 ("logprobs=21", "0 to 20")),
     "chat-top-logprobs-21": (_chat, {"logprobs": True, "top_logprobs": 21}, "top_logprobs",
                              ("top_logprobs=21",)),
+    # built on the event loop, its DFA held the server (liveness too) for good: now a 400
+    # from the compile worker, its DFA stopped at the state bound
+    "chat-constraint-regex-exponential-dfa": (
+        _chat, {"extra_body": {"constraint": {"type": "regex", "pattern": "[ab]*a[ab]{20}"}}},
+        "constraint.pattern", ("more than 2,000 states", "[ab]*a[ab]{20}")),
+    # vLLM's grammar compilers in the server's process: the count unrolled to 17.7 GB (the
+    # OOM killer took the server), a self-reference a 500, the rest silently unenforced
+    "chat-response-format-min-items-1e9": (
+        _chat, {"response_format": _schema({"type": "array", "minItems": 10**9})},
+        "response_format.json_schema.schema.minItems", ("minItems=1000000000", "context")),
+    "chat-response-format-refers-to-itself": (
+        _chat, {"response_format": _schema({"$ref": "#"})}, "response_format.json_schema.schema",
+        ("leads back to itself",)),
+    "chat-response-format-remote-ref": (
+        _chat, {"response_format": _schema({"type": "object", "properties": {
+            "a": {"$ref": "http://example.com/a.json"}}})},
+        "response_format.json_schema.schema.properties.a.$ref", ("outside the schema",)),
+    "chat-response-format-not": (
+        _chat, {"response_format": _schema({"not": {"type": "string"}})},
+        "response_format.json_schema.schema.not", ("not enforced",)),
+    "completions-structured-outputs-then": (
+        _completion, {"extra_body": {"structured_outputs": {"json": {
+            "type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}}}},
+        "structured_outputs.json.if", ("not enforced",)),
+    "completions-constraint-regex-nested-too-deep": (
+        _completion, {"extra_body": {"constraint": {"type": "regex",
+                                                    "pattern": "(" * 1000 + "a" + ")" * 1000}}},
+        "constraint.pattern", ("nested too deeply",)),
 }
 
 

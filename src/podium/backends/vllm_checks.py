@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podium.backends.limits import InstanceLimits
+from podium.backends.vllm_schema import check_structured_outputs
 from podium.errors import InvalidArgument, NotFound, Overloaded
 
 MAX_CANDIDATES = 256
@@ -73,6 +74,9 @@ async def check_generation(engine: Any, prompt: str, kwargs: dict[str, Any],
             raise InvalidArgument(f"sampling parameter {key}={value} is out of range (a 64-bit "
                                   "integer)", param=key)
     _check_text(kwargs)
+    if kwargs.get("structured_outputs") is not None:
+        check_structured_outputs(kwargs["structured_outputs"], param="structured_outputs",
+                                 context=context)
     num_prompt = await _num_tokens(engine, prompt)
     if num_prompt >= context:
         raise InvalidArgument(f"the prompt uses {num_prompt} tokens, which leaves no room in "

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from podium.backends.vllm_schema import check_json_schema, check_structured_outputs
 from podium.errors import BackendDead, InvalidArgument, NotFound, PodiumError
 from podium.frontends.disconnect import cancel_on_disconnect
 from podium.frontends.json_body import read_json_object
@@ -158,7 +159,10 @@ def _parse(endpoint: Endpoint, body: dict[str, Any], limits: OpenAILimits,
 
         body["vllm_xargs"] = admit_constraint(body.pop("constraint"),
                                               min_tokens=body.get("min_tokens"))
-    _check_response_format(body.get("response_format"))
+    _check_response_format(body.get("response_format"), backend.max_model_len)
+    if body.get("structured_outputs") is not None and backend.max_model_len:
+        check_structured_outputs(body["structured_outputs"], param="structured_outputs",
+                                 context=backend.max_model_len)
 
 
 async def _precompile(body: dict[str, Any], backend: Any) -> float | None:
@@ -186,8 +190,9 @@ def _validate(endpoint: Endpoint, body: dict[str, Any]) -> Any:
         raise InvalidArgument(message, param=getattr(exc, "parameter", None)) from None
 
 
-def _check_response_format(response_format: Any) -> None:
-    """An invalid JSON schema is the client's error: say so before the engine compiles it."""
+def _check_response_format(response_format: Any, context: int | None) -> None:
+    """An invalid JSON schema is the client's error, and so is one the engine would not honour
+    or that would cost more than an answer can use: say so before the engine compiles it."""
     if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
         return
     spec = response_format.get("json_schema")
@@ -202,6 +207,8 @@ def _check_response_format(response_format: Any) -> None:
         raise InvalidArgument(f"response_format.json_schema.schema is not a valid JSON Schema: "
                               f"{exc.message}", param="response_format.json_schema.schema"
                               ) from None
+    if context:
+        check_json_schema(schema, param="response_format.json_schema.schema", context=context)
 
 
 async def _call(serving: Any, endpoint: Endpoint, request_model: Any, request: Request) -> Any:
