@@ -98,3 +98,15 @@ def test_admission_adds_the_constraint_to_the_requests_own_extra_arguments() -> 
         admit_constraint(spec, min_tokens=2)
     assert err.value.param == "min_tokens"
     assert XARGS_KEY in admit_constraint(spec, min_tokens=0)
+
+
+@pytest.mark.parametrize("field", ["response_format json_object", "structured_outputs"])
+def test_a_constraint_beside_a_grammar_is_refused(field: str) -> None:
+    from podium.constraints import admit_constraint
+
+    spec = {"type": "choice", "choices": ["a"]}
+    with pytest.raises(InvalidArgument) as e:
+        admit_constraint(spec, also_constrained_by=field)
+    assert e.value.param == "constraint"
+    assert f"cannot be combined with {field}" in e.value.message
+    assert admit_constraint(spec)["podium_constraint"]  # alone: admitted

@@ -36,6 +36,10 @@ CASES: dict[str, tuple[str, dict, list[str]]] = {
     "structured-outputs-min-items-1e9": (
         "Hi", {"structured_outputs": {"json": {"type": "array", "minItems": 10**9}}},
         ["structured_outputs.json.minItems=1000000000", "context"]),
+    "constraint-with-structured-outputs": (
+        "Hi", {"structured_outputs": {"json": {"type": "object"}},
+               "constraint": {"type": "choice", "choices": ["a"]}},
+        ["constraint cannot be combined with structured_outputs"]),
     "structured-outputs-remote-ref": (
         "Hi", {"structured_outputs": {"json": {"$ref": "file:///etc/passwd"}}},
         ["structured_outputs.json.$ref", "outside the schema"]),

@@ -92,6 +92,11 @@ CASES: dict[str, tuple[Callable[..., Any], dict[str, Any], str | None, tuple[str
         _completion, {"extra_body": {"structured_outputs": {"json": {
             "type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}}}},
         "structured_outputs.json.if", ("not enforced",)),
+    # both masks at once allowed no token: vLLM failed the request with a 500
+    "chat-constraint-with-response-format": (
+        _chat, {"response_format": {"type": "json_object"},
+                "extra_body": {"constraint": {"type": "choice", "choices": ["a"]}}},
+        "constraint", ("cannot be combined with response_format json_object",)),
     "completions-constraint-regex-nested-too-deep": (
         _completion, {"extra_body": {"constraint": {"type": "regex",
                                                     "pattern": "(" * 1000 + "a" + ")" * 1000}}},

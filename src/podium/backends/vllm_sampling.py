@@ -75,9 +75,11 @@ def parse_sampling_parameters(request: InferenceRequest) -> dict[str, Any]:
     if constraint is not None:  # enforced in the decoding loop by the constraint processor
         from podium.constraints import admit_constraint
 
-        kwargs["extra_args"] = admit_constraint(_constraint(constraint),
-                                                min_tokens=kwargs.get("min_tokens"),
-                                                xargs_field="extra_args")
+        kwargs["extra_args"] = admit_constraint(
+            _constraint(constraint), min_tokens=kwargs.get("min_tokens"),
+            xargs_field="extra_args",
+            also_constrained_by=("structured_outputs" if kwargs.get("structured_outputs")
+                                 is not None else None))
     return kwargs
 
 

@@ -12,15 +12,25 @@ XARGS_KEY = "podium_constraint"
 
 
 def admit_constraint(spec: object, *, min_tokens: object = None, xargs: object = None,
-                     xargs_field: str = "vllm_xargs") -> dict[str, Any]:
+                     xargs_field: str = "vllm_xargs",
+                     also_constrained_by: str | None = None) -> dict[str, Any]:
     """Admit a request's ``constraint``: validate it and the sampling settings it must live
     with, and return the request's extra arguments (``xargs``) with the constraint added.
 
     Both the OpenAI path (``vllm_xargs``) and the KServe path (``SamplingParams.extra_args``)
     admit constraints here, so they refuse the same requests with the same messages.
+    ``also_constrained_by`` names a field of the request that constrains the answer too (vLLM's
+    structured outputs): refused, as together they may allow nothing.
     """
     normalized = validate_constraint(spec)
     check_sampling(min_tokens=min_tokens)
+    if also_constrained_by is not None:
+        # measured: a choice of "a" with json_object masked every token, and vLLM failed the
+        # request with a 500 ("grammar rejected tokens")
+        raise InvalidArgument(
+            f"constraint cannot be combined with {also_constrained_by}: both would constrain "
+            "the same answer, and together they may allow no token at all; send one of them",
+            param="constraint")
     if xargs is None:
         xargs = {}
     if not isinstance(xargs, dict):

@@ -20,12 +20,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from podium.backends.vllm_schema import check_json_schema, check_structured_outputs
 from podium.errors import BackendDead, InvalidArgument, NotFound, PodiumError
 from podium.frontends.disconnect import cancel_on_disconnect
 from podium.frontends.json_body import read_json_object
 from podium.frontends.openai_fields import check_fields
 from podium.frontends.openai_limits import OpenAILimits, check_limits
+from podium.frontends.openai_structured import check_structured_output, structured_field
 from podium.frontends.openai_types import check_types
 from podium.metrics import request_log
 from podium.metrics.server import track_in_flight
@@ -158,11 +158,9 @@ def _parse(endpoint: Endpoint, body: dict[str, Any], limits: OpenAILimits,
         from podium.constraints import admit_constraint
 
         body["vllm_xargs"] = admit_constraint(body.pop("constraint"),
-                                              min_tokens=body.get("min_tokens"))
-    _check_response_format(body.get("response_format"), backend.max_model_len)
-    if body.get("structured_outputs") is not None and backend.max_model_len:
-        check_structured_outputs(body["structured_outputs"], param="structured_outputs",
-                                 context=backend.max_model_len)
+                                              min_tokens=body.get("min_tokens"),
+                                              also_constrained_by=structured_field(body))
+    check_structured_output(body, backend.max_model_len)
 
 
 async def _precompile(body: dict[str, Any], backend: Any) -> float | None:
@@ -188,27 +186,6 @@ def _validate(endpoint: Endpoint, body: dict[str, Any]) -> Any:
     except VLLMClientError as exc:  # a model validator's verdict: pydantic does not wrap it
         message = str(exc.args[0]) if exc.args else type(exc).__name__
         raise InvalidArgument(message, param=getattr(exc, "parameter", None)) from None
-
-
-def _check_response_format(response_format: Any, context: int | None) -> None:
-    """An invalid JSON schema is the client's error, and so is one the engine would not honour
-    or that would cost more than an answer can use: say so before the engine compiles it."""
-    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
-        return
-    spec = response_format.get("json_schema")
-    schema = spec.get("schema") if isinstance(spec, dict) else None
-    if schema is None:
-        return
-    import jsonschema
-
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise InvalidArgument(f"response_format.json_schema.schema is not a valid JSON Schema: "
-                              f"{exc.message}", param="response_format.json_schema.schema"
-                              ) from None
-    if context:
-        check_json_schema(schema, param="response_format.json_schema.schema", context=context)
 
 
 async def _call(serving: Any, endpoint: Endpoint, request_model: Any, request: Request) -> Any:
