@@ -201,6 +201,13 @@ HTTP_CASES: dict[str, tuple[str, Body, int, list[str]]] = {
                                                                           "dictionary"]),
     "unload-parameters-as-list": ("/v2/repository/models/nope/unload",
                                   {"parameters": [["a"]]}, 400, ["parameters"]),
+    # advertised and ignored before: there are no dependents to unload
+    "unload-dependents-true": ("/v2/repository/models/xgb-example/unload",
+                               {"parameters": {"unload_dependents": True}}, 400,
+                               ["unload_dependents=true", "no dependents"]),
+    "unload-dependents-not-bool": ("/v2/repository/models/xgb-example/unload",
+                                   {"parameters": {"unload_dependents": "maybe"}}, 400,
+                                   ["unload_dependents='maybe' must be true or false"]),
     "index-ready-not-bool": ("/v2/repository/index", {"ready": "yes"}, 400, ["ready"]),
     "deep-json-inside-sampling-parameters": (f"/v2/models/{LLM}/infer", {"inputs": [
         {**BYTES_TEXT, "data": ["hi"]}, {"name": "sampling_parameters", "datatype": "BYTES",

@@ -65,7 +65,12 @@ def test_statistics_and_repository(client: grpcclient.InferenceServerClient) -> 
     index = client.get_model_repository_index(as_json=True)["models"]
     states = {(m["name"], m["version"]): m["state"] for m in index}
     assert states[("torch-example", "1")] == "READY"
-    client.unload_model("torch-example")
+    with pytest.raises(InferenceServerException) as err:  # no dependents to unload
+        client.unload_model("torch-example", unload_dependents=True)
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "no dependents" in err.value.message()
+    assert client.is_model_ready("torch-example")
+    client.unload_model("torch-example")  # tritonclient sends unload_dependents=false
     assert not client.is_model_ready("torch-example")
     client.load_model("torch-example")
     assert client.is_model_ready("torch-example")

@@ -11,8 +11,8 @@ from podium.frontends.safe_json import loads_value
 from podium.repository import ModelRepository, VersionPolicy
 
 SERVER_NAME = "podium"
-EXTENSIONS = ["binary_tensor_data", "model_repository", "model_repository(unload_dependents)",
-              "statistics", "generate", "parameters"]
+EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "generate", "parameters"]
+"""Not `model_repository(unload_dependents)`: see :func:`check_unload_parameters`."""
 
 
 def server_metadata() -> dict[str, Any]:
@@ -62,3 +62,23 @@ def load_policy(parameters: dict[str, Any] | None) -> VersionPolicy:
         raise InvalidArgument(f"load parameters {sorted(parameters)} are not supported; use "
                               "version_policy or config", param=sorted(parameters)[0])
     return VersionPolicy.parse(policy)
+
+
+def check_unload_parameters(parameters: dict[str, Any]) -> None:
+    """Triton's one unload parameter is `unload_dependents` (tritonclient sends false by
+    default). A Podium package declares no composing models (an ensemble's code names the models
+    it calls), so there is nothing to unload beyond the model named: true is refused, not
+    ignored."""
+    unknown = sorted(set(parameters) - {"unload_dependents"})
+    if unknown:
+        raise InvalidArgument(f"unload parameters {unknown} are not supported",
+                              param=unknown[0])
+    value = parameters.get("unload_dependents", False)
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"unload parameter unload_dependents={value!r} must be true or "
+                              "false", param="unload_dependents")
+    if value:
+        raise InvalidArgument("unload_dependents=true: Podium's packages declare no composing "
+                              "models (an ensemble's code names the models it calls), so there "
+                              "are no dependents to unload; unload each model by name",
+                              param="unload_dependents")

@@ -27,7 +27,12 @@ from podium.errors.render import grpc_status, problem_of
 from podium.frontends import kserve_codec as codec
 from podium.frontends import kserve_validate as validate
 from podium.frontends.grpc_undecodable import add_service
-from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
+from podium.frontends.kserve_common import (
+    check_unload_parameters,
+    load_policy,
+    model_metadata,
+    server_metadata,
+)
 from podium.frontends.kserve_limits import KServeLimits
 from podium.frontends.safe_json import loads_value
 from podium.metrics.grpc_log import track_grpc
@@ -124,10 +129,8 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-        unknown = sorted(set(request.parameters) - {"unload_dependents"})
-        if unknown:
-            raise InvalidArgument(f"unload parameters {unknown} are not supported",
-                                  param=unknown[0])
+        check_unload_parameters({key: _repository_parameter(value)
+                                 for key, value in request.parameters.items()})
         await self._repository.unload(request.model_name)
         return service_pb2.RepositoryModelUnloadResponse()
 

@@ -23,7 +23,12 @@ from podium.errors.render import encode, kserve_body, problem_of
 from podium.frontends import kserve_codec as codec
 from podium.frontends import kserve_validate as validate
 from podium.frontends.disconnect import cancel_on_disconnect
-from podium.frontends.kserve_common import load_policy, model_metadata, server_metadata
+from podium.frontends.kserve_common import (
+    check_unload_parameters,
+    load_policy,
+    model_metadata,
+    server_metadata,
+)
 from podium.frontends.kserve_limits import KServeLimits, read_body
 from podium.frontends.safe_json import loads_object
 from podium.metrics import request_log
@@ -85,10 +90,7 @@ def create_router(repository: ModelRepository, *, server_ready: Callable[[], boo
     @router.post("/v2/repository/models/{model}/unload")
     async def unload(model: str, request: Request) -> Response:
         body = await _repository_body(request)
-        unknown = sorted(set(body.get("parameters") or {}) - {"unload_dependents"})
-        if unknown:
-            raise InvalidArgument(f"unload parameters {unknown} are not supported",
-                                  param=unknown[0])
+        check_unload_parameters(body.get("parameters") or {})
         await repository.unload(model)
         return Response(status_code=200)
 
