@@ -64,7 +64,8 @@ def check_json_schema(schema: dict[str, Any], *, param: str, context: int) -> No
     """A 400 naming the first place in `schema` the engine would not honour, or that would
     cost the server more than one answer can use. `context`: the model's, in tokens."""
     max_count = ITEMS_PER_TOKEN * context
-    for path, node in _subschemas(schema, ""):
+    nodes = dict(_subschemas(schema, ""))
+    for path, node in nodes.items():
         where = f"{param}{path.replace('/', '.')}"
         for key, why in IGNORED.items():
             if key in node:
@@ -88,7 +89,7 @@ def check_json_schema(schema: dict[str, Any], *, param: str, context: int) -> No
                 "it are followed (the engine would leave that part unconstrained); put the "
                 "definition under $defs and refer to it as '#/$defs/NAME'",
                 param=f"{where}.$ref")
-    loop = _reference_loop(schema)
+    loop = _reference_loop(nodes)
     if loop is not None:
         raise InvalidArgument(
             f"{param}: the schema at '#{loop}' leads back to itself through $ref/allOf alone, "
@@ -115,10 +116,9 @@ def _subschemas(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
                 yield from _subschemas(member, f"{path}/{key}/{_escape(name)}")
 
 
-def _reference_loop(schema: dict[str, Any]) -> str | None:
-    """The pointer of a schema that reaches itself through `$ref` and `allOf` edges only (a
-    value must then satisfy itself before anything else), or None."""
-    nodes = dict(_subschemas(schema, ""))
+def _reference_loop(nodes: dict[str, dict[str, Any]]) -> str | None:
+    """The pointer of a schema (of `nodes`, by pointer) that reaches itself through `$ref` and
+    `allOf` edges only (a value must then satisfy itself before anything else), or None."""
 
     def edges(path: str) -> Iterator[str]:
         node = nodes[path]

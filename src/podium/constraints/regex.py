@@ -19,7 +19,7 @@ from collections import deque
 import numpy as np
 
 from podium.constraints.base import TableConstraint
-from podium.constraints.regex_dfa import MAX_REGEX_STATES, TooManyStates, character_dfa
+from podium.constraints.regex_dfa import TooManyStates, character_dfa
 from podium.constraints.table import TokenTable
 from podium.constraints.vocab import TokenizerInfo
 
@@ -37,9 +37,9 @@ def compile_regex(pattern: str, tok: TokenizerInfo) -> TokenTable:
     """Token table of the strings that fully match ``pattern``."""
     try:
         fsm = character_dfa(pattern)
-    except TooManyStates:
+    except TooManyStates as exc:
         raise RegexTooComplex(
-            f"regex {pattern!r} needs a DFA of more than {MAX_REGEX_STATES:,} states (a "
+            f"regex {pattern!r} needs a DFA of more than {exc.limit:,} states (a "
             "repeat after a wildcard, such as [ab]*a[ab]{20}, doubles them per repeat); "
             "simplify it or use a choice constraint") from None
     trans, initial, finals = _dense_dfa(fsm, pattern)
