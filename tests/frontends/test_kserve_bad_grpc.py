@@ -224,3 +224,16 @@ def test_grpc_load_with_deep_version_policy_then_good(kserve_instance: Instance)
     assert err.value.code() == INVALID, err.value.details()
     assert "'version_policy' nests JSON deeper" in err.value.details()
     _good(kserve_instance)
+
+
+def test_grpc_load_with_a_policy_that_is_not_an_object_then_good(
+        kserve_instance: Instance) -> None:
+    request = service_pb2.RepositoryModelLoadRequest(model_name="xgb-example")
+    request.parameters["version_policy"].string_param = '{"latest": 5}'
+    with grpc.insecure_channel(kserve_instance.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.RepositoryModelLoad(request, timeout=30)
+    assert err.value.code() == INVALID, err.value.details()
+    assert "version_policy.latest=5 must be an object" in err.value.details()
+    _good(kserve_instance)

@@ -93,6 +93,8 @@ HTTP_CASES: dict[str, tuple[str, object, int, list[str]]] = {
     "load-unknown-model": ("/v2/repository/models/nope/load", {}, 404, ["nope"]),
     "load-bad-policy": ("/v2/repository/models/xgb-example/load", {"parameters": {
         "version_policy": {"latest": {"num_versions": 0}}}}, 400, ["num_versions=0"]),
+    "load-policy-not-object": ("/v2/repository/models/xgb-example/load", {"parameters": {
+        "version_policy": {"latest": 5}}}, 400, ["version_policy.latest=5", "an object"]),
 }
 
 

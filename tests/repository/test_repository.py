@@ -59,8 +59,14 @@ def test_version_policy_selects(policy: dict, available: list[str], expected: li
 
 
 @pytest.mark.parametrize("policy", [{"latest": {"num_versions": 0}}, {"newest": {}},
-                                    {"specific": {"versions": []}}, {"all": {}, "latest": {}}],
-                         ids=["zero", "unknown-kind", "empty-specific", "two-kinds"])
+                                    {"specific": {"versions": []}}, {"all": {}, "latest": {}},
+                                    {"latest": 5}, {"specific": ["1"]}, {"all": "yes"},
+                                    {"latest": {"num_versions": True}},
+                                    {"specific": {"versions": [{"v": 1}]}},
+                                    {"specific": {"versions": [""]}}],
+                         ids=["zero", "unknown-kind", "empty-specific", "two-kinds",
+                              "latest-not-object", "specific-not-object", "all-not-object",
+                              "latest-bool", "specific-object-version", "specific-empty-version"])
 def test_bad_version_policy_is_rejected(policy: dict) -> None:
     with pytest.raises(InvalidArgument, match="version_policy"):
         VersionPolicy.parse(policy)

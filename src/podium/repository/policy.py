@@ -34,12 +34,17 @@ class VersionPolicy:
             raise InvalidArgument(f"version_policy={data!r} must have exactly one of latest, "
                                   "specific, all", param="version_policy")
         ((kind, body),) = data.items()
-        body = body or {}
+        body = {} if body is None else body
+        if not isinstance(body, dict):
+            example = {"latest": '{"num_versions": 2}', "specific": '{"versions": ["1"]}'}
+            raise InvalidArgument(f"version_policy.{kind}={body!r} must be an object, e.g. "
+                                  f"{{\"{kind}\": {example.get(kind, '{}')}}}",
+                                  param="version_policy")
         if kind == "all":
             return cls(latest=None, all=True)
         if kind == "latest":
             num = body.get("num_versions", 1)
-            if not isinstance(num, int) or num < 1:
+            if isinstance(num, bool) or not isinstance(num, int) or num < 1:
                 raise InvalidArgument(f"version_policy.latest.num_versions={num!r} must be an "
                                       "integer >= 1", param="version_policy")
             return cls(latest=num)
@@ -48,6 +53,12 @@ class VersionPolicy:
             if not isinstance(versions, list) or not versions:
                 raise InvalidArgument(f"version_policy.specific.versions={versions!r} must be a "
                                       "non-empty list", param="version_policy")
+            bad = [v for v in versions
+                   if isinstance(v, bool) or not isinstance(v, int | str) or str(v) == ""]
+            if bad:
+                raise InvalidArgument(f"version_policy.specific.versions has {bad!r}; each "
+                                      "version is a number or a non-empty string",
+                                      param="version_policy")
             return cls(latest=None, specific=tuple(str(v) for v in versions))
         raise InvalidArgument(f"version_policy kind {kind!r} is unknown; use latest, specific "
                               "or all", param="version_policy")
