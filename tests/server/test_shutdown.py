@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import threading
 import time
@@ -97,6 +98,8 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
         log = instance.log()
         assert "draining" in log
         assert "force killing" not in log, "vLLM's shutdown was cut short (ENGINE_STOP_S)"
+        errors = [line for line in log.splitlines() if re.search(r"\bERROR\b", line)]
+        assert not errors, f"a clean stop logged errors: {errors}"
     finally:
         instance.stop()
 

@@ -114,6 +114,7 @@ class VllmBackend(Backend):
     async def unload(self) -> None:
         engine, self.engine, self.state = self.engine, None, None
         if engine is not None:
+            await _stop_output_handler(engine)
             await asyncio.to_thread(engine.shutdown, ENGINE_STOP_S)
 
     @property
@@ -334,3 +335,17 @@ def _engine_version() -> str:
     from podium.engine import ENGINE_VERSION
 
     return ENGINE_VERSION
+
+
+async def _stop_output_handler(engine: Any) -> None:
+    """Cancel vLLM's output handler before its engine core is stopped. `AsyncLLM.shutdown`
+    stops the core first and cancels the handler after, so on every clean stop the handler,
+    still reading, met the dead core and logged `AsyncLLM output_handler failed ...
+    EngineDeadError` at ERROR: an operator's alerting fired on a healthy rollout. Nothing is
+    in flight by now (the server drained first), so there is nothing left to read."""
+    handler = getattr(engine, "output_handler", None)
+    if handler is None or handler.done():
+        return
+    handler.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await handler
