@@ -47,6 +47,10 @@ class Flag:
     """The flag's default when `parse` is given (the field's default is then parsed from it)."""
     nargs: str | None = None
     """For a positional list: `*`."""
+    type: Any = None
+    """What the flag parses when `parse` makes the field's value (`float` seconds)."""
+    env: Callable[[], Any] | None = None
+    """Reads the flag's default from the environment (a function of `podium.env`)."""
 
 
 @dataclass(frozen=True)
@@ -121,11 +125,13 @@ def refusal(model: type[BaseModel], exc: ValidationError) -> InvalidArgument:
 
 
 def _add(parser: argparse.ArgumentParser, name: str, info: FieldInfo, flag: Flag) -> None:
-    kind, repeated = _kind(info.annotation)
+    kind, repeated = (flag.type, False) if flag.type is not None else _kind(info.annotation)
     default = flag.default if flag.parse is not None else info.get_default(
         call_default_factory=True)
+    if flag.env is not None:
+        default = flag.env() or default
     help_text = (flag.help or info.description or "").replace("%", "%%")
-    if default not in (None, [], (), False, ""):
+    if default not in (None, [], (), False, "") and flag.env is None:  # never show a secret
         help_text += " (default %(default)s)"
     kwargs: dict[str, Any] = {"help": help_text}
     if flag.metavar:
