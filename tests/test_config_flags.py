@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from podium.cli import build_parser
+from podium.cli import KeyFlags, build_parser
 from podium.config_flags import flag_of, flag_values, not_a_flag
 from podium.control.up import UpConfig
 from podium.errors import InvalidArgument
@@ -26,9 +26,11 @@ def _subparser(command: str) -> argparse.ArgumentParser:
     return sub.choices[command]
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
-def test_every_field_is_a_generated_flag_or_says_why_not(command: str) -> None:
-    model: type[BaseModel] = COMMANDS[command]
+@pytest.mark.parametrize(("command", "model"), [
+    *COMMANDS.items(), *((command, KeyFlags) for command in COMMANDS)],
+    ids=[*COMMANDS, *(f"{command}-keys" for command in COMMANDS)])
+def test_every_field_is_a_generated_flag_or_says_why_not(command: str,
+                                                         model: type[BaseModel]) -> None:
     parser = _subparser(command)
     options = {o for a in parser._actions for o in a.option_strings} | {
         a.dest for a in parser._actions if not a.option_strings}
@@ -69,6 +71,22 @@ def test_the_flags_default_to_the_fields_defaults(command: str,
         "up-renamed", "up-repeated", "up-choice", "gateway-renamed", "gateway-switch"])
 def test_a_flag_sets_its_field(command: str, argv: list[str], field: str, value: Any) -> None:
     assert flag_values(COMMANDS[command], _subparser(command).parse_args(argv))[field] == value
+
+
+@pytest.mark.parametrize(("environ", "argv", "api_keys"), [
+    ({}, [], []),
+    ({"PODIUM_API_KEY": "from-env"}, [], ["from-env"]),
+    ({"PODIUM_API_KEY": "from-env"}, ["--api-key", "a", "--api-key", "b"], ["a", "b"]),
+], ids=["none", "env-when-no-flag", "flags-replace-env"])
+def test_the_environments_key_counts_only_when_no_flag_gives_one(
+        monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], argv: list[str],
+        api_keys: list[str]) -> None:
+    monkeypatch.delenv("PODIUM_API_KEY", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    for command in COMMANDS:
+        args = _subparser(command).parse_args(argv)
+        assert flag_values(KeyFlags, args)["api_keys"] == api_keys
 
 
 def test_version_ttl_in_seconds_becomes_the_loops_milliseconds() -> None:

@@ -6,7 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Annotated
 
+from pydantic import BaseModel, ConfigDict
+
+from podium import env
+from podium.config_flags import Flag, add_flags, flag_values
 from podium.errors import PodiumError
 from podium.errors.render import cli_line
 
@@ -44,7 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
-    from podium.config_flags import add_flags
     from podium.server.config import ServerConfig
 
     p = sub.add_parser("serve", help="serve packages (default: the default model)")
@@ -53,36 +57,43 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_serve)
 
 
+class KeyFlags(BaseModel):
+    """The client keys of `podium serve`, `podium up` and `podium gateway`: one flag each."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    api_keys: Annotated[list[str], Flag(
+        "--api-key", metavar="KEY", env=env.api_key,
+        help="an inference key: require 'Authorization: Bearer KEY' (repeatable; env "
+             "PODIUM_API_KEY); also opens the admin routes unless an admin key is given")] = []
+    """Inference keys; the environment's counts only when no flag gives one."""
+    api_key_files: Annotated[list[Path], Flag(
+        "--api-key-file", metavar="FILE",
+        help="inference keys, one per line, re-read when the file changes (rotation without a "
+             "restart; repeatable)")] = []
+    """Files of inference keys."""
+    admin_keys: Annotated[list[str], Flag(
+        "--admin-key", metavar="KEY", env=env.admin_key,
+        help="an admin key (repository load/unload, /metrics, control API); repeatable; env "
+             "PODIUM_ADMIN_KEY")] = []
+    """Admin keys; the environment's counts only when no flag gives one."""
+    admin_key_files: Annotated[list[Path], Flag(
+        "--admin-key-file", metavar="FILE",
+        help="admin keys, one per line, re-read when it changes")] = []
+    """Files of admin keys."""
+
+
 def add_key_flags(p: argparse.ArgumentParser) -> None:
     """--api-key / --api-key-file (inference) and --admin-key / --admin-key-file (admin)."""
-    from podium import env
-
-    p.add_argument("--api-key", action="append", metavar="KEY",
-                   help="an inference key: require 'Authorization: Bearer KEY' (repeatable; "
-                        "env PODIUM_API_KEY); also opens the admin routes unless an admin key "
-                        "is given")
-    p.add_argument("--api-key-file", action="append", type=Path, default=[], metavar="FILE",
-                   help="inference keys, one per line, re-read when the file changes "
-                        "(rotation without a restart; repeatable)")
-    p.add_argument("--admin-key", action="append", metavar="KEY",
-                   help="an admin key (repository load/unload, /metrics, control API); "
-                        "repeatable; env PODIUM_ADMIN_KEY")
-    p.add_argument("--admin-key-file", action="append", type=Path, default=[],
-                   metavar="FILE", help="admin keys, one per line, re-read when it changes")
-    p.set_defaults(env_api_key=env.api_key(), env_admin_key=env.admin_key())
+    add_flags(p, KeyFlags)
 
 
-def key_settings(args: argparse.Namespace) -> dict[str, object]:
+def key_settings(args: argparse.Namespace) -> dict[str, list]:
     """The key flags as settings; the environment's keys count only when no flag gives one."""
-    api_keys = args.api_key or ([args.env_api_key] if args.env_api_key else [])
-    admin_keys = args.admin_key or ([args.env_admin_key] if args.env_admin_key else [])
-    return {"api_keys": api_keys, "api_key_files": args.api_key_file,
-            "admin_keys": admin_keys, "admin_key_files": args.admin_key_file}
+    return flag_values(KeyFlags, args)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from podium import env
-    from podium.config_flags import flag_values
     from podium.server.config import ServerConfig
     from podium.server.serve import run_server
 

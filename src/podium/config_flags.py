@@ -50,7 +50,8 @@ class Flag:
     type: Any = None
     """What the flag parses when `parse` makes the field's value (`float` seconds)."""
     env: Callable[[], Any] | None = None
-    """Reads the flag's default from the environment (a function of `podium.env`)."""
+    """Reads the flag's default from the environment (a function of `podium.env`); for a
+    repeated flag, the one entry used when the flag is not given."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ def flag_values(model: type[BaseModel], args: argparse.Namespace) -> dict[str, A
         flag = flag_of(info)
         if flag is not None:
             value = getattr(args, name)
+            if value is None and flag.env is not None and _kind(info.annotation)[1]:
+                fallback = flag.env()
+                value = [fallback] if fallback else []
             values[name] = flag.parse(value) if flag.parse is not None else value
     return values
 
@@ -128,7 +132,7 @@ def _add(parser: argparse.ArgumentParser, name: str, info: FieldInfo, flag: Flag
     kind, repeated = (flag.type, False) if flag.type is not None else _kind(info.annotation)
     default = flag.default if flag.parse is not None else info.get_default(
         call_default_factory=True)
-    if flag.env is not None:
+    if flag.env is not None and not repeated:
         default = flag.env() or default
     help_text = (flag.help or info.description or "").replace("%", "%%")
     if default not in (None, [], (), False, "") and flag.env is None:  # never show a secret
@@ -147,8 +151,10 @@ def _add(parser: argparse.ArgumentParser, name: str, info: FieldInfo, flag: Flag
         kwargs["choices"] = list(typing.get_args(kind))
     else:
         kwargs["type"] = kind
-    if repeated:
-        parser.add_argument(flag.name, action="append", default=list(default or []), **kwargs)
+    if repeated:  # with `env`, None until a flag is given: the environment's value is a
+        # fallback (flag_values), never one more entry
+        parser.add_argument(flag.name, action="append",
+                            default=None if flag.env else list(default or []), **kwargs)
     else:
         parser.add_argument(flag.name, default=default, **kwargs)
 

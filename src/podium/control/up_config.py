@@ -18,7 +18,7 @@ from podium.control.region_config import RegionSpec, check_regions
 from podium.errors import InvalidArgument
 from podium.gateway.limits import GatewayLimits
 
-KEY_FLAGS = "--api-key, --api-key-file, --admin-key, --admin-key-file: cli.add_key_flags"
+KEY_FLAGS = "--api-key, --api-key-file, --admin-key, --admin-key-file: cli.KeyFlags"
 
 
 def _version_ttl(seconds: float) -> LoopConfig:

@@ -66,7 +66,7 @@ class GatewayConfig(ProcessConfig):
     grpc_port: Annotated[int, Field(ge=-1, le=65535, strict=True), Flag("--grpc-port")] = 8001
     """KServe gRPC port; -1 disables it."""
     keys: Annotated[InstanceOf[KeyConfig], NotAFlag(
-        "--api-key, --api-key-file, --admin-key, --admin-key-file: cli.add_key_flags")] = \
+        "--api-key, --api-key-file, --admin-key, --admin-key-file: cli.KeyFlags")] = \
         Field(default_factory=KeyConfig)
     """Client keys: inference keys for the data routes, admin keys for `/metrics`."""
     credential: Annotated[str | None, NotAFlag("env PODIUM_INTERNAL_KEY")] = Field(

@@ -17,7 +17,7 @@ from podium.frontends.openai_limits import OpenAILimits
 from podium.gateway.limits import DEFAULT_MAX_HEADER_BYTES
 
 Key = Annotated[str, Field(min_length=1)]
-_KEY_FLAGS = "--api-key, --api-key-file, --admin-key, --admin-key-file: cli.add_key_flags"
+_KEY_FLAGS = "--api-key, --api-key-file, --admin-key, --admin-key-file: cli.KeyFlags"
 
 
 class ServerConfig(ProcessConfig):
