@@ -6,7 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Annotated
 
+from pydantic import BaseModel, ConfigDict
+
+from podium import env
+from podium.config_flags import Flag, add_flags, flag_values
 from podium.errors import PodiumError
 from podium.errors.render import cli_line
 
@@ -44,126 +49,62 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
+    from podium.server.config import ServerConfig
+
     p = sub.add_parser("serve", help="serve packages (default: the default model)")
-    p.add_argument("packages", nargs="*", type=Path,
-                   help="package directories or .tar.gz files (default: smollm2-135m-instruct)")
-    p.add_argument("--repository", type=Path, help="serve every package found in DIR")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--grpc-port", type=int, default=8001, help="-1 disables gRPC")
+    add_flags(p, ServerConfig)  # one flag per field, with its default and doc
     add_key_flags(p)
-    p.add_argument("--metrics-open", action="store_true",
-                   help="serve /metrics without the API key")
-    p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
-    _add_kserve_limits(p)
-    _add_openai_limits(p)
-    p.add_argument("--shutdown-timeout", type=float, default=30.0,
-                   help="seconds SIGTERM may take in all: in-flight requests, then "
-                        "unloading; past it the process tree is killed (exit 124)")
-    p.add_argument("--log-format", choices=["text", "json"], default="text")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     p.set_defaults(func=_serve)
+
+
+class KeyFlags(BaseModel):
+    """The client keys of `podium serve`, `podium up` and `podium gateway`: one flag each."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    api_keys: Annotated[list[str], Flag(
+        "--api-key", metavar="KEY", env=env.api_key,
+        help="an inference key: require 'Authorization: Bearer KEY' (repeatable; env "
+             "PODIUM_API_KEY); also opens the admin routes unless an admin key is given")] = []
+    """Inference keys; the environment's counts only when no flag gives one."""
+    api_key_files: Annotated[list[Path], Flag(
+        "--api-key-file", metavar="FILE",
+        help="inference keys, one per line, re-read when the file changes (rotation without a "
+             "restart; repeatable)")] = []
+    """Files of inference keys."""
+    admin_keys: Annotated[list[str], Flag(
+        "--admin-key", metavar="KEY", env=env.admin_key,
+        help="an admin key (repository load/unload, /metrics, control API); repeatable; env "
+             "PODIUM_ADMIN_KEY")] = []
+    """Admin keys; the environment's counts only when no flag gives one."""
+    admin_key_files: Annotated[list[Path], Flag(
+        "--admin-key-file", metavar="FILE",
+        help="admin keys, one per line, re-read when it changes")] = []
+    """Files of admin keys."""
 
 
 def add_key_flags(p: argparse.ArgumentParser) -> None:
     """--api-key / --api-key-file (inference) and --admin-key / --admin-key-file (admin)."""
-    from podium import env
-
-    p.add_argument("--api-key", action="append", metavar="KEY",
-                   help="an inference key: require 'Authorization: Bearer KEY' (repeatable; "
-                        "env PODIUM_API_KEY); also opens the admin routes unless an admin key "
-                        "is given")
-    p.add_argument("--api-key-file", action="append", type=Path, default=[], metavar="FILE",
-                   help="inference keys, one per line, re-read when the file changes "
-                        "(rotation without a restart; repeatable)")
-    p.add_argument("--admin-key", action="append", metavar="KEY",
-                   help="an admin key (repository load/unload, /metrics, control API); "
-                        "repeatable; env PODIUM_ADMIN_KEY")
-    p.add_argument("--admin-key-file", action="append", type=Path, default=[],
-                   metavar="FILE", help="admin keys, one per line, re-read when it changes")
-    p.set_defaults(env_api_key=env.api_key(), env_admin_key=env.admin_key())
+    add_flags(p, KeyFlags)
 
 
-def key_settings(args: argparse.Namespace) -> dict[str, object]:
+def key_settings(args: argparse.Namespace) -> dict[str, list]:
     """The key flags as settings; the environment's keys count only when no flag gives one."""
-    api_keys = args.api_key or ([args.env_api_key] if args.env_api_key else [])
-    admin_keys = args.admin_key or ([args.env_admin_key] if args.env_admin_key else [])
-    return {"api_keys": api_keys, "api_key_files": args.api_key_file,
-            "admin_keys": admin_keys, "admin_key_files": args.admin_key_file}
-
-
-def _add_kserve_limits(p: argparse.ArgumentParser) -> None:
-    from podium.frontends import kserve_limits as limits
-
-    p.add_argument("--max-header-bytes", type=int, default=64 * 1024,
-                   help="largest total of request headers (431 past it)")
-    p.add_argument("--max-inflated-bytes", type=int, default=limits.DEFAULT_MAX_INFLATED_BYTES,
-                   help="largest OpenAI or KServe body once gzip/deflate is inflated")
-    p.add_argument("--max-json-depth", type=int, default=limits.DEFAULT_MAX_JSON_DEPTH,
-                   help="deepest JSON nesting in an OpenAI or KServe body")
-    p.add_argument("--max-tensors", type=int, default=limits.DEFAULT_MAX_TENSORS,
-                   help="most inputs (and outputs) per KServe request")
-    p.add_argument("--max-elements", type=int, default=limits.DEFAULT_MAX_ELEMENTS,
-                   help="most tensor elements per KServe request")
-    p.add_argument("--grpc-max-message-bytes", type=int,
-                   default=limits.DEFAULT_GRPC_MAX_MESSAGE_BYTES,
-                   help="largest gRPC message received")
+    return flag_values(KeyFlags, args)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from podium.errors import InvalidArgument
     from podium.server.config import ServerConfig
     from podium.server.serve import run_server
 
-    packages = list(args.packages)
-    if not packages and args.repository is None:
+    values = flag_values(ServerConfig, args)
+    if not values["packages"] and values["repository"] is None:
         from podium.package.defaults import write_default_package
 
-        packages = [write_default_package().root]
-    from podium import env
-
-    try:
-        config = ServerConfig(internal_key=env.take_internal_key(),
-            packages=packages, repository=args.repository, host=args.host,
-            http_port=args.http_port, grpc_port=args.grpc_port, **key_settings(args),
-            metrics_open=args.metrics_open, max_body_bytes=args.max_body_bytes,
-            max_header_bytes=args.max_header_bytes, max_inflated_bytes=args.max_inflated_bytes,
-            max_json_depth=args.max_json_depth, max_tensors=args.max_tensors,
-            max_elements=args.max_elements,
-            grpc_max_message_bytes=args.grpc_max_message_bytes,
-            shutdown_timeout_s=args.shutdown_timeout, log_format=args.log_format,
-            log_level=args.log_level,
-            **{name: getattr(args, name) for name in _OPENAI_LIMITS + _ADMISSION})
-    except ValidationError as exc:  # a flag out of its range: name the flag, not the field
-        err = exc.errors()[0]
-        name = str(err["loc"][0])
-        name = name.removesuffix("s") if name.endswith("_keys") or name.endswith("_files") \
-            else name.removesuffix("_s")
-        flag = "--" + name.replace("_", "-")
-        raise InvalidArgument(f"{flag} {err['input']}: {err['msg']}", param=flag) from None
+        values["packages"] = [write_default_package().root]
+    # a value out of its bounds is an InvalidArgument naming the flag
+    config = ServerConfig(internal_key=env.take_internal_key(), **values, **key_settings(args))
     return run_server(config)
-
-
-_OPENAI_LIMITS = ("max_n", "max_stop_strings", "max_stop_chars", "max_messages")
-"""Request limits of /v1 (n and the stop caps bound KServe generation too); body, inflation,
-depth and header limits are shared with KServe."""
-
-
-_ADMISSION = ("max_queue", "queue_timeout_ms", "max_num_queued_reqs", "max_num_queued_tokens")
-"""Queue bounds (429 past them); unset, each package's own setting applies."""
-
-
-def _add_openai_limits(p: argparse.ArgumentParser) -> None:
-    """One flag per request limit and queue bound; defaults and help come from ServerConfig."""
-    from podium.server.config import ServerConfig
-
-    for name in _OPENAI_LIMITS + _ADMISSION:
-        field = ServerConfig.model_fields[name]
-        default = "" if field.default is None else f" (default {field.default})"
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=field.default,
-                       help=f"{field.description}{default}")
 
 
 def _add_package_commands(sub: argparse._SubParsersAction) -> None:

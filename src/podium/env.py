@@ -60,6 +60,40 @@ def take_internal_key() -> str | None:
     return os.environ.pop("PODIUM_INTERNAL_KEY", None) or None
 
 
+def database_url() -> str | None:
+    """PODIUM_DATABASE_URL: `podium up`'s SQLAlchemy URL when --database is not given."""
+    return os.environ.get("PODIUM_DATABASE_URL") or None
+
+
+DEFAULT_CONTROL_URL = "http://127.0.0.1:8080"
+
+
+def control_url() -> str:
+    """PODIUM_CONTROL_URL: the control-plane API the CLI and a hand-run gateway talk to."""
+    return os.environ.get("PODIUM_CONTROL_URL") or DEFAULT_CONTROL_URL
+
+
+def control_key() -> str | None:
+    """PODIUM_CONTROL_KEY: the admin key a hand-run gateway shows the control API."""
+    return os.environ.get("PODIUM_CONTROL_KEY") or None
+
+
+def client_key() -> str | None:
+    """The key the control CLI sends: PODIUM_ADMIN_KEY, else PODIUM_API_KEY."""
+    return admin_key() or api_key()
+
+
+GATEWAY_KEYS = "PODIUM_GATEWAY_KEYS"
+
+
+def take_gateway_keys() -> dict[str, list[str]]:
+    """PODIUM_GATEWAY_KEYS: JSON `{"api_keys": [...], "admin_keys": [...]}`, the literal client
+    keys `podium up` hands its gateways; removed once read, so no child inherits them."""
+    import json
+
+    return json.loads(os.environ.pop(GATEWAY_KEYS, None) or "{}")
+
+
 def kv_cache_gib() -> str:
     """VLLM_CPU_KVCACHE_SPACE: KV cache size on CPU in GiB (vLLM's own variable; default 4)."""
     return os.environ.get("VLLM_CPU_KVCACHE_SPACE", "4")

@@ -99,9 +99,11 @@ def test_events_table_and_json_newest_first(api: str, tmp_path: Path,
 
 
 def test_up_refuses_bad_api_limits_before_starting(tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgument, match="api_max_body_bytes=10 is out of range"):
+    with pytest.raises(InvalidArgument, match="--api-max-body-bytes 10: Input should be "
+                       "greater than or equal to 1024"):
         podium("up", "--api-max-body-bytes", "10")
-    with pytest.raises(InvalidArgument, match="api_max_header_bytes=0 is out of range"):
+    with pytest.raises(InvalidArgument, match="--api-max-header-bytes 0: Input should be "
+                       "greater than or equal to 1024"):
         podium("up", "--api-max-header-bytes", "0")
     with pytest.raises(InvalidArgument, match="is not a directory"):
         podium("up", "--package-root", str(tmp_path / "missing"))

@@ -11,39 +11,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
+from podium import env
 from podium.gateway import limits
-
-DEFAULT_API = "http://127.0.0.1:8080"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the control-plane subcommands to `podium`."""
+    from podium.cli import add_key_flags
+    from podium.config_flags import add_flags
+    from podium.control.up_config import UpConfig
+    from podium.gateway.process import GatewayConfig
+
     p = subparsers.add_parser("up", help="run control plane + gateway + instances")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--http-port", type=int, default=8000, help="gateway HTTP port")
-    p.add_argument("--grpc-port", type=int, default=8001, help="gateway gRPC port; -1 disables")
-    p.add_argument("--api-port", type=int, default=8080, help="control-plane API port")
-    p.add_argument("--gateways", type=int, default=1, metavar="N",
-                   help="gateway processes sharing the gateway ports (default 1; 0: none)")
-    p.add_argument("--database", default=os.environ.get("PODIUM_DATABASE_URL"),
-                   help="SQLAlchemy URL (default: SQLite file under PODIUM_HOME)")
-    p.add_argument("--version-ttl", type=float, default=3600.0,
-                   help="seconds before an idle versioned deployment is stopped")
-    p.add_argument("--runtime", choices=["local", "ray"], default="local",
-                   help="run instances as local processes or as actors on a Ray cluster")
-    p.add_argument("--ray-address", metavar="HOST:PORT",
-                   help="Ray head to join (with --runtime ray); default: start a local head")
-    p.add_argument("--ray-cpus", type=float, metavar="N",
-                   help="CPUs each instance reserves on Ray (default 1; also its "
-                        "OMP_NUM_THREADS, so give a CPU LLM several)")
+    add_flags(p, UpConfig)  # one flag per field, with its default and doc
     p.add_argument("--region", dest="regions", action="append", default=[],
                    metavar="name=N,http=PORT,grpc=PORT[,runtime=ray][,ray-address=HOST:PORT]",
                    help="declare a region with its own runtime and gateway (repeatable; "
@@ -52,43 +38,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--regions-file", type=Path, metavar="FILE",
                    help="regions from a TOML ([[region]] tables) or JSON file, instead of "
                         "--region flags")
-    from podium.cli import add_key_flags
-
     add_key_flags(p)  # inference keys guard the gateway, admin keys the API (and /metrics)
-    p.add_argument("--api-max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
-                   help="largest request body the control-plane API reads (default 1 MiB); "
-                        "larger gets 413")
-    p.add_argument("--api-max-header-bytes", type=int, default=DEFAULT_MAX_HEADER_BYTES,
-                   help="largest total size of a request's headers the API takes "
-                        "(default 32 KiB); larger gets 431")
-    p.add_argument("--package-root", dest="package_roots", type=Path, action="append",
-                   default=[], metavar="DIR",
-                   help="announce only packages under DIR (repeatable; default: anywhere)")
     limits.add_flags(p)
-    p.add_argument("--shutdown-timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="SIGTERM ends podium up within this long (default 60): requests "
-                        "finish, instances drain and stop, then what is left is killed")
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser("gateway", help="run one gateway process following a "
                               "control plane (podium up starts its own)")
-    p.add_argument("--control", default=os.environ.get("PODIUM_CONTROL_URL", DEFAULT_API),
-                   help="control-plane API the route table comes from (env PODIUM_CONTROL_URL)")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--http-port", type=int, default=8000, help="HTTP port")
-    p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port; -1 disables")
+    add_flags(p, GatewayConfig)
     add_key_flags(p)  # what clients must send: inference keys, admin keys for /metrics
-    p.add_argument("--control-key", default=os.environ.get("PODIUM_CONTROL_KEY"),
-                   help="admin key shown to the control API (env PODIUM_CONTROL_KEY); podium "
-                        "up's own gateways use the plane's credential instead")
-    p.add_argument("--id", dest="gateway_id", default="",
-                   help="name in GET /v1/gateways (default HOST-PID)")
-    p.add_argument("--reuse-port", action="store_true",
-                   help="share the ports with other gateways (SO_REUSEPORT)")
     limits.add_flags(p)
-    p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="SIGTERM ends the gateway within this long (default 30): in-flight "
-                        "requests finish first")
     p.set_defaults(func=_gateway)
 
     p = subparsers.add_parser("announce", help="register + materialize a package")
@@ -160,10 +118,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _api_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--api", default=os.environ.get("PODIUM_CONTROL_URL", DEFAULT_API),
+    p.add_argument("--api", default=env.control_url(),
                    help="control-plane API URL (env PODIUM_CONTROL_URL)")
-    p.add_argument("--api-key", default=os.environ.get("PODIUM_ADMIN_KEY")
-                   or os.environ.get("PODIUM_API_KEY"),
+    p.add_argument("--api-key", default=env.client_key(),
                    help="admin key of a control plane started with --admin-key (or its "
                         "--api-key when it has none); env PODIUM_ADMIN_KEY, else PODIUM_API_KEY")
     p.add_argument("--json", action="store_true", help="print the raw JSON answer")
@@ -172,7 +129,7 @@ def _api_arg(p: argparse.ArgumentParser) -> None:
 def _up(args: argparse.Namespace) -> int:
     from podium.auth_keys import KeyConfig
     from podium.cli import key_settings
-    from podium.control.loop import LoopConfig
+    from podium.config_flags import flag_values
     from podium.control.region_config import load_file, parse_flag
     from podium.control.up import UpConfig, run_up
     from podium.errors import InvalidArgument
@@ -183,39 +140,29 @@ def _up(args: argparse.Namespace) -> int:
             raise InvalidArgument("give regions by --region or --regions-file, not both",
                                   param="regions")
         regions = load_file(args.regions_file)
-    return run_up(UpConfig(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
-                           api_port=args.api_port, num_gateways=args.gateways,
-                           database_url=args.database, runtime=args.runtime,
-                           ray_address=args.ray_address, ray_num_cpus=args.ray_cpus,
-                           keys=KeyConfig(**{k: tuple(v) for k, v in key_settings(args).items()}),
-                           api_max_body_bytes=args.api_max_body_bytes,
-                           api_max_header_bytes=args.api_max_header_bytes,
-                           package_roots=tuple(args.package_roots), limits=limits.from_flags(args),
-                           shutdown_timeout_s=args.shutdown_timeout,
-                           loop=LoopConfig(version_ttl_ms=int(args.version_ttl * 1000)),
-                           regions=tuple(regions)))
+    return run_up(UpConfig(
+        **flag_values(UpConfig, args), regions=tuple(regions), limits=limits.from_flags(args),
+        keys=KeyConfig(**{k: tuple(v) for k, v in key_settings(args).items()})))
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    from podium import env
     from podium.auth_keys import KeyConfig
     from podium.cli import key_settings
-    from podium.gateway.process import GATEWAY_KEYS_ENV, GatewayConfig, run_gateway
+    from podium.config_flags import flag_values
+    from podium.gateway.process import GatewayConfig, run_gateway
 
     settings = key_settings(args)
-    given = json.loads(os.environ.pop(GATEWAY_KEYS_ENV, None) or "{}")  # from podium up
+    given = env.take_gateway_keys()  # from podium up
     keys = KeyConfig(
         api_keys=(*settings["api_keys"], *given.get("api_keys", ())),  # type: ignore[misc]
         api_key_files=tuple(settings["api_key_files"]),  # type: ignore[arg-type]
         admin_keys=(*settings["admin_keys"], *given.get("admin_keys", ())),  # type: ignore[misc]
         admin_key_files=tuple(settings["admin_key_files"]))  # type: ignore[arg-type]
-    control_key = args.control_key or next(iter((*keys.admin_keys, *keys.api_keys)), None)
-    return run_gateway(GatewayConfig(
-        control_url=args.control, host=args.host, http_port=args.http_port,
-        grpc_port=args.grpc_port, keys=keys, credential=env.take_internal_key(),
-        control_key=control_key, limits=limits.from_flags(args),
-        gateway_id=args.gateway_id, reuse_port=args.reuse_port,
-        shutdown_timeout_s=args.shutdown_timeout))
+    values = flag_values(GatewayConfig, args)
+    values["control_key"] = values["control_key"] or next(
+        iter((*keys.admin_keys, *keys.api_keys)), None)
+    return run_gateway(GatewayConfig(**values, keys=keys, credential=env.take_internal_key(),
+                                     limits=limits.from_flags(args)))
 
 
 def _announce(args: argparse.Namespace) -> int:

@@ -28,7 +28,6 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,23 +35,21 @@ import uvicorn
 
 from podium import credential as internal_credential
 from podium import env
-from podium.auth_keys import Access, KeyConfig
 from podium.control.api import create_app
-from podium.control.api_limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
 from podium.control.gateway_api import QuietSync, add_gateway_routes
 from podium.control.gateway_feed import PublishedTable, RouteFeed
 from podium.control.gateways import GatewayProcesses
-from podium.control.loop import ControlLoop, LoopConfig
+from podium.control.loop import ControlLoop
 from podium.control.plane import ControlPlane
 from podium.control.plane_lock import PlaneLock, holder_info
-from podium.control.region_config import RegionSpec, check_regions
+from podium.control.region_config import RegionSpec
 from podium.control.region_world import Region, RegionWorlds
 from podium.control.runtime import Runtime, create_runtime
 from podium.control.store import Store, default_url
+from podium.control.up_config import UpConfig
 from podium.control.up_loop import FeedingLoop
-from podium.errors import InvalidArgument
 from podium.gateway.http_server import bounded_head_protocol
-from podium.gateway.limits import GatewayLimits, to_flags
+from podium.gateway.limits import to_flags
 from podium.gateway.process import GATEWAY_KEYS_ENV
 from podium.gateway.stats import VersionStats
 from podium.shutdown import ShutdownWatchdog
@@ -60,103 +57,6 @@ from podium.shutdown import ShutdownWatchdog
 log = logging.getLogger("podium.control")
 STOP_RESERVE_S = 1.0
 """Of the shutdown timeout, kept for closing the store and the locks after the instances."""
-
-
-@dataclass(frozen=True)
-class UpConfig:
-    """Where `podium up` listens and keeps its state."""
-
-    host: str = "0.0.0.0"
-    """Interface the gateways and the API bind to."""
-    num_gateways: int = 1
-    """Gateway processes sharing the gateway ports (0..16; 0: none, run `podium gateway`
-    yourself)."""
-    http_port: int = 8000
-    """Gateway HTTP port (OpenAI + KServe v2)."""
-    grpc_port: int = 8001
-    """Gateway gRPC port (KServe v2 `inference.GRPCInferenceService`); -1 disables it."""
-    api_port: int = 8080
-    """Control-plane REST API port."""
-    database_url: str | None = None
-    """SQLAlchemy URL; default a SQLite file under PODIUM_HOME."""
-    home: Path | None = None
-    """State directory (instance logs, default database); default PODIUM_HOME."""
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    """Control loop timing, autoscaling and version TTL."""
-    runtime: str = "local"
-    """Where instances run: `local` processes or `ray` actors."""
-    ray_address: str | None = None
-    """HOST:PORT of the Ray head to join; None starts a local head (or uses RAY_ADDRESS)."""
-    ray_num_cpus: float | None = None
-    """CPUs each instance's actor reserves on Ray (default 1); Ray also sets the server's
-    OMP_NUM_THREADS to it, so a CPU LLM wants several."""
-    api_key: str | None = None
-    """When set, the gateway (HTTP and gRPC) and the control-plane API require
-    `Authorization: Bearer <key>`; liveness stays open. Added to `keys.api_keys`."""
-    keys: KeyConfig = field(default_factory=KeyConfig)
-    """Inference keys (the gateway) and admin keys (the control API, the gateway's /metrics),
-    literal or in files re-read when changed; with no admin key, inference keys are both.
-    Instances accept none of them: only the plane's internal credential."""
-    limits: GatewayLimits = field(default_factory=GatewayLimits)
-    """What the gateway accepts from one request: body, headers, gRPC message, body time."""
-    api_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    """Largest request body the control-plane API reads (declared or sent); larger is a 413."""
-    api_max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
-    """Largest total size of a request's headers the API takes; larger is a 431."""
-    package_roots: tuple[Path, ...] = ()
-    """When given, the API announces only packages under these directories."""
-    shutdown_timeout_s: float = 60.0
-    """SIGTERM ends `podium up` within this many seconds (1..3600): requests finish, instances
-    drain and stop; at the deadline whatever is left of its process tree is killed."""
-    regions: tuple[RegionSpec, ...] = ()
-    """Declared regions in rollout order, each with its runtime and gateway ports (then
-    `runtime`, `ray_address`, `http_port` and `grpc_port` are not used); none: one region."""
-
-    def __post_init__(self) -> None:
-        if self.regions:
-            check_regions(list(self.regions), api_port=self.api_port)
-        if isinstance(self.api_max_body_bytes, bool) or not (
-                1024 <= self.api_max_body_bytes <= 1024**3):
-            raise InvalidArgument(f"api_max_body_bytes={self.api_max_body_bytes!r} is out of "
-                                  "range; use 1024..1073741824", param="api_max_body_bytes")
-        if isinstance(self.api_max_header_bytes, bool) or not (
-                1024 <= self.api_max_header_bytes <= 1024**2):
-            raise InvalidArgument(f"api_max_header_bytes={self.api_max_header_bytes!r} is out "
-                                  "of range; use 1024..1048576", param="api_max_header_bytes")
-        if isinstance(self.num_gateways, bool) or not 0 <= self.num_gateways <= 16:
-            raise InvalidArgument(f"--gateways {self.num_gateways!r} is out of range; use "
-                                  "0..16 gateway processes", param="num_gateways")
-        if isinstance(self.shutdown_timeout_s, bool) or not (
-                1 <= self.shutdown_timeout_s <= 3600):
-            raise InvalidArgument(f"shutdown_timeout_s={self.shutdown_timeout_s!r} is out of "
-                                  "range; use 1..3600 seconds", param="shutdown_timeout_s")
-        for flag, paths in (("--api-key-file", self.keys.api_key_files),
-                            ("--admin-key-file", self.keys.admin_key_files)):
-            for path in paths:
-                if not Path(path).is_file():
-                    raise InvalidArgument(f"{flag} {str(path)!r} is not a file; give a file "
-                                          "with one key per line", param=flag)
-        if not all((*self.keys.api_keys, *self.keys.admin_keys)):
-            raise InvalidArgument("an empty --api-key or --admin-key; give a non-empty key",
-                                  param="api_key")
-        for root in self.package_roots:
-            if not root.is_dir():
-                raise InvalidArgument(f"package root {str(root)!r} is not a directory",
-                                      param="package_roots")
-
-    def key_config(self) -> KeyConfig:
-        """The keys of the gateway and the control API (`api_key` among the inference keys)."""
-        if self.api_key:
-            return replace(self.keys, api_keys=(self.api_key, *self.keys.api_keys))
-        return self.keys
-
-    def access(self, internal_key: str | None = None) -> Access:
-        """Per role, the keys the control API accepts: where it takes any, also the plane's
-        `internal_key`, which its gateways show it (an API without keys stays open)."""
-        keys = self.key_config()
-        if keys.api_keys or keys.api_key_files or keys.has_admin_keys:
-            keys = replace(keys, internal_key=internal_key)
-        return keys.access()
 
 
 def run_up(config: UpConfig) -> int:

@@ -19,13 +19,15 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import uvicorn
+from pydantic import ConfigDict, Field, InstanceOf
 
+from podium import env
 from podium.auth import ApiKeyMiddleware
 from podium.auth_keys import KeyConfig
+from podium.config_flags import Flag, NotAFlag, ProcessConfig
 from podium.errors import InvalidArgument
 from podium.gateway.early_shed import EarlyShed
 from podium.gateway.follow import ControlFollower
@@ -39,52 +41,54 @@ from podium.gateway.routing import RouteTable
 from podium.shutdown import ShutdownWatchdog
 
 log = logging.getLogger("podium.gateway")
-GATEWAY_KEYS_ENV = "PODIUM_GATEWAY_KEYS"
+GATEWAY_KEYS_ENV = env.GATEWAY_KEYS
 """JSON `{"api_keys": [...], "admin_keys": [...]}`: the literal client keys `podium up` hands
-its gateways by environment (key files go by path on the command line)."""
+its gateways by environment (key files go by path on the command line; `env.take_gateway_keys`
+reads them)."""
 # longer than any client's idle expiry (httpx: 5 s): the client always closes an idle
 # connection first, so a request is never sent on one the server is closing
 KEEP_ALIVE_S = 75
 
 
-@dataclass(frozen=True)
-class GatewayConfig:
-    """Where one gateway process listens and which control plane it follows."""
+class GatewayConfig(ProcessConfig):
+    """Where one gateway process listens and which control plane it follows: one field per
+    flag of `podium gateway` (`config_flags`), each with its bounds."""
 
-    control_url: str = "http://127.0.0.1:8080"
-    """The control-plane API the route table comes from."""
-    host: str = "0.0.0.0"
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    control_url: Annotated[str, Flag("--control", env=env.control_url)] = \
+        env.DEFAULT_CONTROL_URL
+    """The control-plane API the route table comes from (env PODIUM_CONTROL_URL)."""
+    host: Annotated[str, Flag("--host")] = "0.0.0.0"
     """Interface to bind."""
-    http_port: int = 8000
+    http_port: Annotated[int, Field(ge=0, le=65535, strict=True), Flag("--http-port")] = 8000
     """HTTP port (OpenAI + KServe v2)."""
-    grpc_port: int = 8001
+    grpc_port: Annotated[int, Field(ge=-1, le=65535, strict=True), Flag("--grpc-port")] = 8001
     """KServe gRPC port; -1 disables it."""
-    keys: KeyConfig = field(default_factory=KeyConfig)
+    keys: Annotated[InstanceOf[KeyConfig], NotAFlag(
+        "--api-key, --api-key-file, --admin-key, --admin-key-file: cli.KeyFlags")] = \
+        Field(default_factory=KeyConfig)
     """Client keys: inference keys for the data routes, admin keys for `/metrics`."""
-    credential: str | None = field(default=None, repr=False)
+    credential: Annotated[str | None, NotAFlag("env PODIUM_INTERNAL_KEY")] = Field(
+        default=None, repr=False)
     """The control plane's internal credential (`podium up` hands it over by environment):
     sent to instances in place of the client's key, and shown to the control API."""
-    control_key: str | None = field(default=None, repr=False)
-    """Key shown to the control API when there is no credential (a gateway run by hand)."""
-    limits: GatewayLimits = field(default_factory=GatewayLimits)
+    control_key: Annotated[str | None, Flag("--control-key", env=env.control_key)] = Field(
+        default=None, repr=False)
+    """Admin key shown to the control API when there is no credential (a gateway run by hand;
+    env PODIUM_CONTROL_KEY); default its first admin key, else inference key."""
+    limits: Annotated[GatewayLimits, NotAFlag(
+        "gateway.limits.add_flags: one flag per field of GatewayLimits")] = Field(
+        default_factory=GatewayLimits)
     """What one request may be."""
-    gateway_id: str = ""
-    """Name in the control plane's `GET /v1/gateways` (default host-pid)."""
-    reuse_port: bool = False
+    gateway_id: Annotated[str, Flag("--id")] = ""
+    """Name in the control plane's `GET /v1/gateways` (default HOST-PID)."""
+    reuse_port: Annotated[bool, Field(strict=True), Flag("--reuse-port")] = False
     """Bind with SO_REUSEPORT so several gateways share the ports."""
-    shutdown_timeout_s: float = 30.0
-    """SIGTERM ends the process within this many seconds, in-flight requests first."""
-
-    def __post_init__(self) -> None:
-        for name in ("http_port", "grpc_port"):
-            port = getattr(self, name)
-            if not -1 <= port <= 65535 or (name == "http_port" and port < 0):
-                raise InvalidArgument(f"{name}={port} is not a port; use 0..65535"
-                                      + (" or -1 to disable gRPC" if name == "grpc_port"
-                                         else ""), param=name)
-        if not 1 <= self.shutdown_timeout_s <= 3600:
-            raise InvalidArgument(f"shutdown_timeout_s={self.shutdown_timeout_s!r} is out of "
-                                  "range; use 1..3600 seconds", param="shutdown_timeout_s")
+    shutdown_timeout_s: Annotated[float, Field(ge=1, le=3600, strict=True),
+                                  Flag("--shutdown-timeout", metavar="SECONDS")] = 30.0
+    """SIGTERM ends the process within this many seconds (1..3600), in-flight requests
+    first."""
 
 
 def run_gateway(config: GatewayConfig) -> int:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FilePath, PrivateAttr, SecretStr
+from pydantic import ConfigDict, Field, FilePath, PrivateAttr, SecretStr
 
 from podium.auth_keys import Access, KeyConfig
 from podium.backends.limits import InstanceLimits
+from podium.config_flags import Flag, NotAFlag, ProcessConfig
 from podium.frontends import kserve_limits as kserve
 from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
 from podium.frontends.json_body import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_JSON_DEPTH
@@ -16,88 +17,110 @@ from podium.frontends.openai_limits import OpenAILimits
 from podium.gateway.limits import DEFAULT_MAX_HEADER_BYTES
 
 Key = Annotated[str, Field(min_length=1)]
+_KEY_FLAGS = "--api-key, --api-key-file, --admin-key, --admin-key-file: cli.KeyFlags"
 
 
-class ServerConfig(BaseModel):
-    """What `podium serve` was asked to do."""
+class ServerConfig(ProcessConfig):
+    """What `podium serve` was asked to do: one field per flag (`add_flags`), each with its
+    bounds; a bad value is an `InvalidArgument` naming the flag and the bound."""
 
     model_config = ConfigDict(extra="forbid")
 
-    packages: list[Path] = Field(default_factory=list,
-                                 description="Package directories or .tar.gz files to serve.")
-    repository: Path | None = Field(default=None,
-                                    description="Serve every package found in this directory.")
-    host: str = Field(default="0.0.0.0", description="Address both ports bind to.")
-    http_port: int = Field(default=8000, ge=0, le=65535,
-                           description="OpenAI /v1, KServe /v2, /metrics and health.")
-    grpc_port: int = Field(default=8001, ge=-1, le=65535,
-                           description="KServe v2 gRPC; -1 disables it.")
-    api_key: str | None = Field(default=None, description="Bearer key required on every route "
-                                "but liveness (one of api_keys); None leaves the instance open.")
-    api_keys: list[Key] = Field(default_factory=list, description="More inference keys; "
-                                "also the admin keys while no admin key is configured.")
-    api_key_files: list[FilePath] = Field(default_factory=list, description="Files of "
-                                          "inference keys, one per line, re-read when changed.")
-    admin_keys: list[Key] = Field(default_factory=list, description="Keys of the admin "
-                                  "routes (/v2/repository, /metrics); then inference keys "
-                                  "no longer open them.")
-    admin_key_files: list[FilePath] = Field(default_factory=list, description="Files of admin "
-                                            "keys, one per line, re-read when changed.")
-    internal_key: SecretStr | None = Field(default=None, description="The control plane's "
-                                           "credential (from PODIUM_INTERNAL_KEY): accepted "
-                                           "for every role; never shown.")
-    metrics_open: bool = Field(default=False,
-                               description="Serve /metrics without the API key (scrapers).")
-    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024,
-                                description="Largest request body accepted (413 past it).")
-    max_header_bytes: int = Field(default=DEFAULT_MAX_HEADER_BYTES, ge=1024,
-                                  description="Largest HTTP request head, request line and "
-                                  "headers (431 past it).")
-    max_inflated_bytes: int = Field(default=DEFAULT_MAX_INFLATED_BYTES, ge=1024,
-                                    description="Largest size a gzip/deflate OpenAI or KServe "
-                                    "body may inflate to (413 past it).")
-    max_json_depth: int = Field(default=DEFAULT_MAX_JSON_DEPTH, ge=2, le=500,
-                                description="Deepest nesting of arrays and objects in an "
-                                "OpenAI or KServe body (400 past it).")
-    max_tensors: int = Field(default=kserve.DEFAULT_MAX_TENSORS, ge=1,
-                             description="Most inputs, and most outputs, per KServe request.")
-    max_elements: int = Field(default=kserve.DEFAULT_MAX_ELEMENTS, ge=1,
-                              description="Most tensor elements per KServe request (413).")
-    grpc_max_message_bytes: int = Field(default=kserve.DEFAULT_GRPC_MAX_MESSAGE_BYTES,
-                                        ge=1024, description="Largest gRPC message received "
-                                        "(RESOURCE_EXHAUSTED past it).")
-    max_n: int = Field(default=OpenAILimits.max_n, ge=1, le=16384,
-                       description="Completions per LLM request (n, OpenAI and KServe) "
-                       "unless a package sets its own max_n.")
-    max_stop_strings: int = Field(default=OpenAILimits.max_stop_strings, ge=1, le=4096,
-                                  description="Entries of stop, stop_token_ids, bad_words.")
-    max_stop_chars: int = Field(default=OpenAILimits.max_stop_chars, ge=1, le=1 << 20,
-                                description="Characters of one stop string or bad word.")
-    max_messages: int = Field(default=OpenAILimits.max_messages, ge=1, le=1 << 20,
-                              description="Entries of an OpenAI request's messages.")
-    max_queue: int | None = Field(default=None, ge=1, le=1_000_000,
-                                  description="Requests one model's dynamic batcher lets wait "
-                                  "(429 past it); overrides every package's; default: the "
-                                  "package's dynamic_batching.max_queue, else 1024.")
-    queue_timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000,
-                                         description="Longest a request waits for its batch "
-                                         "before a 429; overrides every package's; default: "
-                                         "the package's, else 30000.")
-    max_num_queued_reqs: int | None = Field(default=None, ge=1, le=1_000_000,
-                                            description="Requests one vLLM engine holds, "
-                                            "waiting and running, before a 429; overrides "
-                                            "every package's; default: the package's, else "
-                                            "256.")
-    max_num_queued_tokens: int | None = Field(default=None, ge=1, le=1 << 40,
-                                              description="Prompt tokens in prefill one vLLM "
-                                              "engine holds before a 429; overrides every "
-                                              "package's; default: the package's, else 65536.")
-    shutdown_timeout_s: float = Field(default=30.0, ge=0,
-                                      description="How long SIGTERM may take in all (requests, "
-                                      "then unloading); then the process tree is killed.")
-    log_format: Literal["text", "json"] = Field(default="text",
-                                                description="json: one JSON line per request.")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    packages: Annotated[list[Path], Flag(
+        "packages", help="package directories or .tar.gz files (default: "
+        "smollm2-135m-instruct)")] = Field(
+        default_factory=list, description="Package directories or .tar.gz files to serve.")
+    repository: Annotated[Path | None, Flag("--repository")] = Field(
+        default=None, description="Serve every package found in this directory.")
+    host: Annotated[str, Flag("--host")] = Field(
+        default="0.0.0.0", description="Address both ports bind to.")
+    http_port: Annotated[int, Flag("--http-port")] = Field(
+        default=8000, ge=0, le=65535, strict=True,
+        description="OpenAI /v1, KServe /v2, /metrics and health.")
+    grpc_port: Annotated[int, Flag("--grpc-port")] = Field(
+        default=8001, ge=-1, le=65535, strict=True,
+        description="KServe v2 gRPC; -1 disables it.")
+    api_key: Annotated[str | None, NotAFlag("--api-key fills api_keys")] = Field(
+        default=None, description="Bearer key required on every route but liveness (one of "
+        "api_keys); None leaves the instance open.")
+    api_keys: Annotated[list[Key], NotAFlag(_KEY_FLAGS, "--api-key")] = Field(
+        default_factory=list, description="More inference keys; also the admin keys while no "
+        "admin key is configured.")
+    api_key_files: Annotated[list[FilePath], NotAFlag(_KEY_FLAGS, "--api-key-file")] = Field(
+        default_factory=list, description="Files of inference keys, one per line, re-read "
+        "when changed.")
+    admin_keys: Annotated[list[Key], NotAFlag(_KEY_FLAGS, "--admin-key")] = Field(
+        default_factory=list, description="Keys of the admin routes (/v2/repository, "
+        "/metrics); then inference keys no longer open them.")
+    admin_key_files: Annotated[list[FilePath], NotAFlag(_KEY_FLAGS, "--admin-key-file")] = Field(
+        default_factory=list, description="Files of admin keys, one per line, re-read when "
+        "changed.")
+    internal_key: Annotated[SecretStr | None, NotAFlag("env PODIUM_INTERNAL_KEY")] = Field(
+        default=None, description="The control plane's credential (from PODIUM_INTERNAL_KEY): "
+        "accepted for every role; never shown.")
+    metrics_open: Annotated[bool, Flag("--metrics-open")] = Field(
+        default=False, strict=True,
+        description="Serve /metrics without the API key (scrapers).")
+    max_body_bytes: Annotated[int, Flag("--max-body-bytes")] = Field(
+        default=DEFAULT_MAX_BODY_BYTES, ge=1024, strict=True,
+        description="Largest request body accepted (413 past it).")
+    max_header_bytes: Annotated[int, Flag("--max-header-bytes")] = Field(
+        default=DEFAULT_MAX_HEADER_BYTES, ge=1024, strict=True,
+        description="Largest HTTP request head, request line and headers (431 past it).")
+    max_inflated_bytes: Annotated[int, Flag("--max-inflated-bytes")] = Field(
+        default=DEFAULT_MAX_INFLATED_BYTES, ge=1024, strict=True,
+        description="Largest size a gzip/deflate OpenAI or KServe body may inflate to (413 "
+        "past it).")
+    max_json_depth: Annotated[int, Flag("--max-json-depth")] = Field(
+        default=DEFAULT_MAX_JSON_DEPTH, ge=2, le=500, strict=True,
+        description="Deepest nesting of arrays and objects in an OpenAI or KServe body (400 "
+        "past it).")
+    max_tensors: Annotated[int, Flag("--max-tensors")] = Field(
+        default=kserve.DEFAULT_MAX_TENSORS, ge=1, strict=True,
+        description="Most inputs, and most outputs, per KServe request.")
+    max_elements: Annotated[int, Flag("--max-elements")] = Field(
+        default=kserve.DEFAULT_MAX_ELEMENTS, ge=1, strict=True,
+        description="Most tensor elements per KServe request (413).")
+    grpc_max_message_bytes: Annotated[int, Flag("--grpc-max-message-bytes")] = Field(
+        default=kserve.DEFAULT_GRPC_MAX_MESSAGE_BYTES, ge=1024, strict=True,
+        description="Largest gRPC message received (RESOURCE_EXHAUSTED past it).")
+    max_n: Annotated[int, Flag("--max-n")] = Field(
+        default=OpenAILimits.max_n, ge=1, le=16384, strict=True,
+        description="Completions per LLM request (n, OpenAI and KServe) unless a package sets "
+        "its own max_n.")
+    max_stop_strings: Annotated[int, Flag("--max-stop-strings")] = Field(
+        default=OpenAILimits.max_stop_strings, ge=1, le=4096, strict=True,
+        description="Entries of stop, stop_token_ids, bad_words.")
+    max_stop_chars: Annotated[int, Flag("--max-stop-chars")] = Field(
+        default=OpenAILimits.max_stop_chars, ge=1, le=1 << 20, strict=True,
+        description="Characters of one stop string or bad word.")
+    max_messages: Annotated[int, Flag("--max-messages")] = Field(
+        default=OpenAILimits.max_messages, ge=1, le=1 << 20, strict=True,
+        description="Entries of an OpenAI request's messages.")
+    max_queue: Annotated[int | None, Flag("--max-queue")] = Field(
+        default=None, ge=1, le=1_000_000, strict=True,
+        description="Requests one model's dynamic batcher lets wait (429 past it); overrides "
+        "every package's; default: the package's dynamic_batching.max_queue, else 1024.")
+    queue_timeout_ms: Annotated[int | None, Flag("--queue-timeout-ms")] = Field(
+        default=None, ge=1, le=3_600_000, strict=True,
+        description="Longest a request waits for its batch before a 429; overrides every "
+        "package's; default: the package's, else 30000.")
+    max_num_queued_reqs: Annotated[int | None, Flag("--max-num-queued-reqs")] = Field(
+        default=None, ge=1, le=1_000_000, strict=True,
+        description="Requests one vLLM engine holds, waiting and running, before a 429; "
+        "overrides every package's; default: the package's, else 256.")
+    max_num_queued_tokens: Annotated[int | None, Flag("--max-num-queued-tokens")] = Field(
+        default=None, ge=1, le=1 << 40, strict=True,
+        description="Prompt tokens in prefill one vLLM engine holds before a 429; overrides "
+        "every package's; default: the package's, else 65536.")
+    shutdown_timeout_s: Annotated[float, Flag("--shutdown-timeout", metavar="SECONDS")] = Field(
+        default=30.0, ge=0, strict=True,
+        description="Seconds SIGTERM may take in all: in-flight requests, then unloading; past "
+        "it the process tree is killed (exit 124).")
+    log_format: Annotated[Literal["text", "json"], Flag("--log-format")] = Field(
+        default="text", description="text, or json: one JSON line per request.")
+    log_level: Annotated[Literal["debug", "info", "warning", "error"], Flag("--log-level")] = \
+        Field(default="info", description="Least severe log record shown.")
 
     _access: Access | None = PrivateAttr(default=None)
 
