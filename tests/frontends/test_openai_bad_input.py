@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import socket
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ from tests.support.openai_instance import (
     client_for,
     openai_app,
 )
+from tests.support.ports import free_port
 
 MB = 1024 * 1024
 USER = [{"role": "user", "content": "hello"}]
@@ -253,12 +253,6 @@ def test_the_table_covers_each_route() -> None:
     assert {case.path for case in CASES.values()} == {CHAT, COMPLETIONS, EMBEDDINGS}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def test_a_100_kb_header_is_a_431_and_the_server_keeps_serving() -> None:
     """The request head is bounded by uvicorn's protocol, so this needs a real HTTP server."""
     import httpx
@@ -268,7 +262,7 @@ async def test_a_100_kb_header_is_a_431_and_the_server_keeps_serving() -> None:
     from podium.server.serve import uvicorn_config
 
     app, _ = openai_app()
-    port = _free_port()
+    port = free_port()
     config = uvicorn_config(app, ServerConfig(host="127.0.0.1", http_port=port, grpc_port=-1))
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

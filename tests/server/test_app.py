@@ -15,6 +15,7 @@ from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 from tests.support.fake_backends import FakeLlmBackend, add_ready
+from tests.support.ports import free_port
 
 CHAT = "/v1/chat/completions"
 GOOD = {"model": "fake-llm", "messages": [{"role": "user", "content": "hello there"}]}
@@ -165,11 +166,29 @@ async def test_models_report_when_each_version_became_ready() -> None:
 
 
 async def test_headers_over_the_limit_are_431_then_good() -> None:
-    client, _, _ = _client(max_header_bytes=4096)
-    async with client:
-        r = await client.post(CHAT, json=GOOD, headers={"x-big": "a" * 5000})
-        assert r.status_code == 431, r.text
-        assert "4096-byte limit (--max-header-bytes)" in r.json()["error"]["message"]
-        r = await client.get("/v2/health/live", headers={"x-big": "a" * 5000})
-        assert r.status_code == 431 and "--max-header-bytes" in r.json()["error"]
-        await _good(client)
+    """The request head is bounded by the HTTP protocol `podium serve` serves the app with
+    (`serve.uvicorn_config`), so this needs a real server."""
+    import uvicorn
+
+    from podium.server.serve import uvicorn_config
+
+    port = free_port()
+    config = ServerConfig(host="127.0.0.1", http_port=port, grpc_port=-1, max_header_bytes=4096)
+    instance = Instance(config)
+    add_ready(instance.repository, FakeLlmBackend())
+    instance.booted = True
+    server = uvicorn.Server(uvicorn_config(build_app(instance), config))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            r = await client.post(CHAT, json=GOOD, headers={"x-big": "a" * 5000})
+            assert r.status_code == 431, r.text
+            assert "limit of 4096 bytes (--max-header-bytes)" in r.json()["error"]["message"]
+            r = await client.get("/v2/health/live", headers={"x-big": "a" * 5000})
+            assert r.status_code == 431 and "--max-header-bytes" in r.json()["error"]
+            await _good(client)
+    finally:
+        server.should_exit = True
+        await task

@@ -4,7 +4,6 @@ example repository (classic backends) and a fake-engine LLM (the `kserve_instanc
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -17,13 +16,14 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from podium.frontends.header_limit import HeaderLimitMiddleware
+from podium.edge.head import bounded_head_protocol
 from podium.frontends.kserve_grpc import create_server
 from podium.frontends.kserve_http import create_router
 from podium.frontends.kserve_limits import KServeLimits
 from podium.package.package import write_manifest
 from podium.repository import ModelRepository, scan_repository
 from tests.support.fake_llm import FakeLlmBackend
+from tests.support.ports import free_port
 
 CLASSIC = ["xgb-example", "torch-example", "onnx-example", "python-example"]
 LLM = "fake-llm"
@@ -33,12 +33,6 @@ LIMITS = KServeLimits(max_body_bytes=2 * MiB, max_inflated_bytes=4 * MiB, max_js
 """Smaller than the defaults, so the tests reach each limit with small requests."""
 MAX_HEADER_BYTES = 16 * 1024
 EMBEDDER = "fake-embedder"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -94,11 +88,12 @@ def serving(examples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         await repository.unload_all(timeout_s=5)
 
     app = FastAPI(lifespan=lifespan)
-    app.add_middleware(HeaderLimitMiddleware, max_bytes=MAX_HEADER_BYTES)
     app.include_router(create_router(repository, server_ready=repository.all_ready,
                                      limits=LIMITS))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port,
-                                           log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(
+        app, host="127.0.0.1", port=http_port, log_level="warning", lifespan="on",
+        http=bounded_head_protocol(MAX_HEADER_BYTES, server="the instance",
+                                   flag="--max-header-bytes")))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     for _ in range(600):

@@ -23,7 +23,6 @@ from podium.auth import ApiKeyMiddleware, admin_role
 from podium.auth_keys import ADMIN, Access
 from podium.control.api_limits import (
     DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_HEADER_BYTES,
     MAX_PATH_CHARS,
     RequestLimits,
     checked_package_path,
@@ -102,7 +101,6 @@ class ScalingRequest(_Strict):
 def create_app(plane: ControlPlane, *, api_key: str | None = None,
                access: Access | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
                package_roots: tuple[FilePath, ...] = ()) -> FastAPI:
     """The API app over one control plane; with `api_key` or `access` (its admin keys), every
     route but /health needs `Authorization: Bearer <key>`; with `package_roots`, only packages
@@ -112,8 +110,8 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None,
                               "roll back, and read status and events.",
                   dependencies=[Depends(_known_query)])
     _install_errors(app)
-    app.add_middleware(RequestLimits, max_body_bytes=max_body_bytes,
-                       max_header_bytes=max_header_bytes, render=control_error)
+    # the request head is bounded by the HTTP protocol `podium up` serves this app with
+    app.add_middleware(RequestLimits, max_body_bytes=max_body_bytes, render=control_error)
     access = Access.single(api_key) if api_key else access
     if access is not None and access.roles.get(ADMIN) is not None:
         app.add_middleware(ApiKeyMiddleware, access=access, role_of=admin_role,

@@ -1,9 +1,10 @@
 """What the control API checks before a route sees a request: headers, body, paths.
 
-`RequestLimits` refuses headers over `max_header_bytes` in all, buffers the body (at most
-`max_body_bytes`, declared or actually sent), refuses compressed bodies (never decoded, so no
-gzip bomb), and refuses anything that is not UTF-8 JSON nested at most `MAX_JSON_DEPTH` deep,
-each with a 4xx naming the limit and the value. Bodies of the control API are a few hundred
+`RequestLimits` buffers the body (at most `max_body_bytes`, declared or actually sent: the
+edge's read, `podium.edge.body`), refuses compressed bodies (never decoded, so no gzip bomb),
+and refuses anything that is not UTF-8 JSON nested at most `MAX_JSON_DEPTH` deep, each with a
+4xx naming the limit and the value. Headers are bounded by the HTTP protocol the API is served
+with (`podium.edge.head`). Bodies of the control API are a few hundred
 bytes, so parsing them once here and again in the route is cheap.
 """
 
@@ -12,14 +13,16 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from podium.errors import HeaderFieldsTooLarge, InvalidArgument, PayloadTooLarge, PodiumError
+from podium.edge.body import BodyWording, content_length, read_body, replay
+from podium.edge.json_checks import depth_of
+from podium.errors import InvalidArgument, PodiumError
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_HEADER_BYTES = 32 * 1024
@@ -29,14 +32,31 @@ MAX_PATH_CHARS = 4096
 Render = Callable[[PodiumError], Response]
 
 
-class RequestLimits:
-    """ASGI middleware: a request over a limit is answered here and never reaches a route."""
+class _ApiWording(BodyWording):
+    """The control API's body refusals: its limit and `podium up` flag; a Content-Length that
+    is not a number is a 400; a client that leaves ends the body."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, render: Render,
-                 max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> None:
+    def bad_length(self, value: str) -> PodiumError:
+        return InvalidArgument(f"Content-Length={value[:40]!r} is not a byte count",
+                               param="Content-Length")
+
+    def left(self, size: int, declared: int | None) -> None:
+        return None
+
+
+_WORDING = _ApiWording(whose="the control API's ", flag="podium up --api-max-body-bytes",
+                       declared_param="Content-Length")
+
+
+class RequestLimits:
+    """ASGI middleware: a request over a limit is answered here and never reaches a route.
+
+    The request head is bounded before the app sees it, by the HTTP protocol the control API
+    is served with (`podium.edge.head`, `podium up --api-max-header-bytes`)."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, render: Render) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self.max_header_bytes = max_header_bytes
         self.render = render
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -48,61 +68,23 @@ class RequestLimits:
         except PodiumError as exc:
             await self.render(exc)(scope, receive, send)
             return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay(body, receive), send)
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
-        raw_headers = scope.get("headers", [])
-        header_bytes = sum(len(k) + len(v) + 4 for k, v in raw_headers)  # + ": " and CRLF
-        if header_bytes > self.max_header_bytes:
-            raise HeaderFieldsTooLarge(f"request headers of {header_bytes} bytes exceed the "
-                                       f"control API's {self.max_header_bytes}-byte limit "
-                                       "(podium up --api-max-header-bytes)")
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw_headers}
-        limit = self.max_body_bytes
-        declared = headers.get("content-length")
-        if declared is not None:
-            if not declared.strip().isdigit():
-                raise InvalidArgument(f"Content-Length={declared[:40]!r} is not a byte count",
-                                      param="Content-Length")
-            if int(declared) > limit:
-                raise PayloadTooLarge(f"request body of {declared} bytes exceeds the control "
-                                      f"API's {limit}-byte limit (podium up "
-                                      "--api-max-body-bytes)", param="Content-Length")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        declared = content_length(scope.get("headers", []), _WORDING)
         encoding = headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
+        too_large = declared is not None and declared > self.max_body_bytes  # a 413 comes first
+        if not too_large and encoding not in ("", "identity"):
             raise InvalidArgument(f"Content-Encoding={encoding[:40]!r} is not accepted: the "
                                   "control API takes plain JSON; send it uncompressed",
                                   param="Content-Encoding")
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"request body exceeds the control API's {limit}-byte "
-                                      "limit (podium up --api-max-body-bytes)")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        body = await read_body(receive, self.max_body_bytes, declared=declared,
+                               wording=_WORDING)
         if body.strip():
             _check_json(body, headers.get("content-type", ""))
         return body
-
-
-def _replay(body: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()  # after the body: only the client's disconnect is left
-
-    return replayed
 
 
 def _check_json(body: bytes, content_type: str) -> None:
@@ -123,7 +105,7 @@ def _check_json(body: bytes, content_type: str) -> None:
     except RecursionError:
         raise InvalidArgument(f"the request body is nested deeper than {MAX_JSON_DEPTH} "
                               "levels; send a flat JSON object") from None
-    depth = _depth(value)
+    depth = depth_of(value)
     if depth > MAX_JSON_DEPTH:
         raise InvalidArgument(f"the request body is nested {depth} levels deep; the limit is "
                               f"{MAX_JSON_DEPTH}")
@@ -131,20 +113,6 @@ def _check_json(body: bytes, content_type: str) -> None:
 
 def _no_constant(name: str) -> Any:
     raise InvalidArgument(f"{name} is not a JSON number; send a finite number")
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth of arrays and objects, walked without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(
-            item, list) else None
-        if children is None:
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in children)
-    return deepest
 
 
 def checked_package_path(path: str, roots: tuple[Path, ...] = ()) -> str:

@@ -48,7 +48,7 @@ from podium.control.runtime import Runtime, create_runtime
 from podium.control.store import Store, default_url
 from podium.control.up_config import UpConfig
 from podium.control.up_loop import FeedingLoop
-from podium.gateway.http_server import bounded_head_protocol
+from podium.edge.head import bounded_head_protocol
 from podium.gateway.limits import to_flags
 from podium.gateway.process import GATEWAY_KEYS_ENV
 from podium.gateway.stats import VersionStats
@@ -239,7 +239,6 @@ async def _serve(config: UpConfig, plane: ControlPlane, served: list[_RegionServ
     # the gateways follow the plane with its credential: it opens the admin routes too
     app = create_app(plane, access=config.access(internal_key=credential),
                      max_body_bytes=config.api_max_body_bytes,
-                     max_header_bytes=config.api_max_header_bytes,
                      package_roots=config.package_roots)
     for part in served:
         add_gateway_routes(app, part.feed, prefix=part.prefix)

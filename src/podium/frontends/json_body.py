@@ -1,11 +1,12 @@
-"""A JSON request body read within limits: its size sent and inflated, its nesting depth and
-the text of every string, each refused with a 4xx naming the limit or the field.
+"""An OpenAI request's JSON body read within limits: its size sent and inflated, its nesting
+depth and the text of every string, each refused with a 4xx naming the limit or the field.
 
     read_body (--max-body-bytes, 413) → undo gzip/deflate (--max-inflated-bytes, 413)
     → decode UTF-8 → parse (--max-json-depth, 400) → every string valid UTF-8 (400)
 
-Invalid UTF-8 bytes are decoded as lone surrogates (Python's `surrogateescape`), so they and
-a JSON `"\\ud800"` escape are found by the same walk, which names the field that holds them.
+Each step is the edge's (`podium.edge`); the wording is the OpenAI routes'. Invalid UTF-8
+bytes are decoded as lone surrogates (Python's `surrogateescape`), so they and a JSON
+`"\\ud800"` escape are found by the same walk, which names the field that holds them.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any
 
 from starlette.requests import Request
 
+from podium.edge.body import DEFAULT_MAX_BODY_BYTES, read_request_body
+from podium.edge.inflate import DEFAULT_MAX_INFLATED_BYTES, InflateWording, inflate
+from podium.edge.json_checks import DEFAULT_MAX_JSON_DEPTH, JsonIssue, find_issue
 from podium.errors import InvalidArgument
-from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES, read_body
 
-DEFAULT_MAX_INFLATED_BYTES = 32 * 1024 * 1024
-DEFAULT_MAX_JSON_DEPTH = 64
+_INFLATE = InflateWording(server="the instance", flag="--max-inflated-bytes")
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,9 @@ class BodyLimits:
 
 async def read_json_object(request: Request, limits: BodyLimits) -> dict[str, Any]:
     """The body as a JSON object within `limits`, or a 4xx naming what is wrong."""
-    from podium.gateway.encoding import decoded
-
-    raw = await read_body(request, limits.max_body_bytes)
-    raw = decoded(raw, request.headers.get("content-encoding", ""), limits.max_inflated_bytes,
-                  server="the instance", flag="--max-inflated-bytes")
+    raw = await read_request_body(request.scope, request.receive, limits.max_body_bytes)
+    raw = inflate(raw, request.headers.get("content-encoding", ""), limits.max_inflated_bytes,
+                  _INFLATE)
     text = raw.decode("utf-8", "surrogateescape")
     if not text.strip():
         raise InvalidArgument("the request body is empty; send a JSON object")
@@ -61,41 +61,24 @@ async def read_json_object(request: Request, limits: BodyLimits) -> dict[str, An
 
 def check_tree(body: dict[str, Any], max_depth: int) -> None:
     """400 for nesting deeper than `max_depth`, or a string that is not valid UTF-8 text."""
-    stack: list[tuple[Any, str, int]] = [(body, "", 1)]
-    while stack:  # a loop, not recursion: the depth is what is being checked
-        value, path, depth = stack.pop()
-        if isinstance(value, str):
-            _check_text(value, path or "body")
-            continue
-        if not isinstance(value, (dict, list)):
-            continue
-        if depth > max_depth:
-            raise _too_deep(max_depth, path)
-        if isinstance(value, dict):
-            for key, item in value.items():
-                child = f"{path}.{key}" if path else key
-                _check_text(key, child)
-                stack.append((item, child, depth + 1))
-        else:
-            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+    issue = find_issue(body, max_depth=max_depth)
+    if issue is None:
+        return
+    path = issue.place(root=None)
+    if issue.kind == "depth":
+        raise _too_deep(max_depth, path)
+    _refuse_text(issue, path or "body")
 
 
-def _check_text(text: str, path: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        bad = text[exc.start]
-        what = ("bytes that are not UTF-8" if 0xDC80 <= ord(bad) <= 0xDCFF
-                else f"a lone UTF-16 surrogate (\\u{ord(bad):04x})")
-        shown = _printable(path)
-        raise InvalidArgument(f"{shown} is not valid text: it holds {what} at character "
-                              f"{exc.start}; send UTF-8 text (surrogates only in pairs)",
-                              param=shown) from None
-
-
-def _printable(path: str) -> str:
+def _refuse_text(issue: JsonIssue, path: str) -> None:
+    bad = ord(issue.bad[0])
+    what = ("bytes that are not UTF-8" if 0xDC80 <= bad <= 0xDCFF
+            else f"a lone UTF-16 surrogate (\\u{bad:04x})")
     # a key may itself hold the bad bytes: the param names it escaped, as JSON would
-    return path.encode("utf-8", "backslashreplace").decode("utf-8")
+    shown = path.encode("utf-8", "backslashreplace").decode("utf-8")
+    raise InvalidArgument(f"{shown} is not valid text: it holds {what} at character "
+                          f"{issue.index}; send UTF-8 text (surrogates only in pairs)",
+                          param=shown)
 
 
 def _too_deep(max_depth: int, path: str = "") -> InvalidArgument:

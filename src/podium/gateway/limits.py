@@ -1,5 +1,5 @@
-"""The gateway's input limits (and its per-instance in-flight bound), and the HTTP body reader
-that keeps to them.
+"""The gateway's input limits (and its per-instance in-flight bound), and the HTTP body read
+(the edge's, `podium.edge.body`) that keeps to them.
 
 Every limit is a field of `GatewayLimits` (one flag of `podium up` each, documented in
 `docs/operations.md`). A request past one fails alone with a 4xx naming the limit, its value and
@@ -9,15 +9,13 @@ the flag; the gateway never buffers more than a limit allows and serves on.
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from podium.errors import InvalidArgument, PayloadTooLarge, RequestTimeout
+from podium.edge.body import DEFAULT_MAX_BODY_BYTES, BodyWording, read_request_body
+from podium.errors import InvalidArgument, PayloadTooLarge, PodiumError
 from podium.gateway.asgi import Receive, Scope
 
-DEFAULT_MAX_BODY_BYTES = 16 << 20
-"""The same as an instance's own default: a body the instances would refuse is refused first."""
 DEFAULT_MAX_HEADER_BYTES = 64 << 10
 DEFAULT_MAX_GRPC_MESSAGE_BYTES = 256 << 20
 """The same as an instance's gRPC server accepts."""
@@ -84,59 +82,25 @@ def to_flags(limits: GatewayLimits) -> list[str]:
     return [arg for name, flag in _FLAGS.items() for arg in (flag, str(getattr(limits, name)))]
 
 
+class _GatewayWording(BodyWording):
+    """The gateway's body refusals (its limit, its flags)."""
+
+    def declared_too_large(self, declared: int, max_bytes: int) -> PodiumError:
+        return PayloadTooLarge(f"the request body of {declared} bytes (Content-Length) exceeds "
+                               f"the gateway's limit of {max_bytes} bytes (--max-body-bytes)")
+
+    def sent_too_large(self, max_bytes: int) -> PodiumError:
+        return PayloadTooLarge(f"the request body exceeds the gateway's limit of {max_bytes} "
+                               f"bytes (--max-body-bytes): more than {max_bytes} bytes arrived "
+                               "without a Content-Length")
+
+
+_WORDING = _GatewayWording()
+
+
 async def read_body(scope: Scope, receive: Receive, limits: GatewayLimits) -> bytes:
-    """The whole request body, refused (413) once it is declared or sent past the limit.
-
-    A Content-Length over the limit is refused before a byte of the body is read; a body
-    without one is counted as it arrives. Either way at most the limit is held in memory.
-    """
-    max_bytes = limits.max_body_bytes
-    declared = _content_length(scope)
-    if declared is not None and declared > max_bytes:
-        raise PayloadTooLarge(f"the request body of {declared} bytes (Content-Length) exceeds "
-                              f"the gateway's limit of {max_bytes} bytes (--max-body-bytes)")
-    message = await receive()  # most bodies come whole in the first message: no timer
-    first = _body_of(message, 0, declared)
-    if not message.get("more_body", False) or len(first) > max_bytes:
-        _check_size(len(first), max_bytes)
-        return first
-    chunks, size = [first], len(first)
-    loop = asyncio.get_running_loop()
-    try:
-        async with asyncio.timeout(limits.body_timeout_s) as timer:
-            while message.get("more_body", False):
-                message = await receive()
-                chunk = _body_of(message, size, declared)
-                size += len(chunk)
-                _check_size(size, max_bytes)
-                chunks.append(chunk)
-                timer.reschedule(loop.time() + limits.body_timeout_s)  # a timeout between pieces
-    except TimeoutError:
-        raise RequestTimeout(
-            f"the request body stopped arriving: {size} of "
-            f"{'the declared ' + str(declared) if declared is not None else 'its'} bytes came, "
-            f"then nothing for {limits.body_timeout_s:g} s (--body-timeout)") from None
-    return b"".join(chunks)
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            # the HTTP parser already refused a length that is not a number
-            return int(value) if value.isdigit() else None
-    return None
-
-
-def _body_of(message: dict, size: int, declared: int | None) -> bytes:
-    if message["type"] != "http.request":  # the client left: nothing is forwarded
-        of = f" of {declared}" if declared is not None else ""
-        raise InvalidArgument(f"the client closed the connection after {size}{of} bytes of "
-                              "the request body")
-    return message.get("body", b"")
-
-
-def _check_size(size: int, max_bytes: int) -> None:
-    if size > max_bytes:
-        raise PayloadTooLarge(f"the request body exceeds the gateway's limit of {max_bytes} "
-                              f"bytes (--max-body-bytes): more than {max_bytes} bytes arrived "
-                              "without a Content-Length")
+    """The whole request body, refused (413) once it is declared or sent past the limit, and
+    (408) when it stops arriving for `body_timeout_s`; the edge's read
+    (`podium.edge.body`)."""
+    return await read_request_body(scope, receive, limits.max_body_bytes,
+                                   stall_s=limits.body_timeout_s, wording=_WORDING)

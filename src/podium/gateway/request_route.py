@@ -6,8 +6,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from podium.edge.inflate import inflate
 from podium.errors import InvalidArgument, NotFound
-from podium.gateway.encoding import decoded
 from podium.gateway.limits import DEFAULT_MAX_BODY_BYTES
 from podium.gateway.prefix_key import PrefixKey, kserve_key, openai_key
 from podium.gateway.routing import Endpoint
@@ -61,7 +61,7 @@ def route_of(method: str, path: str, body: bytes, *, content_encoding: str = "",
             else None
         return RequestRoute(match["model"], match["version"], body, "kserve", prefix=prefix)
     if path.startswith("/v1/") and method == "POST":
-        plain = decoded(body, content_encoding, max_body_bytes)
+        plain = inflate(body, content_encoding, max_body_bytes)
         route = _openai(path, plain)
         return RequestRoute(route.model, route.version, route.body, route.kind,
                             inflated=plain is not body, prefix=route.prefix)

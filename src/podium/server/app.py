@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse
 from podium.auth import ApiKeyMiddleware
 from podium.errors.http import install_error_handlers
 from podium.errors.render import instance_shape
-from podium.frontends.header_limit import HeaderLimitMiddleware
 from podium.metrics import request_log
 from podium.metrics.exposition import create_router as metrics_router
 from podium.server.frontends import Frontends
@@ -20,7 +19,8 @@ from podium.server.instance import Instance
 
 def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
     """The FastAPI app of one instance (routes only; boot runs in `lifespan`). The /v1 routes
-    are `instance.frontends`'; when that is None, boot mounts them once it knows."""
+    are `instance.frontends`'; when that is None, boot mounts them once it knows. The request
+    head is bounded by the HTTP protocol `serve.uvicorn_config` serves it with."""
     from podium import __version__
 
     app = FastAPI(title="Podium instance", version=__version__, lifespan=lifespan,
@@ -35,7 +35,6 @@ def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
     if instance.config.access().guarded:
         app.add_middleware(ApiKeyMiddleware, access=instance.config.access(),
                            metrics_open=instance.config.metrics_open)
-    app.add_middleware(HeaderLimitMiddleware, max_bytes=instance.config.max_header_bytes)
     # outermost, so requests refused by the key check are logged with their ids too
     request_log.install(app, instance.config.log_format)
     return app

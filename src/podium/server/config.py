@@ -10,8 +10,8 @@ from pydantic import ConfigDict, Field, FilePath, PrivateAttr, SecretStr
 from podium.auth_keys import Access, KeyConfig
 from podium.backends.limits import InstanceLimits
 from podium.config_flags import Flag, NotAFlag, ProcessConfig
+from podium.edge.body import DEFAULT_MAX_BODY_BYTES
 from podium.frontends import kserve_limits as kserve
-from podium.frontends.http_body import DEFAULT_MAX_BODY_BYTES
 from podium.frontends.json_body import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_JSON_DEPTH
 from podium.frontends.openai_limits import OpenAILimits
 from podium.gateway.limits import DEFAULT_MAX_HEADER_BYTES

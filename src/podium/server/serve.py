@@ -104,7 +104,7 @@ def uvicorn_config(app: Any, config: ServerConfig, *,
     """How uvicorn serves the instance's HTTP port; request heads are bounded (431)."""
     import uvicorn
 
-    from podium.gateway.http_server import bounded_head_protocol
+    from podium.edge.head import bounded_head_protocol
 
     return uvicorn.Config(
         app, host=config.host, port=config.http_port, log_config=None,
