@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from podium.control.runtime.local import free_port
 from tests.support.control_cli import podium
 from tests.support.echo_platform import Load, write_echo
+from tests.support.ports import free_port
 from tests.support.up_process import Up, wait
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"

@@ -15,6 +15,7 @@ import pytest
 
 from podium.control.gateways import GatewayProcesses
 from podium.errors import InvalidArgument
+from tests.support.ports import free_port
 from tests.support.up_process import alive, wait
 
 IDLE = [sys.executable, "-c", "import time; time.sleep(120)"]
@@ -24,10 +25,7 @@ DEAF = [sys.executable, "-c",  # ignores SIGTERM: only the kill at the timeout s
 
 def _processes(home: Path, commands: list[list[str]]) -> GatewayProcesses:
     gateways = GatewayProcesses(home, commands)
-    with socket.socket() as sock:  # a free port for the stranger check
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    gateways.adopt(host="127.0.0.1", port=port)
+    gateways.adopt(host="127.0.0.1", port=free_port())  # a free port for the stranger check
     gateways.start()
     return gateways
 

@@ -21,12 +21,13 @@ import pytest
 from podium.control.models import PackageRow
 from podium.control.rollout_config import RolloutConfig
 from podium.control.runtime.base import READY, InstanceView
-from podium.control.runtime.local import _pid_alive, free_port
+from podium.control.runtime.local import _pid_alive
 from podium.control.runtime.ray import RayRuntime, Resources, resources_for
 from podium.control.store import Store
 from podium.gateway.proxy import Gateway
 from tests.support import echo_platform as platform_module
 from tests.support.echo_platform import Load, Platform, write_echo
+from tests.support.ports import free_port
 from tests.support.servers import Served
 
 # instances ask for half a CPU so v1 and v2 fit side by side on the 2-CPU head

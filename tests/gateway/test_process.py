@@ -14,9 +14,9 @@ import time
 import httpx
 import pytest
 
-from podium.control.runtime.local import free_port
 from podium.errors import InvalidArgument
 from podium.gateway.process import bind
+from tests.support.ports import free_port
 from tests.support.up_process import wait
 
 BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import httpx
@@ -14,13 +13,8 @@ from fastapi import FastAPI
 from podium.frontends.kserve_grpc import create_server
 from podium.frontends.kserve_http import create_router
 from podium.repository import ModelRepository, VersionPolicy
+from tests.support.ports import free_port
 from tests.support.versioned import write_versioned
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _grpc_input() -> grpcclient.InferInput:
@@ -36,7 +30,7 @@ async def test_unversioned_requests_name_the_version_that_served(tmp_path: Path)
     await repository.load_model("m", VersionPolicy.parse({"all": {}}))
     app = FastAPI()
     app.include_router(create_router(repository, server_ready=repository.all_ready))
-    port = _free_port()
+    port = free_port()
     grpc_server = create_server(repository, port=port, host="127.0.0.1",
                                 server_ready=repository.all_ready)
     await grpc_server.start()

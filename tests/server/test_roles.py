@@ -3,7 +3,6 @@ takes its role's keys only, over HTTP and gRPC; liveness stays open."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 
 import httpx
@@ -16,6 +15,7 @@ from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 from tests.support.fake_backends import FakeLlmBackend, add_ready
+from tests.support.ports import free_port
 
 KEYS = {"api_keys": ["infer-a", "infer-b"], "admin_keys": ["admin-a"],
         "internal_key": "internal"}
@@ -92,15 +92,9 @@ async def test_one_api_key_alone_still_opens_every_route() -> None:
             assert await _status(client, route, "k") == 200, route
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def test_grpc_methods_take_their_roles_keys() -> None:
     instance = _instance(**KEYS)
-    port = _free_port()
+    port = free_port()
     server = create_server(instance.repository, port=port, host="127.0.0.1",
                            server_ready=lambda: True, access=instance.config.access())
     await server.start()

@@ -4,7 +4,6 @@ a gRPC port on loopback, with any `ServerConfig` settings (limits, queue bounds)
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 from tests.support.fake_llm import FakeEngine, FakeLlmBackend
 from tests.support.openai_instance import client_for
+from tests.support.ports import free_port
 
 
 class RefusingEngine(FakeEngine):
@@ -52,9 +52,7 @@ async def llm_instance(tmp_path: Path, manifest: dict[str, Any] | None = None, *
 async def served(instance: Instance) -> AsyncIterator[tuple[Any, str]]:
     """A loaded instance marked booted, served: (httpx client over its app, gRPC HOST:PORT)."""
     instance.booted = True
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = create_server(instance.repository, port=port, host="127.0.0.1",
                            server_ready=instance.is_ready)
     await server.start()

@@ -11,10 +11,11 @@ from typing import Any
 
 import httpx
 
-from podium.control.runtime.local import free_port, serve_command
+from podium.control.runtime.local import serve_command
 from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.stats import VersionStats
+from tests.support.ports import free_port
 
 
 class Instance:

@@ -16,6 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.ports import free_port
+
 
 class Served:
     """An ASGI app served by uvicorn on 127.0.0.1 (a free port) in a daemon thread."""
@@ -139,8 +141,4 @@ class Truncator(RawServer):
 
 def closed_port_url() -> str:
     """A loopback URL nothing listens on: connecting fails before anything is sent."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from podium.control.runtime.local import free_port
+from tests.support.ports import free_port
 
 
 class Up:
