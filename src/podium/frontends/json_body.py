@@ -19,7 +19,12 @@ from starlette.requests import Request
 
 from podium.edge.body import DEFAULT_MAX_BODY_BYTES, read_request_body
 from podium.edge.inflate import DEFAULT_MAX_INFLATED_BYTES, InflateWording, inflate
-from podium.edge.json_checks import DEFAULT_MAX_JSON_DEPTH, JsonIssue, find_issue
+from podium.edge.json_checks import (
+    DEFAULT_MAX_JSON_DEPTH,
+    JsonIssue,
+    find_issue,
+    may_hold_surrogates,
+)
 from podium.errors import InvalidArgument
 
 _INFLATE = InflateWording(server="the instance", flag="--max-inflated-bytes")
@@ -42,7 +47,10 @@ async def read_json_object(request: Request, limits: BodyLimits) -> dict[str, An
     raw = await read_request_body(request.scope, request.receive, limits.max_body_bytes)
     raw = inflate(raw, request.headers.get("content-encoding", ""), limits.max_inflated_bytes,
                   _INFLATE)
-    text = raw.decode("utf-8", "surrogateescape")
+    try:
+        text, check_text = raw.decode("utf-8"), may_hold_surrogates(raw)
+    except UnicodeDecodeError:  # the bad bytes become lone surrogates the walk names
+        text, check_text = raw.decode("utf-8", "surrogateescape"), True
     if not text.strip():
         raise InvalidArgument("the request body is empty; send a JSON object")
     try:
@@ -55,13 +63,14 @@ async def read_json_object(request: Request, limits: BodyLimits) -> dict[str, An
     if not isinstance(body, dict):
         raise InvalidArgument(f"the request body must be a JSON object, got "
                               f"{_json_type(body)}")
-    check_tree(body, limits.max_json_depth)
+    check_tree(body, limits.max_json_depth, check_text=check_text)
     return body
 
 
-def check_tree(body: dict[str, Any], max_depth: int) -> None:
-    """400 for nesting deeper than `max_depth`, or a string that is not valid UTF-8 text."""
-    issue = find_issue(body, max_depth=max_depth)
+def check_tree(body: dict[str, Any], max_depth: int, *, check_text: bool = True) -> None:
+    """400 for nesting deeper than `max_depth`, or (with `check_text`) a string that is not
+    valid UTF-8 text."""
+    issue = find_issue(body, max_depth=max_depth, check_text=check_text)
     if issue is None:
         return
     path = issue.place(root=None)
