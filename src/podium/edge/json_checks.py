@@ -107,6 +107,8 @@ def _levels(data: Any) -> Iterator[list[Any]]:
         yield level
         items = list(chain.from_iterable(c.values() if type(c) is dict else c for c in level))
         kinds = set(map(type, items))
+        if list not in kinds and dict not in kinds:
+            return  # only scalars below: never filtered one by one in Python
         level = items if kinds <= _CONTAINERS else [x for x in items if type(x) in _CONTAINERS]
 
 
