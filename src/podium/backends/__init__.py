@@ -15,11 +15,15 @@ _BACKENDS = {
     "xgboost": "podium.backends.xgboost:XGBoostBackend",
     "torch": "podium.backends.torch:TorchBackend",
     "onnx": "podium.backends.onnx:OnnxBackend",
+    "triton-python": "podium.triton.python_backend:TritonPythonBackend",
+    "triton-onnxruntime": "podium.triton.onnx_backend:TritonOnnxBackend",
+    "triton-ensemble": "podium.triton.ensemble:EnsembleBackend",
 }
 
 
 def create_backend(package: Package) -> Backend:
-    """Instantiate (not load) the backend the package's manifest names."""
-    module_name, class_name = _BACKENDS[package.manifest.backend].split(":")
+    """Instantiate (not load) the backend the package names (its manifest's, or a Triton
+    model's)."""
+    module_name, class_name = _BACKENDS[package.backend_name].split(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls(package)

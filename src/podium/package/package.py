@@ -38,6 +38,12 @@ class Package:
         """`name@version`, how the control plane and logs refer to it."""
         return f"{self.manifest.name}@{self.manifest.version}"
 
+    @property
+    def backend_name(self) -> str:
+        """The backend (`podium.backends`) that serves it: the manifest's, unless a package
+        read from another layout (a Triton model) names its own."""
+        return self.manifest.backend
+
 
 def open_package(location: Path | str) -> Package:
     """Open a package directory or safely unpack a .tar.gz package, then validate it: the

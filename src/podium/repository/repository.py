@@ -25,7 +25,15 @@ from typing import Any
 from podium.backends import create_backend
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
 from podium.backends.limits import InstanceLimits
-from podium.errors import BackendDead, BackendError, Conflict, NotFound, PodiumError, Unavailable
+from podium.errors import (
+    BackendDead,
+    BackendError,
+    Conflict,
+    NotFound,
+    PackageError,
+    PodiumError,
+    Unavailable,
+)
 from podium.metrics import request_log
 from podium.metrics.server import observe_load
 from podium.package.package import Package
@@ -61,6 +69,11 @@ class ModelRepository:
         """Make packages known (loadable by name) without loading them."""
         for package in packages:
             self.packages[package.key] = package
+
+    def note_failures(self, failures: dict[tuple[str, str], str]) -> None:
+        """Models found unservable before any load (a Triton config refused), for the index:
+        (name, version or "") → reason."""
+        self._failures.update(failures)
 
     # -- queries -----------------------------------------------------------------------------
     def entries(self) -> list[ModelEntry]:
@@ -145,7 +158,9 @@ class ModelRepository:
     def index(self, *, ready_only: bool = False) -> list[dict[str, str]]:
         """Triton's repository index: every packaged or served version with its state."""
         self.check_alive()
-        rows: dict[tuple[str, str], dict[str, str]] = {}
+        rows: dict[tuple[str, str], dict[str, str]] = {
+            key: {"name": key[0], "version": key[1], "state": UNAVAILABLE, "reason": reason}
+            for key, reason in self._failures.items() if not key[1]}
         for package in self.packages.values():
             key = (package.manifest.name, package.manifest.version)
             rows[key] = {"name": key[0], "version": key[1], "state": UNAVAILABLE,
@@ -239,9 +254,13 @@ class ModelRepository:
         load the missing ones, then unload served versions the policy no longer picks."""
         async with self._changes:
             if self.root is not None:
-                self.register(scan_repository(self.root))
+                for key in [k for k in self._failures if not k[1]]:
+                    self._failures.pop(key)  # a rescan finds them again, or finds them fixed
+                self.register(scan_repository(self.root, self._failures))
             packaged = {p.manifest.version: p for p in self.packages.values()
                         if p.manifest.name == name}
+            if not packaged and (name, "") in self._failures:
+                raise PackageError(self._failures[(name, "")], param="model")
             if not packaged:
                 known = sorted({p.manifest.name for p in self.packages.values()})
                 raise NotFound(f"no package for model {name!r} in the repository (packaged: "

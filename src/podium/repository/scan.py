@@ -8,11 +8,15 @@ from podium.errors import PackageError
 from podium.package.manifest import MANIFEST_NAME
 from podium.package.package import Package, open_package
 from podium.repository.policy import version_key
+from podium.triton.scan import scan_triton
 
 
-def scan_repository(directory: Path) -> list[Package]:
+def scan_repository(directory: Path, failures: dict[tuple[str, str], str] | None = None
+                    ) -> list[Package]:
     """Packages in a repository directory: `DIR/*/podium.json`, `DIR/*/*/podium.json`
-    (name/version layout) and `DIR/*.tar.gz`, sorted by name then version."""
+    (name/version layout), `DIR/*.tar.gz` and Triton models (`DIR/*/config.pbtxt`), sorted by
+    name then version. A Triton model that cannot be served is left out, its reason put in
+    `failures` by (name, version)."""
     directory = Path(directory).expanduser()
     if not directory.is_dir():
         raise PackageError(f"{directory}: the model repository must be a directory")
@@ -20,6 +24,10 @@ def scan_repository(directory: Path) -> list[Package]:
                         *directory.glob(f"*/*/{MANIFEST_NAME}")})
     packages = [open_package(path.parent) for path in locations]
     packages += [open_package(path) for path in sorted(directory.glob("*.tar.gz"))]
+    triton, broken = scan_triton(directory)
+    packages += triton
+    if failures is not None:
+        failures.update(broken)
     seen: dict[str, Package] = {}
     for package in packages:
         if package.key in seen:

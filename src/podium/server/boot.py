@@ -28,6 +28,7 @@ from podium.package.package import Package, open_package
 from podium.server.frontends import EMBEDDED, describe, mode_of
 from podium.server.instance import BootStep, Instance
 from podium.server.plugins import load_plugins
+from podium.triton.package import TritonPackage
 
 log = logging.getLogger("podium.boot")
 
@@ -45,6 +46,9 @@ async def boot(instance: Instance) -> None:
         await _step(instance, "load plugins", _load_plugins)
         await _step(instance, "wipe metrics directory", _wipe_metrics_directory)
         for package in packages:
+            if isinstance(package, TritonPackage):
+                await _step(instance, _load_step(package), _load_tolerant, instance, package)
+                continue
             await _step(instance, _load_step(package), instance.repository.load, package)
         if instance.open_ports is not None:
             await _step(instance, "open gRPC port", instance.open_ports)
@@ -95,8 +99,12 @@ def _open_packages(instance: Instance) -> list[Package]:
     config = instance.config
     packages = [open_package(p) for p in config.packages]
     if config.repository is not None:
-        packages += scan_repository(config.repository)
-    if not packages:
+        failures: dict[tuple[str, str], str] = {}
+        packages += scan_repository(config.repository, failures)
+        instance.repository.note_failures(failures)
+        for (name, _), reason in failures.items():
+            log.error("model %s is not served: %s", name, reason)
+    if not packages and not (config.repository and instance.repository.index()):
         raise BootError("nothing to serve: give a package, --repository DIR, or no argument "
                         "for the default model")
     seen: set[str] = set()
@@ -106,6 +114,17 @@ def _open_packages(instance: Instance) -> list[Package]:
         seen.add(package.key)
         instance.repository.packages[package.key] = package
     return packages
+
+
+async def _load_tolerant(instance: Instance, package: Package) -> str:
+    """A Triton repository as Triton serves it: a model that fails to load is reported (the
+    repository index keeps the reason) and the others serve."""
+    try:
+        await instance.repository.load(package)
+    except PodiumError as exc:
+        log.error("model %s is not served: %s", package.key, exc.message)
+        return f"failed: {exc.message}"
+    return ""
 
 
 async def _mount_frontends(instance: Instance, packages: list[Package]) -> str:

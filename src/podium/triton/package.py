@@ -1,0 +1,108 @@
+"""One Triton model version as a Podium `Package`: the manifest is derived from `config.pbtxt`
+(tensors, batching, parameters), the model folder is the package root, and the config message
+travels with it for the Triton backends (`config()`, reshape, instance count, ensemble steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podium.errors import PackageError
+from podium.package.manifest import (
+    DynamicBatching,
+    Manifest,
+    OnnxManifest,
+    PythonManifest,
+    TensorSpec,
+)
+from podium.package.package import Package
+from podium.triton.config import model_config_pb2, parameters_of
+
+PYTHON, ONNX, ENSEMBLE = "triton-python", "triton-onnxruntime", "triton-ensemble"
+"""Podium backend names (`podium.backends`) of the Triton backends served."""
+_BACKENDS = {"python": PYTHON, "onnxruntime": ONNX, "ensemble": ENSEMBLE}
+_PLATFORMS = {"onnxruntime_onnx": "onnxruntime", "ensemble": "ensemble"}
+_DEFAULT_FILES = {"python": "model.py", "onnxruntime": "model.onnx"}
+
+
+@dataclass(frozen=True)
+class TritonPackage(Package):
+    """A Triton model version; `root` is the model folder (holding config.pbtxt)."""
+
+    config: Any = None
+    """The `ModelConfig` message."""
+    kind: str = ""
+    """Triton's backend name: python, onnxruntime or ensemble."""
+
+    @property
+    def backend_name(self) -> str:
+        return _BACKENDS[self.kind]
+
+    @property
+    def model_file(self) -> Path:
+        """The version's model file (`<version>/<default_model_filename>`)."""
+        name = self.config.default_model_filename or _DEFAULT_FILES.get(self.kind, "")
+        return self.root / self.manifest.version / name
+
+
+def backend_kind(config: Any, where: str) -> str:
+    """Triton's backend of a config: `backend`, else derived from `platform`."""
+    kind = config.backend or _PLATFORMS.get(config.platform, "")
+    if not kind:
+        what = f"platform={config.platform!r}" if config.platform else "no backend"
+        raise PackageError(f"{where}: {what}: set backend to one of "
+                           f"{', '.join(sorted(_BACKENDS))}", param="backend")
+    if kind not in _BACKENDS:
+        field = "backend" if config.backend else "platform"
+        value = config.backend or config.platform
+        raise PackageError(f"{where}: {field}={value!r} is not a backend Podium serves (served: "
+                           f"{', '.join(sorted(_BACKENDS))})", param=field)
+    return kind
+
+
+def tensor_specs(tensors: Any, field: str, where: str) -> list[TensorSpec]:
+    pb2 = model_config_pb2()
+    specs = []
+    for tensor in tensors:
+        datatype = pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
+        datatype = "BYTES" if datatype == "STRING" else datatype
+        if datatype == "INVALID":
+            raise PackageError(f"{where}: {field} {tensor.name!r} has no data_type",
+                               param=f"{field}.data_type")
+        specs.append(TensorSpec(name=tensor.name, datatype=datatype, shape=list(tensor.dims)))
+    return specs
+
+
+def build_package(root: Path, version: str, config: Any, kind: str) -> TritonPackage:
+    """The package of `root`'s version `version` (the config already checked)."""
+    where = str(root / "config.pbtxt")
+    batching = None
+    if config.HasField("dynamic_batching"):
+        settings = config.dynamic_batching
+        if config.max_batch_size < 1:
+            raise PackageError(f"{where}: dynamic_batching needs max_batch_size >= 1",
+                               param="dynamic_batching")
+        queue = settings.default_queue_policy.max_queue_size
+        batching = DynamicBatching(max_queue_delay_us=settings.max_queue_delay_microseconds,
+                                   preferred_batch_sizes=list(settings.preferred_batch_size),
+                                   max_queue=queue or None)
+    common: dict[str, Any] = {
+        "name": root.name, "version": version, "description": f"Triton model {root.name}",
+        "inputs": tensor_specs(config.input, "input", where),
+        "outputs": tensor_specs(config.output, "output", where),
+        "max_batch_size": config.max_batch_size, "dynamic_batching": batching}
+    manifest: Manifest
+    try:
+        if kind == "onnxruntime":
+            name = config.default_model_filename or "model.onnx"
+            manifest = OnnxManifest(backend="onnx", model_file=f"{version}/{name}", **common)
+        else:
+            name = config.default_model_filename or "model.py"
+            manifest = PythonManifest(backend="python", module=f"{version}/{name}",
+                                      class_name="TritonPythonModel",
+                                      parameters=parameters_of(config), **common)
+    except ValueError as exc:  # pydantic: a name or value Podium's manifest refuses
+        raise PackageError(f"{where}: {exc}") from None
+    return TritonPackage(root=root.resolve(), manifest=manifest, config=config, kind=kind)
