@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,3 +140,16 @@ def test_refused_configs_are_in_the_index(http, grpc, name, field):
     grpc_rows = {m.name: m for m in grpc.get_model_repository_index().models}
     assert grpc_rows[name].state == "UNAVAILABLE" and field in grpc_rows[name].reason
     assert not http.is_model_ready(name)
+
+
+def test_a_fixed_config_loads_without_restart(server, http, grpc):
+    # runs last: bad_field leaves the refused list once its config is fixed
+    root = next(p for p in server.process.args if p.endswith("triton-repo0"))
+    config = Path(root) / "bad_field" / "config.pbtxt"
+    config.write_text(config.read_text().replace("optimization { cuda { graphs: true } }", ""))
+    http.load_model("bad_field")
+    raw = np.array([[1, 2, 3]], dtype=np.float32)
+    result = grpc.infer("bad_field", _inputs(grpcclient, [("RAW", raw)]))
+    np.testing.assert_allclose(result.as_numpy("SCALED"), raw * 2)
+    rows = {row["name"]: row for row in http.get_model_repository_index()}
+    assert rows["bad_field"]["state"] == "READY"
