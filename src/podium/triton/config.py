@@ -72,8 +72,11 @@ def check_supported(message: Any, where: str) -> None:
     `dynamic_batching.priority_levels`, `instance_group.kind=KIND_GPU`)."""
     _walk(message, "", "", where)
     pb2 = model_config_pb2()
+    kinds = {pb2.ModelInstanceGroup.KIND_AUTO, pb2.ModelInstanceGroup.KIND_CPU}
+    if message.backend == "vllm":  # the engine places itself: Triton's vLLM configs say MODEL
+        kinds.add(pb2.ModelInstanceGroup.KIND_MODEL)
     for group in message.instance_group:
-        if group.kind not in (pb2.ModelInstanceGroup.KIND_AUTO, pb2.ModelInstanceGroup.KIND_CPU):
+        if group.kind not in kinds:
             kind = pb2.ModelInstanceGroup.Kind.Name(group.kind)
             raise PackageError(f"{where}: instance_group.kind={kind} is not supported: Podium "
                                "runs these models on the CPU (use KIND_CPU)",

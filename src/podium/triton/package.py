@@ -22,7 +22,7 @@ from podium.triton.config import model_config_pb2, parameters_of
 
 PYTHON, ONNX, ENSEMBLE = "triton-python", "triton-onnxruntime", "triton-ensemble"
 """Podium backend names (`podium.backends`) of the Triton backends served."""
-_BACKENDS = {"python": PYTHON, "onnxruntime": ONNX, "ensemble": ENSEMBLE}
+_BACKENDS = {"python": PYTHON, "onnxruntime": ONNX, "ensemble": ENSEMBLE, "vllm": "vllm"}
 _PLATFORMS = {"onnxruntime_onnx": "onnxruntime", "ensemble": "ensemble"}
 _DEFAULT_FILES = {"python": "model.py", "onnxruntime": "model.onnx"}
 
@@ -78,6 +78,11 @@ def tensor_specs(tensors: Any, field: str, where: str) -> list[TensorSpec]:
 def build_package(root: Path, version: str, config: Any, kind: str) -> TritonPackage:
     """The package of `root`'s version `version` (the config already checked)."""
     where = str(root / "config.pbtxt")
+    if kind == "vllm":
+        from podium.triton.vllm_model import vllm_manifest
+
+        return TritonPackage(root=root.resolve(), manifest=vllm_manifest(root, version, config),
+                             config=config, kind=kind)
     batching = None
     if config.HasField("dynamic_batching"):
         settings = config.dynamic_batching
