@@ -58,3 +58,9 @@ def test_a_refused_model_does_not_hide_the_others(tmp_path):
     assert [p.key for p in packages] == ["scale@1"]
     assert "name='x' differs" in failures[("other", "")]
     assert "no numbered version folder" in failures[("noversion", "")]
+
+
+def test_a_name_podium_refuses_is_named(tmp_path):
+    write_model(tmp_path, "Scale", SCALE_CONFIG, SCALE)
+    _, failures = scan_triton(tmp_path)
+    assert "name" in failures[("Scale", "")] and "\n" not in failures[("Scale", "")]

@@ -153,3 +153,8 @@ def test_a_fixed_config_loads_without_restart(server, http, grpc):
     np.testing.assert_allclose(result.as_numpy("SCALED"), raw * 2)
     rows = {row["name"]: row for row in http.get_model_repository_index()}
     assert rows["bad_field"]["state"] == "READY"
+
+
+def test_load_over_the_api_keeps_the_config_version_policy(http):
+    http.load_model("onnx_add")  # version_policy { all {} }: both versions stay served
+    assert http.is_model_ready("onnx_add", "1") and http.is_model_ready("onnx_add", "2")

@@ -37,11 +37,12 @@ def model_metadata(repository: ModelRepository, name: str, version: str | None
     }
 
 
-def load_policy(parameters: dict[str, Any] | None) -> VersionPolicy:
+def load_policy(parameters: dict[str, Any] | None) -> VersionPolicy | None:
     """The version policy of a repository load request.
 
     Taken from `parameters.version_policy` or from Triton's `parameters.config` (a model
-    config as a JSON string, of which only `version_policy` is honoured).
+    config as a JSON string, of which only `version_policy` is honoured). None when the
+    request names none: the model's own default (a Triton model's config.pbtxt policy).
     """
     parameters = dict(parameters or {})
     policy = parameters.pop("version_policy", None)
@@ -61,7 +62,7 @@ def load_policy(parameters: dict[str, Any] | None) -> VersionPolicy:
     if parameters:
         raise InvalidArgument(f"load parameters {sorted(parameters)} are not supported; use "
                               "version_policy or config", param=sorted(parameters)[0])
-    return VersionPolicy.parse(policy)
+    return None if policy is None else VersionPolicy.parse(policy)
 
 
 def check_unload_parameters(parameters: dict[str, Any]) -> None:

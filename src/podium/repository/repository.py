@@ -41,6 +41,7 @@ from podium.repository import inference
 from podium.repository.entry import LOADING, READY, UNAVAILABLE, UNLOADING, ModelEntry
 from podium.repository.policy import VersionPolicy, version_key
 from podium.repository.scan import scan_repository
+from podium.triton.package import TritonPackage
 
 log = logging.getLogger("podium.repository")
 
@@ -265,6 +266,8 @@ class ModelRepository:
                 known = sorted({p.manifest.name for p in self.packages.values()})
                 raise NotFound(f"no package for model {name!r} in the repository (packaged: "
                                f"{', '.join(known) or 'none'})", param="model")
+            if policy is None and all(isinstance(p, TritonPackage) for p in packaged.values()):
+                policy = VersionPolicy(latest=None, all=True)  # the config's policy chose them
             wanted = (policy or VersionPolicy()).select(list(packaged))
             served = self._entries.get(name, {})
             for version in wanted:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from podium.errors import PackageError
 from podium.package.manifest import (
     DynamicBatching,
@@ -16,6 +18,7 @@ from podium.package.manifest import (
     OnnxManifest,
     PythonManifest,
     TensorSpec,
+    describe_validation_error,
 )
 from podium.package.package import Package
 from podium.triton.config import model_config_pb2, parameters_of
@@ -108,6 +111,12 @@ def build_package(root: Path, version: str, config: Any, kind: str) -> TritonPac
             manifest = PythonManifest(backend="python", module=f"{version}/{name}",
                                       class_name="TritonPythonModel",
                                       parameters=parameters_of(config), **common)
-    except ValueError as exc:  # pydantic: a name or value Podium's manifest refuses
-        raise PackageError(f"{where}: {exc}") from None
+    except ValidationError as exc:  # a name or value Podium's manifest refuses
+        raise PackageError(f"{where}: {describe_validation_error(exc)}",
+                           param=_first_field(exc)) from None
     return TritonPackage(root=root.resolve(), manifest=manifest, config=config, kind=kind)
+
+
+def _first_field(exc: ValidationError) -> str | None:
+    errors = exc.errors()
+    return ".".join(str(p) for p in errors[0]["loc"]) if errors and errors[0]["loc"] else None
