@@ -72,6 +72,26 @@ input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 '''
 
+META = '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("META", np.array(
+            [json.dumps([r.request_id(), json.loads(r.parameters()),
+                         [t.name() for t in r.inputs()]]).encode()], dtype=object))])
+            for r in requests]
+'''
+
+META_CONFIG = '''
+backend: "python"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "META" data_type: TYPE_STRING dims: [ 1 ] } ]
+'''
+
 BLS = '''
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -180,6 +200,7 @@ def write_repository(root: Path) -> Path:
     write_model(root, "add_sub", ADD_SUB_CONFIG, ADD_SUB)
     write_model(root, "repeat", REPEAT_CONFIG, REPEAT)
     write_model(root, "bls", BLS_CONFIG, BLS)
+    write_model(root, "meta", META_CONFIG, META)
     write_model(root, "scale", SCALE_CONFIG, SCALE)
     write_model(root, "onnx_add", ONNX_CONFIG, versions=("1", "2"))
     write_onnx(root / "onnx_add" / "1" / "model.onnx", 1.0)

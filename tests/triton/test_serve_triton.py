@@ -4,6 +4,7 @@ batching, an ensemble, and refused configs shown in the index while the others s
 
 from __future__ import annotations
 
+import json
 import queue
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +60,17 @@ def test_add_sub_python_model(client, request):
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
     with pytest.raises(InferenceServerException, match="negative input"):
         triton.infer("add_sub", _inputs(module, [("INPUT0", -a), ("INPUT1", b)]))
+
+
+@pytest.mark.parametrize("client", ["http", "grpc"])
+def test_execute_sees_request_id_and_parameters(client, request):
+    triton = request.getfixturevalue(client)
+    module = httpclient if client == "http" else grpcclient
+    x = np.array([1], dtype=np.float32)
+    result = triton.infer("meta", _inputs(module, [("X", x)]), request_id="req-7",
+                          parameters={"mode": "fast"})
+    request_id, parameters, names = json.loads(result.as_numpy("META")[0])
+    assert request_id == "req-7" and parameters["mode"] == "fast" and names == ["X"]
 
 
 def test_config_is_the_pbtxt(http, grpc):

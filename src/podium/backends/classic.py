@@ -95,8 +95,12 @@ class ClassicBackend(Backend):
     def outputs(self) -> list[TensorSpec]:
         return self._outputs
 
+    def _arrays_of(self, request: InferenceRequest) -> Arrays:
+        """What the batcher queues for a request: its input arrays by name."""
+        return {name: tensor.data for name, tensor in request.inputs.items()}
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        arrays = {name: tensor.data for name, tensor in request.inputs.items()}
+        arrays = self._arrays_of(request)
         if self._batcher is not None:
             result = await self._batcher.submit(arrays)
         else:

@@ -29,6 +29,14 @@ from podium.triton.model_file import install_utils, load_model_class
 from podium.triton.package import TritonPackage, tensor_specs
 
 
+class RequestArrays(dict):
+    """A request's input arrays, queued with the id and parameters `execute` may read."""
+
+    def __init__(self, arrays: Arrays, *, request_id: str, parameters: str) -> None:
+        super().__init__(arrays)
+        self.request_id, self.parameters = request_id, parameters
+
+
 class TritonPythonBackend(ClassicBackend):
     """A Triton Python-backend model version."""
 
@@ -108,6 +116,10 @@ class TritonPythonBackend(ClassicBackend):
         self._outputs = tensor_specs(message.output, "output", where)
 
     # -- requests ----------------------------------------------------------------------------
+    def _arrays_of(self, request: InferenceRequest) -> Arrays:
+        return RequestArrays(super()._arrays_of(request), request_id=request.id,
+                             parameters=json.dumps(request.parameters, default=str))
+
     def _pb_request(self, arrays: Arrays, request_id: str = "", parameters: str = "{}") -> Any:
         pb_utils = install_utils()
         tensors = []
@@ -136,7 +148,9 @@ class TritonPythonBackend(ClassicBackend):
 
     def _run_batch(self, items: list[Arrays]) -> list[Arrays | Exception]:
         self.num_executions += 1
-        responses = self._execute([self._pb_request(item) for item in items])
+        responses = self._execute([
+            self._pb_request(item, item.request_id, item.parameters)
+            if isinstance(item, RequestArrays) else self._pb_request(item) for item in items])
         if not isinstance(responses, list | tuple) or len(responses) != len(items):
             raise BackendError(f"{self.package.key}: execute must return a list of one "
                                f"response per request ({len(items)}), got "
