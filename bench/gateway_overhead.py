@@ -1,64 +1,42 @@
 """Gateway overhead: the same load straight to an instance vs through the gateway, in one run.
 
-    .venv/bin/python bench/gateway_overhead.py [--requests 2000] [--concurrency 1]
+    python -m bench.gateway_overhead [--requests 2000] [--concurrency 1] [--rounds 4]
 
 Starts one `podium serve` instance of xgb-example and one gateway process routing to it, then
 sends the same KServe v2 requests (HTTP and gRPC) both ways, in alternating blocks (direct,
 gateway, gateway, direct, ... so drift on a shared machine hits both paths alike). Prints median
 and p99 latency per path, the added median latency, and the gateway process's CPU time per
-request (utime + stime from /proc, so it is the proxy's own cost, whatever else runs).
+request (utime + stime from /proc, so it is the proxy's own cost, whatever else runs); then the
+added median and the gateway/direct ratio of each direct+gateway block pair, with their spread.
+The load is the harness's closed loop (asyncio: httpx, tritonclient.grpc.aio).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import httpx
 import numpy as np
 
+from bench.harness import (
+    Spread,
+    closed_loop,
+    cpu_seconds,
+    free_port,
+    loopback_client,
+    median,
+    module_command,
+    percentile,
+    serve,
+)
+
 FEATURES = [[0.1 * i for i in range(20)]]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.contextmanager
-def child(command: list[str], ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(ready_url).status_code == 200:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{command} did not become ready")
-            time.sleep(0.2)
-        yield process
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+WARMUP = 50
+"""Calls before each block (not timed): warm connections and caches."""
 
 
 def run_gateway(http_port: int, grpc_port: int, upstream_http: str, upstream_grpc: str) -> None:
@@ -84,39 +62,44 @@ def run_gateway(http_port: int, grpc_port: int, upstream_http: str, upstream_grp
     asyncio.run(main())
 
 
-def timed(call: Callable[[], object], num_requests: int, concurrency: int) -> list[float]:
-    """Latencies in ms of `num_requests` calls made by `concurrency` threads."""
-    def one(_: int) -> float:
-        started = time.perf_counter()
-        call()
-        return (time.perf_counter() - started) * 1000
-
-    for _ in range(50):  # warm connections and caches
-        call()
-    with ThreadPoolExecutor(concurrency) as pool:
-        return list(pool.map(one, range(num_requests)))
 
 
-def http_caller(base: str) -> Callable[[], object]:
-    client = httpx.Client(base_url=base, timeout=30)
+Caller = Callable[[], Awaitable[object]]
+Closer = Callable[[], Awaitable[None]]
+
+
+async def timed(make: Callable[[str], tuple[Caller, Closer]], target: str, num_requests: int,
+                concurrency: int) -> list[float]:
+    """Latencies in ms of `num_requests` calls to `target` by `concurrency` clients."""
+    call, close = make(target)
+    try:
+        samples = await closed_loop(call, concurrency, requests=num_requests,
+                                    warmup_requests=WARMUP)
+    finally:
+        await close()
+    return [sample.seconds * 1000 for sample in samples]
+
+
+def http_caller(base: str) -> tuple[Caller, Closer]:
+    client = loopback_client(base, timeout=30)
     body = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 20],
                         "data": FEATURES[0]}]}
 
-    def call() -> object:
-        r = client.post("/v2/models/xgb-example/infer", json=body)
+    async def call() -> object:
+        r = await client.post("/v2/models/xgb-example/infer", json=body)
         r.raise_for_status()
         return r
 
-    return call
+    return call, client.aclose
 
 
-def grpc_caller(target: str) -> Callable[[], object]:
-    import tritonclient.grpc as grpcclient
+def grpc_caller(target: str) -> tuple[Caller, Closer]:
+    import tritonclient.grpc.aio as grpcclient
 
     client = grpcclient.InferenceServerClient(target)
     x = grpcclient.InferInput("features", [1, 20], "FP32")
     x.set_data_from_numpy(np.array(FEATURES, dtype=np.float32))
-    return lambda: client.infer("xgb-example", [x])
+    return (lambda: client.infer("xgb-example", [x])), client.close
 
 
 def main() -> int:
@@ -138,37 +121,54 @@ def main() -> int:
     inst_http, inst_grpc, gw_http, gw_grpc = (free_port() for _ in range(4))
     instance = [sys.executable, "-m", "podium.cli", "serve", str(package), "--host",
                 "127.0.0.1", "--http-port", str(inst_http), "--grpc-port", str(inst_grpc)]
-    gateway = [sys.executable, __file__, "--gateway-child", str(gw_http), str(gw_grpc),
-               f"http://127.0.0.1:{inst_http}", f"127.0.0.1:{inst_grpc}"]
-    with child(instance, f"http://127.0.0.1:{inst_http}/health/ready"), \
-            child(gateway, f"http://127.0.0.1:{gw_http}/health/ready") as gw:
-        print(f"xgb-example, {args.requests} requests, concurrency {args.concurrency}")
+    gateway = module_command("bench.gateway_overhead", "--gateway-child", str(gw_http),
+                             str(gw_grpc), f"http://127.0.0.1:{inst_http}",
+                             f"127.0.0.1:{inst_grpc}")
+    with serve(instance, f"http://127.0.0.1:{inst_http}/health/ready"), \
+            serve(gateway, f"http://127.0.0.1:{gw_http}/health/ready") as gw:
+        print(f"xgb-example, {args.requests} requests, concurrency {args.concurrency}, "
+              f"{args.rounds} ABBA rounds")
         print(f"{'path':<16}{'median ms':>10}{'p99 ms':>9}{'added median':>14}{'gw CPU/req':>12}")
+        spreads = []
         for protocol, make, direct, via in (
                 ("HTTP", http_caller, f"http://127.0.0.1:{inst_http}",
                  f"http://127.0.0.1:{gw_http}"),
                 ("gRPC", grpc_caller, f"127.0.0.1:{inst_grpc}", f"127.0.0.1:{gw_grpc}")):
-            straight: list[float] = []
-            proxied: list[float] = []
+            blocks: list[tuple[str, list[float]]] = []
             cpu_s = 0.0
             block = max(args.requests // (2 * args.rounds), 1)
-            to_direct, to_gateway = make(direct), make(via)
             # direct, gateway, gateway, direct, ...: drift on a shared machine hits both alike
             for i in range(2 * args.rounds):
                 if (i % 4) in (0, 3):
-                    straight += timed(to_direct, block, args.concurrency)
+                    blocks.append(("direct", asyncio.run(
+                        timed(make, direct, block, args.concurrency))))
                 else:
                     cpu_before = cpu_seconds(gw.pid)
-                    proxied += timed(to_gateway, block, args.concurrency)
+                    blocks.append(("gateway", asyncio.run(
+                        timed(make, via, block, args.concurrency))))
                     cpu_s += cpu_seconds(gw.pid) - cpu_before
-            cpu_ms = cpu_s * 1000 / (len(proxied) + 50 * args.rounds)
-            base = statistics.median(straight)
+            straight = [v for kind, values in blocks if kind == "direct" for v in values]
+            proxied = [v for kind, values in blocks if kind == "gateway" for v in values]
+            cpu_ms = cpu_s * 1000 / (len(proxied) + WARMUP * args.rounds)
+            base = median(straight)
             for label, values, extra in ((f"{protocol} direct", straight, ""),
                                          (f"{protocol} gateway", proxied, f"{cpu_ms:.3f} ms")):
-                median = statistics.median(values)
-                p99 = float(np.percentile(values, 99))
-                added = f"{median - base:+.3f} ms" if values is proxied else ""
-                print(f"{label:<16}{median:>10.3f}{p99:>9.3f}{added:>14}{extra:>12}")
+                added = f"{median(values) - base:+.3f} ms" if values is proxied else ""
+                print(f"{label:<16}{median(values):>10.3f}{percentile(values, 99):>9.3f}"
+                      f"{added:>14}{extra:>12}")
+            # blocks 2k and 2k+1 are one direct and one gateway block, in either order
+            pairs = [dict(blocks[k:k + 2]) for k in range(0, len(blocks), 2)]
+            spreads.append((protocol,
+                            Spread(tuple(median(p["gateway"]) - median(p["direct"])
+                                         for p in pairs)),
+                            Spread(tuple(median(p["gateway"]) / median(p["direct"])
+                                         for p in pairs))))
+        print("\nper direct+gateway block pair, median [min .. max]:")
+        for protocol, added_ms, ratio in spreads:
+            print(f"{protocol:<5} added median {added_ms.median:+.3f} ms "
+                  f"[{added_ms.min:+.3f} .. {added_ms.max:+.3f}]  gateway/direct "
+                  f"x{ratio.median:.3f} [{ratio.min:.3f} .. {ratio.max:.3f}] "
+                  f"n={len(ratio.values)}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Dynamic batching effect: xgb-example with batching on vs off, same instance, same load.
 
-    python bench/kserve_batching.py --seconds 10 --concurrency 32
+    python -m bench.kserve_batching --seconds 10 --concurrency 32
 
 Both copies of the model (100 trees, depth 6, 20 features) load in one Podium instance; the
 `-nobatch` copy's manifest sets `dynamic_batching: null`. Prints each run and on/off ratios.
@@ -15,8 +15,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kserve_load import run_load
-from kserve_procs import free_port, podium_command, serve
+from bench import kserve_server
+from bench.harness import free_port, serve
+from bench.kserve_load import run_load
 from podium.examples.builders import synthetic_features, write_xgb_example
 
 
@@ -36,8 +37,9 @@ def main() -> None:
         manifest.update(name="xgb-nobatch", dynamic_batching=None)
         (off / "podium.json").write_text(json.dumps(manifest))
         http_port, grpc_port = free_port(), free_port()
-        with serve(podium_command(root, http_port, grpc_port, ["xgb-example", "xgb-nobatch"]),
-                   http_port):
+        with serve(kserve_server.command(root, http_port, grpc_port,
+                                         ["xgb-example", "xgb-nobatch"]),
+                   kserve_server.ready_url(http_port)):
             for protocol in args.protocols:
                 url = f"127.0.0.1:{http_port if protocol == 'http' else grpc_port}"
                 runs = {}

@@ -1,7 +1,7 @@
 """Ranking: 32 candidates against one 256-token context, Podium's prefill-only scoring vs the
 same scores from `vllm serve` through 32 `/v1/completions` calls (echo + logprobs, max_tokens 1).
 
-    python bench/kserve_ranking.py --model ~/.podium/cache/<digest>/model   # a materialized HF dir
+    python -m bench.kserve_ranking --model ~/.podium/cache/<digest>/model   # a materialized HF dir
 
 Starts a real engine twice (the reference server, then an in-process AsyncLLM), one after the
 other, never together; each side is timed on its scoring calls only, after a warm-up round.
@@ -17,10 +17,9 @@ import sys
 import time
 import uuid
 
-import httpx
 import numpy as np
 
-from kserve_procs import free_port
+from bench.harness import free_port, loopback_client, serve
 
 WORDS = ["river", "stone", "market", "lantern", "orbit", "velvet", "harbor", "signal",
          "meadow", "copper", "thunder", "garden", "pixel", "summit", "canvas"]
@@ -46,7 +45,7 @@ async def reference_scores(port: int, model: str, tokenizer, context: str,
                            candidates: list[str]) -> tuple[float, list[float]]:
     """32 concurrent completions with echo: sum the logprobs of each candidate's tokens."""
     context_len = len(tokenizer.encode(context))
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
+    async with loopback_client(f"http://127.0.0.1:{port}", timeout=600) as client:
         async def one(candidate: str) -> float:
             ids = tokenizer.encode(context) + tokenizer.encode(candidate,
                                                                 add_special_tokens=False)
@@ -106,12 +105,11 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     context, candidates = make_inputs(tokenizer, args.context_tokens, args.candidates)
 
-    from kserve_procs import serve_openai
-
     port = free_port()
-    with serve_openai([sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-                       "--model", args.model, "--port", str(port), "--enforce-eager",
-                       "--max-model-len", "2048"], port):
+    with serve([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+                args.model, "--host", "127.0.0.1", "--port", str(port), "--enforce-eager",
+                "--max-model-len", "2048"], f"http://127.0.0.1:{port}/health", timeout_s=600,
+               poll_s=1):
         reference_s, reference = asyncio.run(reference_scores(port, args.model, tokenizer,
                                                               context, candidates))
     podium_s, ours = asyncio.run(podium_scores(args.model, context, candidates))

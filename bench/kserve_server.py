@@ -1,6 +1,6 @@
 """Serve a model repository over KServe v2 (HTTP + gRPC) for the benchmarks.
 
-    python bench/kserve_server.py --repository DIR --http-port 8000 --grpc-port 8001 [MODEL ...]
+    python -m bench.kserve_server --repository DIR --http-port 8000 --grpc-port 8001 [MODEL ...]
 
 Uses the same router and gRPC server `podium serve` mounts, without the OpenAI layer, so the
 figures measure the KServe path alone.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -19,6 +20,16 @@ from fastapi import FastAPI
 from podium.frontends.kserve_grpc import create_server
 from podium.frontends.kserve_http import create_router
 from podium.repository import ModelRepository, scan_repository
+
+
+def command(repository: Path, http_port: int, grpc_port: int, models: list[str]) -> list[str]:
+    """The command line that serves `models` of `repository` with this interpreter."""
+    return [sys.executable, "-m", "bench.kserve_server", "--repository", str(repository),
+            "--http-port", str(http_port), "--grpc-port", str(grpc_port), *models]
+
+
+def ready_url(http_port: int) -> str:
+    return f"http://127.0.0.1:{http_port}/v2/health/ready"
 
 
 def build_app(repository_dir: Path, models: list[str], grpc_port: int) -> FastAPI:

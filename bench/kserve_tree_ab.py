@@ -1,6 +1,6 @@
 """The KServe HTTP path of two source trees, alternated: throughput and server CPU per request.
 
-    python bench/kserve_tree_ab.py OLD_TREE NEW_TREE [--rounds 3] [--seconds 8] [--concurrency 32]
+    python -m bench.kserve_tree_ab OLD_TREE NEW_TREE [--rounds 3] [--seconds 8] [--concurrency 32]
 
 Each tree is a checkout (e.g. `git worktree add /tmp/old 6f6b19e`); its own `src` and
 `bench/kserve_server.py` serve xgb-example, driven by `kserve_load.run_load` (tritonclient aio
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from kserve_load import run_load
-from kserve_procs import free_port, serve
+from bench.harness import free_port, serve
+from bench.kserve_load import run_load
 from podium.examples.builders import synthetic_features, write_xgb_example
 
 
@@ -32,8 +32,9 @@ def measure(tree: Path, repository: Path, seconds: float, concurrency: int) -> t
     command = [sys.executable, str(tree / "bench" / "kserve_server.py"), "--repository",
                str(repository), "--http-port", str(http_port), "--grpc-port", str(grpc_port),
                "xgb-example"]
+    # by path, not `-m`: an older tree has no `bench` package; the script imports only podium
     env = {"PYTHONPATH": f"{tree / 'src'}:{tree / 'bench'}"}
-    with serve(command, http_port, env=env):
+    with serve(command, f"http://127.0.0.1:{http_port}/v2/health/ready", env=env):
         server = _server_process(http_port)
         before = sum(server.cpu_times()[:2])
         result = asyncio.run(run_load(

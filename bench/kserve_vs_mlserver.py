@@ -1,13 +1,15 @@
 """Classic model scoring, Podium vs MLServer: the same XGBoost model, client and load, one run.
 
-    python bench/kserve_vs_mlserver.py --mlserver .venv-mlserver/bin/mlserver --seconds 10
+    python -m bench.kserve_vs_mlserver --mlserver /tmp/mlserver-venv/bin/mlserver --seconds 10
 
 The model is xgb-example (100 trees, depth 6, 20 FP32 features). Both servers batch
 adaptively (MLServer: max_batch_size 64, max_batch_time 0.5 ms, `parallel_workers: 0`, which
 MLServer 1.7.1 needs on this machine kind). Load: the asyncio tritonclient over HTTP and gRPC,
 batch-1 requests, closed loop at each concurrency. MLServer's HTTP side has no binary tensor
-extension, so HTTP runs send and receive JSON tensors on both servers. Prints each run and the
-Podium/MLServer ratios.
+extension, so HTTP runs send and receive JSON tensors on both servers. Both servers run the
+whole time; each (protocol, concurrency) cell is measured `--repeats` times per server in
+A/B/B/A order (MLServer, Podium, Podium, MLServer, ...). Prints each run and the
+Podium/MLServer ratios, repeat by repeat, as median [min .. max].
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kserve_load import LoadResult, run_load
-from kserve_procs import free_port, podium_command, serve
+from bench import kserve_server
+from bench.harness import abba, free_port, ratio_line, serve
+from bench.kserve_load import LoadResult, run_load
 from podium.examples.builders import synthetic_features, write_xgb_example
 
 
@@ -45,6 +48,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--protocols", nargs="+", default=["http", "grpc"])
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="runs per server and cell, in A/B/B/A order")
     args = parser.parse_args()
     if not args.mlserver:
         parser.error("MLServer not found: pip install mlserver==1.7.1 mlserver-xgboost==1.7.1 "
@@ -56,13 +61,14 @@ def main() -> None:
         ports = {name: (free_port(), free_port()) for name in ("podium", "mlserver")}
         write_mlserver_repository(root / "podium" / "xgb-example", root / "mlserver",
                                   *ports["mlserver"])
-        results: dict[tuple[str, str, int], LoadResult] = {}
-        with serve(podium_command(root / "podium", *ports["podium"], ["xgb-example"]),
-                   ports["podium"][0]), \
-             serve([args.mlserver, "start", str(root / "mlserver")], ports["mlserver"][0]):
+        results: dict[tuple[str, str, int], list[LoadResult]] = {}
+        podium = kserve_server.command(root / "podium", *ports["podium"], ["xgb-example"])
+        mlserver = [args.mlserver, "start", str(root / "mlserver")]
+        with serve(podium, kserve_server.ready_url(ports["podium"][0])), \
+             serve(mlserver, kserve_server.ready_url(ports["mlserver"][0])):
             for protocol in args.protocols:
                 for concurrency in args.concurrency:
-                    for server in ("podium", "mlserver"):
+                    for _repeat, server in abba(args.repeats, peer="mlserver"):
                         http_port, grpc_port = ports[server]
                         url = f"127.0.0.1:{http_port if protocol == 'http' else grpc_port}"
                         output = "probability" if server == "podium" else "predict"
@@ -70,16 +76,20 @@ def main() -> None:
                                                       features, concurrency=concurrency,
                                                       seconds=args.seconds, output_name=output,
                                                       binary=False))
-                        results[(server, protocol, concurrency)] = result
+                        results.setdefault((server, protocol, concurrency), []).append(result)
                         print(result.row(server), flush=True)
-    print("\nPodium / MLServer (throughput: higher is better; latency: lower is better)")
+    print("\nPodium / MLServer per repeat (throughput: higher is better; latency: lower is "
+          "better)")
+    print(f"{'cell':38} {'podium':>10} {'mlserver':>10}  ratio median [min .. max]")
     for protocol in args.protocols:
         for concurrency in args.concurrency:
             ours, theirs = (results[(s, protocol, concurrency)] for s in ("podium", "mlserver"))
-            ratio = ours.throughput / theirs.throughput
-            print(f"{protocol:<5} c={concurrency:<3} throughput x{ratio:5.2f}"
-                  f"  p50 x{ours.percentile_ms(50) / theirs.percentile_ms(50):5.2f}"
-                  f"  p99 x{ours.percentile_ms(99) / theirs.percentile_ms(99):5.2f}")
+            cell = f"{protocol} c={concurrency}"
+            print(ratio_line(f"{cell} throughput req/s", [r.throughput for r in ours],
+                             [r.throughput for r in theirs]))
+            for q in (50, 99):
+                print(ratio_line(f"{cell} p{q} ms", [r.percentile_ms(q) for r in ours],
+                                 [r.percentile_ms(q) for r in theirs]))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ checkpoint's dtype).
 tokens long, the rest 128 (a custom dataset of unrelated random-token prompts, so no prefix is
 shared), where chunked prefill decides how long a long prompt holds up the running decodes.
 
-Usage: .venv/bin/python bench/openai_overhead.py [--num-prompts 64] [--rounds 2]
+Usage: python -m bench.openai_overhead [--num-prompts 64] [--rounds 2]
        [--precision auto|bf16|fp16|fp32] [--defaults] [--long-share 0.25 [--long-len 2000]]
        [--skip-fresh]
 Prints one JSON line per measurement and a table of ratios (Podium / reference).
@@ -26,23 +26,18 @@ Prints one JSON line per measurement and a table of ratios (Podium / reference).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tests.support.harness import free_port  # noqa: E402
-
-from podium.package.precision import PRECISIONS  # noqa: E402
+from bench.harness import ROOT, Served, abba, free_port, print_ratios, serve
+from podium.package.precision import PRECISIONS
 
 MODEL = "smollm2-135m-instruct"
 ENGINE_ARGS = ["--enforce-eager", "--max-model-len", "8192"]  # the default package's args
@@ -58,10 +53,11 @@ def resolved_precision(model_dir: Path, precision: str = "auto") -> str:
     return resolved.precision.name if resolved.precision else "bf16"
 
 
-def start(kind: str, model_dir: Path, port: int, env: dict[str, str], log: Path,
-          precision: str = "auto", defaults: bool = False):
-    """One server, both at `precision` (auto: the package's auto here, given to vLLM); with
-    `defaults`, each with its own defaults instead."""
+@contextlib.contextmanager
+def server(kind: str, model_dir: Path, port: int, env: dict[str, str], log: Path,
+           precision: str = "auto", defaults: bool = False) -> Iterator[Served]:
+    """One server for the block, both at `precision` (auto: the package's auto here, given to
+    vLLM); with `defaults`, each with its own defaults instead. `boot_s` is start to ready."""
     precision = resolved_precision(model_dir, precision)
     if kind == "podium":
         from podium.package.defaults import default_llm_manifest
@@ -82,25 +78,8 @@ def start(kind: str, model_dir: Path, port: int, env: dict[str, str], log: Path,
         if not defaults:
             cmd += [*ENGINE_ARGS, "--dtype", PRECISIONS[precision].dtype]
         ready = f"http://127.0.0.1:{port}/health"
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{kind} exited: {log.read_text()[-3000:]}")
-        try:
-            if httpx.get(ready, timeout=2).status_code == 200:
-                return proc, time.monotonic() - started
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with serve(cmd, ready, timeout_s=900, log=log, env=env, stop_timeout_s=120) as served:
+        yield served
 
 
 def load(port: int, model_dir: Path, num_prompts: int, concurrency: int,
@@ -217,33 +196,26 @@ def main() -> None:
         print(f"mixed load: {opts.long_share:.0%} of {opts.num_prompts} prompts "
               f"{opts.long_len} tokens long, the rest 128 ({dataset})", flush=True)
     results: dict[str, list[dict]] = {"podium": [], "reference": []}
-    for round_no in range(opts.rounds):
-        order = ["reference", "podium"] if round_no % 2 == 0 else ["podium", "reference"]
-        for kind in order:
-            port = free_port()
-            proc, boot_s = start(kind, model_dir, port, env, logs / f"{kind}-{round_no}.log",
-                                 precision, opts.defaults)
-            try:
-                figures = {"boot_s": boot_s, **load(port, model_dir, opts.num_prompts,
-                                                    opts.concurrency, dataset)}
-            finally:
-                stop(proc)
-            results[kind].append(figures)
-            print(json.dumps({"server": kind, "round": round_no, **figures}), flush=True)
+    for round_no, kind in abba(opts.rounds, peer="reference", podium="podium"):
+        port = free_port()
+        with server(kind, model_dir, port, env, logs / f"{kind}-{round_no}.log", precision,
+                    opts.defaults) as served:
+            figures = {"boot_s": served.boot_s, **load(port, model_dir, opts.num_prompts,
+                                                       opts.concurrency, dataset)}
+        results[kind].append(figures)
+        print(json.dumps({"server": kind, "round": round_no, **figures}), flush=True)
 
     fresh_boot = None
     if not opts.skip_fresh:
         fresh_home = Path(tempfile.mkdtemp(prefix="podium-fresh-"))
-        port = free_port()
-        proc, fresh_boot = start("podium", model_dir, port,
-                                 {**env, "PODIUM_HOME": str(fresh_home)},
-                                 logs / "podium-fresh.log", precision, opts.defaults)
-        stop(proc)
+        with server("podium", model_dir, free_port(), {**env, "PODIUM_HOME": str(fresh_home)},
+                    logs / "podium-fresh.log", precision, opts.defaults) as served:
+            fresh_boot = served.boot_s
         shutil.rmtree(fresh_home, ignore_errors=True)
         print(json.dumps({"server": "podium-fresh-package", "boot_s": fresh_boot}), flush=True)
 
-    def med(kind: str, key: str) -> float:
-        return statistics.median(r[key] for r in results[kind])
+    def values(kind: str, key: str) -> list[float]:
+        return [r[key] for r in results[kind]]
 
     rows = [
         ("output tok/s (higher is better)", "output_throughput"),
@@ -253,14 +225,13 @@ def main() -> None:
     ]
     print("\neach with its own defaults" if opts.defaults
           else f"\nboth at {precision} ({PRECISIONS[precision].dtype})")
-    print(f"\n{'metric':38} {'podium':>10} {'reference':>10} {'ratio':>7}")
-    for label, key in rows:
-        p, r = med("podium", key), med("reference", key)
-        print(f"{label:38} {p:10.2f} {r:10.2f} {p / r:7.3f}")
-    ref_boot = med("reference", "boot_s")
+    print(f"ratios podium / reference per round, rounds alternated A/B/B/A ({opts.rounds})\n")
+    print_ratios([(label, values("podium", key), values("reference", key))
+                  for label, key in rows], peer="reference")
+    ref_boot = statistics.median(values("reference", "boot_s"))
     if fresh_boot is not None:
-        print(f"{'boot to ready s, fresh package':38} {fresh_boot:10.2f} {ref_boot:10.2f} "
-              f"{fresh_boot / ref_boot:7.3f}")
+        print(f"{'boot to ready s, fresh package':38} {fresh_boot:10.2f} {ref_boot:10.2f}  "
+              f"x{fresh_boot / ref_boot:.3f}")
     print(f"logs: {logs}")
 
 
