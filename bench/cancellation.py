@@ -1,6 +1,6 @@
 """Time from 16 client disconnects to an idle engine, Podium vs `vllm serve`, same model.
 
-    .venv/bin/python bench/cancellation.py [--rounds 3] [--clients 16]
+    python -m bench.cancellation [--rounds 3] [--clients 16]
         [--servers podium podium-gateway vllm]
 
 Each round: `--clients` chat completions of 4,000 tokens (`ignore_eos`; half streamed and left
@@ -18,16 +18,13 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.openai_overhead import ENGINE_ARGS, MODEL, resolved_precision, start, stop  # noqa: E402
-from tests.support.harness import free_port  # noqa: E402
-from tests.support.vanishing import openai_client, vanish  # noqa: E402
+from tests.support.vanishing import openai_client, vanish
+
+from bench.harness import free_port, median
+from bench.openai_overhead import ENGINE_ARGS, MODEL, resolved_precision, server
 
 
 def measure(kind: str, port: int, rounds: int, num_clients: int) -> list[float]:
@@ -76,20 +73,16 @@ def main() -> None:
                "HF_HUB_OFFLINE": "1"}
         for kind in dict.fromkeys("vllm" if s == "vllm" else "podium" for s in args.servers):
             port = free_port()
-            proc, boot_s = start(kind, model_dir, port, env, Path(tmp) / f"{kind}.log")
-            print(json.dumps({"server": kind, "boot_s": round(boot_s, 1),
-                              "engine_args": ENGINE_ARGS,
-                              "precision": resolved_precision(model_dir)}), flush=True)
-            try:
-                for server in args.servers:
-                    if (server == "vllm") == (kind == "vllm"):
-                        medians[server] = statistics.median(
-                            measure(server, port, args.rounds, args.clients))
-            finally:
-                stop(proc)
+            with server(kind, model_dir, port, env, Path(tmp) / f"{kind}.log") as served:
+                print(json.dumps({"server": kind, "boot_s": round(served.boot_s, 1),
+                                  "engine_args": ENGINE_ARGS,
+                                  "precision": resolved_precision(model_dir)}), flush=True)
+                for name in args.servers:
+                    if (name == "vllm") == (kind == "vllm"):
+                        medians[name] = median(measure(name, port, args.rounds, args.clients))
     print("\nserver            median seconds from disconnects to an idle engine")
-    for server, median in medians.items():
-        print(f"{server:<17} {median:6.3f}")
+    for name, seconds in medians.items():
+        print(f"{name:<17} {seconds:6.3f}")
 
 
 if __name__ == "__main__":

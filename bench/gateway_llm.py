@@ -1,6 +1,6 @@
 """LLM throughput through the gateway vs straight to the instance, in one run.
 
-    .venv/bin/python bench/gateway_llm.py [--num-prompts 64] [--concurrency 16] [--rounds 2]
+    python -m bench.gateway_llm [--num-prompts 64] [--concurrency 16] [--rounds 2]
 
 Starts one `podium serve` instance of the default LLM (smollm2-135m-instruct, from the model
 cache) and one gateway process routing to it (the gateway `podium up` runs, with its health
@@ -17,51 +17,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-from gateway_overhead import cpu_seconds, free_port  # noqa: E402
+from bench.harness import ROOT, Spread, abba, cpu_seconds, free_port, median, module_command, serve
 
 MODEL = "smollm2-135m-instruct"
 NUM_WARMUPS = 4
-
-
-@contextlib.contextmanager
-def child(command: list[str], ready_url: str, log: Path, env: dict[str, str],
-          timeout_s: float = 600) -> Iterator[subprocess.Popen[bytes]]:
-    """A child process, yielded once `ready_url` answers 200; stopped (SIGTERM) afterwards."""
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(ready_url, timeout=2).status_code == 200:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{command[:4]} did not become ready; log: {log}")
-            time.sleep(0.5)
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def run_gateway(http_port: int, upstream: str) -> None:
@@ -135,28 +101,28 @@ def main() -> int:
     direct, via = f"http://127.0.0.1:{inst_port}", f"http://127.0.0.1:{gw_port}"
     instance = [sys.executable, "-m", "podium.cli", "serve", str(package.root), "--host",
                 "127.0.0.1", "--http-port", str(inst_port), "--grpc-port", "-1"]
-    gateway = [sys.executable, __file__, "--gateway-child", str(gw_port), direct]
+    gateway = module_command("bench.gateway_llm", "--gateway-child", str(gw_port), direct)
     runs: dict[str, list[dict[str, Any]]] = {"direct": [], "gateway": []}
     requests_per_run = opts.num_prompts + NUM_WARMUPS  # no ready-check request
-    with child(instance, direct + "/health/ready", logs / "instance.log", env), \
-            child(gateway, via + "/health/ready", logs / "gateway.log", env) as gw:
+    with serve(instance, direct + "/health/ready", log=logs / "instance.log", env=env,
+               timeout_s=600, poll_s=0.5, stop_timeout_s=120), \
+            serve(gateway, via + "/health/ready", log=logs / "gateway.log", env=env,
+                  timeout_s=600, poll_s=0.5, stop_timeout_s=120) as gw:
         print(f"{MODEL}: {opts.num_prompts} prompts, 128 in / 64 out, concurrency "
               f"{opts.concurrency}, {opts.rounds} round(s); logs in {logs}", flush=True)
-        for round_no in range(opts.rounds):
-            order = ["direct", "gateway"] if round_no % 2 == 0 else ["gateway", "direct"]
-            for path in order:
-                cpu_before = cpu_seconds(gw.pid)
-                figures = load(direct if path == "direct" else via, model_dir,
-                               opts.num_prompts, opts.concurrency)
-                if path == "gateway":
-                    cpu_s = cpu_seconds(gw.pid) - cpu_before
-                    figures["gateway_cpu_ms_per_request"] = cpu_s * 1000 / requests_per_run
-                    figures["gateway_cpu_share"] = cpu_s / figures["duration_s"]
-                runs[path].append(figures)
-                print(json.dumps({"path": path, "round": round_no, **figures}), flush=True)
+        for round_no, path in abba(opts.rounds, peer="direct", podium="gateway"):
+            cpu_before = cpu_seconds(gw.pid)
+            figures = load(direct if path == "direct" else via, model_dir, opts.num_prompts,
+                           opts.concurrency)
+            if path == "gateway":
+                cpu_s = cpu_seconds(gw.pid) - cpu_before
+                figures["gateway_cpu_ms_per_request"] = cpu_s * 1000 / requests_per_run
+                figures["gateway_cpu_share"] = cpu_s / figures["duration_s"]
+            runs[path].append(figures)
+            print(json.dumps({"path": path, "round": round_no, **figures}), flush=True)
 
     def med(path: str, key: str) -> float:
-        return statistics.median(r[key] for r in runs[path])
+        return median(r[key] for r in runs[path])
 
     print(f"\n{'path':<9}{'output tok/s':>13}{'median TTFT ms':>16}{'median TPOT ms':>16}"
           f"{'failed':>8}{'gw CPU/req':>12}{'gw % of a core':>16}")
@@ -168,6 +134,9 @@ def main() -> int:
               f"{sum(r['failed'] for r in runs[path]):>8}{cpu[0]:>12}{cpu[1]:>16}")
     ratio = med("gateway", "output_throughput") / med("direct", "output_throughput")
     print(f"output-token throughput, gateway / direct: {ratio:.3f}x (target >= 0.97x)")
+    per_round = Spread(tuple(g["output_throughput"] / d["output_throughput"]
+                             for g, d in zip(runs["gateway"], runs["direct"], strict=True)))
+    print(f"  per round: {per_round}")
     return 0
 
 

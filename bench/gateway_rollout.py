@@ -1,41 +1,32 @@
 """Rollout under load: wall time of a Red-Black rollout, p99 latency during it vs steady state,
 failed requests. Runs a real `podium up` with xgb-example v1 → v2.
 
-    .venv/bin/python bench/gateway_rollout.py [--concurrency 16] [--stages 10,25,50,100]
+    python -m bench.gateway_rollout [--concurrency 16] [--stages 10,25,50,100]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import numpy as np
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from bench.harness import closed_loop, free_port, loopback_client, percentile, serve, wait_until
 
 
 class Load:
-    """Closed-loop clients; each result is (start time, latency ms, ok)."""
+    """Closed-loop clients (the harness's loop, in a thread of its own until `stop` is set);
+    each result is (start time, latency ms, ok)."""
 
-    def __init__(self, url: str, concurrency: int) -> None:
-        self.url, self.concurrency = url, concurrency
+    def __init__(self, url: str, concurrency: int, max_seconds: float = 1800) -> None:
+        self.url, self.concurrency, self.max_seconds = url, concurrency, max_seconds
         self.results: list[tuple[float, float, bool]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
@@ -43,25 +34,25 @@ class Load:
     async def _run(self) -> None:
         body = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 20],
                             "data": [0.1] * 20}]}
-        async with httpx.AsyncClient(base_url=self.url, timeout=60) as client:
+        async with loopback_client(self.url, timeout=60) as client:
             async def one() -> None:
-                while not self.stop.is_set():
-                    started = time.monotonic()
-                    try:
-                        ok = (await client.post("/v2/models/xgb-example/infer",
-                                                json=body)).status_code == 200
-                    except httpx.HTTPError:
-                        ok = False
-                    self.results.append((started, (time.monotonic() - started) * 1000, ok))
+                started = time.monotonic()
+                try:
+                    ok = (await client.post("/v2/models/xgb-example/infer",
+                                            json=body)).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                self.results.append((started, (time.monotonic() - started) * 1000, ok))
 
-            await asyncio.gather(*(one() for _ in range(self.concurrency)))
+            await closed_loop(one, self.concurrency, seconds=self.max_seconds,
+                              stop=self.stop.is_set)
 
     def window(self, start: float, end: float) -> list[tuple[float, float, bool]]:
         return [r for r in self.results if start <= r[0] < end]
 
 
 def p99(results: list[tuple[float, float, bool]]) -> float:
-    return float(np.percentile([r[1] for r in results], 99)) if results else float("nan")
+    return percentile([r[1] for r in results], 99)
 
 
 def main() -> int:
@@ -82,20 +73,17 @@ def main() -> int:
     (v2 / "podium.json").write_text(json.dumps({**manifest, "version": "2"}))
     http_port, grpc_port, api_port = free_port(), free_port(), free_port()
     api = f"http://127.0.0.1:{api_port}"
-    up = subprocess.Popen(
-        [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1", "--http-port",
-         str(http_port), "--grpc-port", str(grpc_port), "--api-port", str(api_port)],
-        env={**os.environ, "PODIUM_HOME": str(home)}, stdout=(home / "up.log").open("wb"),
-        stderr=subprocess.STDOUT)
-    try:
-        wait(lambda: _ok(api + "/health"))
+    up = [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1", "--http-port",
+          str(http_port), "--grpc-port", str(grpc_port), "--api-port", str(api_port)]
+    with serve(up, api + "/health", env={"PODIUM_HOME": str(home)}, log=home / "up.log",
+               stop_timeout_s=60):
         for package in (v1, v2):
             httpx.post(api + "/v1/packages", json={"path": str(package)}).raise_for_status()
         first = httpx.post(api + "/v1/rollouts", json={
             "model": "xgb-example", "version": "1", "stages": [100], "num_instances": 2,
             "analysis_window_ms": 0, "warm_delay_ms": 0}).json()
-        wait(lambda: httpx.get(f"{api}/v1/rollouts/{first['id']}").json()["status"]
-             == "succeeded")
+        wait_until(lambda: httpx.get(f"{api}/v1/rollouts/{first['id']}").json()["status"]
+                   == "succeeded")
         load = Load(f"http://127.0.0.1:{http_port}", args.concurrency)
         load.thread.start()
         time.sleep(2)  # warm up
@@ -109,8 +97,8 @@ def main() -> int:
             "max_p99_ratio": 4.0, "p99_slack_ms": 50}).json()
         if "id" not in second:
             raise RuntimeError(f"rollout refused: {second}")
-        wait(lambda: httpx.get(f"{api}/v1/rollouts/{second['id']}").json()["status"]
-             != "running", timeout_s=600)
+        wait_until(lambda: httpx.get(f"{api}/v1/rollouts/{second['id']}").json()["status"]
+                   != "running", timeout_s=600)
         rollout_end = time.monotonic()
         load.stop.set()
         load.thread.join(timeout=60)
@@ -126,26 +114,7 @@ def main() -> int:
         print(f"p99 steady            {p99(steady):.1f} ms ({len(steady)} requests)")
         print(f"p99 during rollout    {p99(during):.1f} ms ({len(during)} requests)")
         print(f"ratio                 {p99(during) / p99(steady):.2f}x (target <= 1.5x)")
-    finally:
-        up.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            up.wait(timeout=60)
     return 0
-
-
-def _ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def wait(condition: Callable[[], bool], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        time.sleep(0.2)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Overload: offered load at 4x measured capacity against one LLM instance, Podium vs
 `vllm serve` with its defaults vs `vllm serve --max-num-queued-reqs` set to Podium's limit.
 
-    .venv/bin/python bench/overload.py [--seconds 60] [--factor 4] [--concurrency 16]
-                                       [--queued-reqs 32] [--servers podium,vllm,vllm-limited]
+    python -m bench.overload [--seconds 60] [--factor 4] [--concurrency 16]
+                             [--queued-reqs 32] [--servers podium,vllm,vllm-limited]
 
 For each server, in turn, on the same model (the default package, smollm2-135m-instruct, with
 its engine args for all three so only admission differs):
@@ -27,8 +27,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
-import statistics
 import sys
 import tempfile
 import time
@@ -39,10 +37,16 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-from gateway_llm import child  # noqa: E402
-from gateway_overhead import free_port  # noqa: E402
+from bench.harness import (
+    ROOT,
+    closed_loop,
+    free_port,
+    loopback_client,
+    median,
+    open_loop,
+    percentile,
+    serve,
+)
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = " ".join(["word"] * 128)
@@ -92,37 +96,24 @@ async def one(client: httpx.AsyncClient, url: str, max_tokens: int) -> Answer:
         return Answer(sent, 599, time.monotonic() - sent, False)
 
 
-async def closed_loop(call: Call, concurrency: int, seconds: float) -> list[Answer]:
-    answers: list[Answer] = []
-    deadline = time.monotonic() + seconds
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=None)) as c:
-        async def worker() -> None:
-            while time.monotonic() < deadline:
-                answers.append(await call(c))
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return answers
+async def closed_answers(call: Call, concurrency: int, seconds: float) -> list[Answer]:
+    """The harness's closed loop sending `call`: `concurrency` clients for `seconds`."""
+    async with loopback_client() as client:
+        samples = await closed_loop(lambda: call(client), concurrency, seconds=seconds)
+    return [sample.value for sample in samples]
 
 
-async def open_loop(call: Call, phases: list[tuple[float, float]], seed: int = 0
-                    ) -> list[Answer]:
-    """Poisson arrivals, `phases` of (rate per second, seconds) one after another."""
-    rng = random.Random(seed)
-    tasks: list[asyncio.Task[Answer]] = []
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=None)) as c:
-        for rate, seconds in phases:
-            end = time.monotonic() + seconds
-            while (now := time.monotonic()) < end:
-                tasks.append(asyncio.create_task(call(c)))
-                await asyncio.sleep(max(0.0, rng.expovariate(rate) - (time.monotonic() - now)))
-        return list(await asyncio.gather(*tasks))
+async def open_answers(call: Call, phases: list[tuple[float, float]], seed: int = 0
+                       ) -> list[Answer]:
+    """The harness's open loop sending `call`: Poisson arrivals, `phases` of (rate per
+    second, seconds) one after another."""
+    async with loopback_client() as client:
+        samples = await open_loop(lambda: call(client), phases, seed=seed)
+    return [sample.value for sample in samples]
 
 
 def p99(values: list[float]) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return percentile(values, 99)
 
 
 Closed = Callable[[int, float], list[Answer]]
@@ -138,10 +129,10 @@ def measure(call: Call | None, opts: argparse.Namespace,
     if loops is None:
         assert call is not None
         def closed(n: int, seconds: float) -> list[Answer]:
-            return asyncio.run(closed_loop(call, n, seconds))
+            return asyncio.run(closed_answers(call, n, seconds))
 
         def opened(phases: list[tuple[float, float]]) -> list[Answer]:
-            return asyncio.run(open_loop(call, phases))
+            return asyncio.run(open_answers(call, phases))
     else:
         closed, opened = loops
     closed(2, 3)  # warm up
@@ -162,7 +153,7 @@ def measure(call: Call | None, opts: argparse.Namespace,
         "offered": len(spike), "share_2xx": round(len(ok) / max(1, len(spike)), 3),
         "admitted_p99_ttft_s": round(p99([a.seconds for a in ok]), 3),
         "rejected": len(rejected),
-        "reject_median_ms": round(statistics.median(rejected) * 1000, 1) if rejected else None,
+        "reject_median_ms": round(median(rejected) * 1000, 1) if rejected else None,
         "reject_p99_ms": round(p99(rejected) * 1000, 1) if rejected else None,
         "num_5xx": sum(1 for a in spike + after if a.status >= 500),
         "statuses": {str(s): sum(1 for a in spike if a.status == s)
@@ -251,7 +242,8 @@ def main() -> int:
         command = [part.replace("{port}", str(port)) for part in commands[name]]
         url = f"http://127.0.0.1:{port}"
         ready = url + ("/health/ready" if name == "podium" else "/health")
-        with child(command, ready, logs / f"{name}.log", env):
+        with serve(command, ready, log=logs / f"{name}.log", env=env, timeout_s=600,
+                   poll_s=0.5, stop_timeout_s=120):
             results[name] = measure(completion(url, opts.max_tokens), opts)
         print(json.dumps({"server": name, **results[name]}), flush=True)
     report(results)

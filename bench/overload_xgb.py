@@ -2,12 +2,12 @@
 offered 4x its measured capacity, with the gateway's default in-flight bound and with a bound
 sized to the capacity, one after the other in one run.
 
-    .venv/bin/python bench/overload_xgb.py [--seconds 60] [--factor 4] [--concurrency 16]
-                                           [--bounds 256,32] [--shed early,full]
-                                           [--max-queue 1024] [--server-cpus 0]
-                                           [--client raw|httpx] [--client-processes 2]
+    python -m bench.overload_xgb [--seconds 60] [--factor 4] [--concurrency 16]
+                                 [--bounds 256,32] [--shed early,full]
+                                 [--max-queue 1024] [--server-cpus 0]
+                                 [--client raw|httpx] [--client-processes 2]
 
-The phases are `bench/overload.py`'s (capacity with a closed loop of `--concurrency` clients,
+The phases are `bench.overload`'s (capacity with a closed loop of `--concurrency` clients,
 then Poisson arrivals at `--factor` x capacity for `--seconds`, then back at capacity for the
 recovery), the request a KServe v2 JSON infer of one row; the time measured is the whole answer
 (there is no first token). Each bound gets a fresh instance (`podium serve`, its batcher queue
@@ -21,10 +21,10 @@ and the load generator on the other cores, so the generator neither takes the se
 waits for it: a refusal's time is the servers' (on a 2-core machine the servers share one core,
 and the capacity is that core's). `--server-cpus ''` shares every core, as the runs before
 2026-12-02 04:30 did; there the generator's own stalls (150 ms and more) were part of every
-latency it measured. By default the generator is
-`rawload`'s (pre-encoded requests over keep-alive connections from `--client-processes`
-processes, arrivals on absolute times), light enough to offer the spike it is asked for;
-`--client httpx` is the client of the first run (~1 ms of CPU per request).
+latency it measured. By default the generator is `bench.harness.rawload`'s (pre-encoded
+requests over keep-alive connections from `--client-processes` processes, arrivals on
+absolute times), light enough to offer the spike it is asked for; `--client httpx` is the
+client of the first run (~1 ms of CPU per request).
 """
 
 from __future__ import annotations
@@ -40,12 +40,10 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-from gateway_llm import child  # noqa: E402
-from gateway_overhead import FEATURES, free_port  # noqa: E402
-from overload import Answer, Call, add_phase_args, measure  # noqa: E402
-from rawload import Target, closed_loop, open_loop  # noqa: E402
+from bench.gateway_overhead import FEATURES
+from bench.harness import free_port, module_command, serve
+from bench.harness.rawload import Target, closed_loop, open_loop
+from bench.overload import Answer, Call, add_phase_args, measure
 
 MODEL = "xgb-example"
 
@@ -170,13 +168,15 @@ def main() -> int:
         instance = [*pin, *nice, sys.executable, "-m", "podium.cli", "serve", str(package),
                     "--host", "127.0.0.1", "--http-port", str(inst), "--grpc-port", "-1",
                     "--max-queue", str(opts.max_queue)]
-        gateway = [*pin, sys.executable, __file__, "--gateway-child", str(gw),
-                   f"http://127.0.0.1:{inst}", bound, shed]
+        gateway = [*pin, *module_command("bench.overload_xgb", "--gateway-child", str(gw),
+                                         f"http://127.0.0.1:{inst}", bound, shed)]
         env = dict(os.environ)
-        with child(instance, f"http://127.0.0.1:{inst}/health/ready",
-                   logs / f"i{bound}-{shed}.log", env), \
-                child(gateway, f"http://127.0.0.1:{gw}/health/ready",
-                      logs / f"g{bound}-{shed}.log", env):
+        with serve(instance, f"http://127.0.0.1:{inst}/health/ready",
+                   log=logs / f"i{bound}-{shed}.log", env=env, timeout_s=600, poll_s=0.5,
+                   stop_timeout_s=120), \
+                serve(gateway, f"http://127.0.0.1:{gw}/health/ready",
+                      log=logs / f"g{bound}-{shed}.log", env=env, timeout_s=600, poll_s=0.5,
+                      stop_timeout_s=120):
             url = f"http://127.0.0.1:{gw}"
             lags: list[float] = []
             if opts.client == "raw":

@@ -12,7 +12,7 @@ written then) and served by `podium serve`; then:
 - peak RSS of the server and its engine process together during that load, and the size of
   the weights folder it loaded.
 
-Usage: .venv/bin/python bench/precision.py [--precisions bf16,int8,fp16,fp32]
+Usage: python -m bench.precision [--precisions bf16,int8,fp16,fp32]
            [--requests 32] [--concurrency 8] [--max-tokens 64] [--json out.json]
 Prints one JSON line per precision and a markdown table.
 """
@@ -23,20 +23,15 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-import httpx
+from tests.support.quality import Scored, closeness, score
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tests.support.harness import free_port  # noqa: E402
-from tests.support.quality import Scored, closeness, score  # noqa: E402
+from bench.harness import ROOT, closed_loop, free_port, loopback_client, serve
 
 LOAD_PROMPT = ("Write a short story about a lighthouse keeper who finds a message in a bottle "
                "and decides to answer it.")
@@ -61,23 +56,9 @@ def materialize(package_dir: Path) -> tuple[Path, float]:
     return entry.path, time.monotonic() - started
 
 
-def serve(package_dir: Path, log: Path) -> tuple[subprocess.Popen, str, float]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "podium.cli", "serve", str(package_dir), "--host",
-           "127.0.0.1", "--http-port", str(port), "--grpc-port", "-1"]
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            env=os.environ.copy(), cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"podium serve exited: {log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                return proc, url, time.monotonic() - started
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
+def podium_command(package_dir: Path, port: int) -> list[str]:
+    return [sys.executable, "-m", "podium.cli", "serve", str(package_dir), "--host",
+            "127.0.0.1", "--http-port", str(port), "--grpc-port", "-1"]
 
 
 class PeakRss:
@@ -116,37 +97,34 @@ class PeakRss:
 async def load(url: str, model: str, requests: int, concurrency: int,
                max_tokens: int) -> tuple[int, float]:
     """(output tokens, seconds) for `requests` greedy completions, `concurrency` at a time."""
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(client: httpx.AsyncClient) -> int:
-        async with gate:
+    async with loopback_client(url, timeout=600) as client:
+        async def one() -> int:
             r = await client.post("/v1/completions", json={
                 "model": model, "prompt": LOAD_PROMPT, "max_tokens": max_tokens,
                 "temperature": 0, "ignore_eos": True})
             r.raise_for_status()
             return int(r.json()["usage"]["completion_tokens"])
 
-    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         started = time.monotonic()
-        tokens = await asyncio.gather(*(one(client) for _ in range(requests)))
-        return sum(tokens), time.monotonic() - started
+        samples = await closed_loop(one, concurrency, requests=requests)
+        return sum(sample.value for sample in samples), time.monotonic() - started
 
 
 def measure(precision: str, root: Path, args: argparse.Namespace) -> tuple[dict, Scored]:
     package = package_for(precision, root)
     weights, materialize_s = materialize(package)
     size = sum(f.stat().st_size for f in weights.glob("*.safetensors"))
-    proc, url, boot_s = serve(package, root / f"{precision}.log")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
     model = f"smollm2-bench-{precision}"
-    try:
+    with serve(podium_command(package, port), f"{url}/health/ready", timeout_s=900,
+               log=root / f"{precision}.log", cwd=ROOT, stop_timeout_s=120) as served:
+        boot_s = served.boot_s
         scored = score(f"{url}/v1", model)
-        idle_rss = PeakRss(proc.pid).sample()
-        with PeakRss(proc.pid) as rss:
+        idle_rss = PeakRss(served.pid).sample()
+        with PeakRss(served.pid) as rss:
             tokens, seconds = asyncio.run(load(url, model, args.requests, args.concurrency,
                                                args.max_tokens))
-    finally:
-        proc.terminate()
-        proc.wait(120)
     row = {"precision": precision, "materialize_s": round(materialize_s, 1),
            "boot_s": round(boot_s, 1), "weights_mb": round(size / 2**20),
            "idle_rss_mb": round(idle_rss / 2**20), "peak_rss_mb": round(rss.peak / 2**20),

@@ -2,18 +2,15 @@
 leg vs steady state. Runs a real `podium up --region a,... --region b,...` (two local
 runtimes, two gateways) with xgb-example v1 -> v2; clients are split over both gateways.
 
-    .venv/bin/python bench/region_rollout.py [--concurrency 16] [--stages 10,25,50,100]
+    python -m bench.region_rollout [--concurrency 16] [--stages 10,25,50,100]
         [--analysis-window 5] [--bake 5] [--steady 15]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,8 +18,8 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gateway_rollout import Load, _ok, free_port, p99, wait
+from bench.gateway_rollout import Load, p99
+from bench.harness import free_port, serve, wait_until
 
 REGIONS = ("a", "b")
 
@@ -49,19 +46,17 @@ def main() -> int:
     api = f"http://127.0.0.1:{api_port}"
     flags = [f for r, (http, grpc) in ports.items()
              for f in ("--region", f"name={r},http={http},grpc={grpc}")]
-    up = subprocess.Popen(
-        [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1", "--api-port",
-         str(api_port), *flags], env={**os.environ, "PODIUM_HOME": str(home)},
-        stdout=(home / "up.log").open("wb"), stderr=subprocess.STDOUT)
-    try:
-        wait(lambda: _ok(api + "/health"))
+    up = [sys.executable, "-m", "podium.cli", "up", "--host", "127.0.0.1", "--api-port",
+          str(api_port), *flags]
+    with serve(up, api + "/health", env={"PODIUM_HOME": str(home)}, log=home / "up.log",
+               stop_timeout_s=60):
         for package in (v1, v2):
             httpx.post(api + "/v1/packages", json={"path": str(package)}).raise_for_status()
         first = httpx.post(api + "/v1/rollouts", json={
             "model": "xgb-example", "version": "1", "stages": [100], "num_instances": 2,
             "analysis_window_ms": 0, "warm_delay_ms": 0, "bake_ms": 0}).json()
-        wait(lambda: httpx.get(f"{api}/v1/rollouts/{first['id']}").json()["status"]
-             == "succeeded")
+        wait_until(lambda: httpx.get(f"{api}/v1/rollouts/{first['id']}").json()["status"]
+                   == "succeeded")
         loads = {r: Load(f"http://127.0.0.1:{ports[r][0]}", args.concurrency // 2)
                  for r in REGIONS}
         for load in loads.values():
@@ -100,17 +95,14 @@ def main() -> int:
                   f"steady {p99(steady):.1f} ms ({len(steady)}), during its leg "
                   f"{p99(during):.1f} ms ({len(during)}): {p99(during) / p99(steady):.2f}x "
                   "(target <= 1.5x)")
-    finally:
-        up.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            up.wait(timeout=60)
     return 0
 
 
-def _follow(url: str, started: float) -> dict[str, tuple[float, float]]:
+def _follow(url: str, started: float, timeout_s: float = 1800
+            ) -> dict[str, tuple[float, float]]:
     """Poll the rollout until done; per region, (start, end) seconds after `started`."""
     seen: dict[str, list[float]] = {}
-    while True:
+    while time.monotonic() - started < timeout_s:
         data = httpx.get(url).json()
         now = time.monotonic() - started
         for row in data["regions"]:
@@ -122,6 +114,7 @@ def _follow(url: str, started: float) -> dict[str, tuple[float, float]]:
         if data["status"] != "running":
             return {r: (t[0], t[-1]) for r, t in seen.items()}
         time.sleep(0.2)
+    raise TimeoutError(f"rollout still running after {timeout_s} s")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Standalone vs embedded for the default LLM: boot to ready and RSS, same run, alternated.
 
-    python bench/standalone_boot.py [--rounds 2] [--timeout-s 1800]
+    python -m bench.standalone_boot [--rounds 2] [--timeout-s 1800]
 
 Each run starts `podium serve PACKAGE` on the default package (SmolLM2-135M-Instruct, already
 in the model cache) with `"frontends"` set to embedded or standalone, and measures the wall
@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import psutil
+
+from bench.harness import abba, free_port, median, serve
 
 MODES = ("embedded", "standalone")
 STEPS = ("mount frontends", "check engine", "start engine")
@@ -48,14 +45,6 @@ class Run:
         return self.instance_rss_mib + self.engine_rss_mib
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _package(root: Path, mode: str) -> Path:
     from podium.package.defaults import default_llm_manifest
     from podium.package.package import write_manifest
@@ -65,46 +54,21 @@ def _package(root: Path, mode: str) -> Path:
 
 def measure(package: Path, mode: str, log: Path, timeout_s: float = 900) -> Run:
     """One boot of `package`: seconds to ready, RSS of the instance and its engine core."""
-    http_port = _free_port()
+    http_port = free_port()
     command = [sys.executable, "-m", "podium.cli", "serve", str(package), "--host",
-               "127.0.0.1", "--http-port", str(http_port), "--grpc-port", str(_free_port())]
-    started = time.monotonic()
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        ready = _wait_ready(process, f"http://127.0.0.1:{http_port}", started + timeout_s, log)
-        ready_s = time.monotonic() - started
-        instance = psutil.Process(process.pid)
+               "127.0.0.1", "--http-port", str(http_port), "--grpc-port", str(free_port())]
+    with serve(command, f"http://127.0.0.1:{http_port}/health/ready", timeout_s=timeout_s,
+               log=log, poll_s=0.1, stop_timeout_s=120) as served:
+        ready = served.ready.json()
+        instance = psutil.Process(served.pid)
         children = instance.children(recursive=True)
         engine_rss = sum(_rss(child) for child in children)
         instance_cpu = _cpu(instance)
         engine_cpu = sum(_cpu(child) for child in children)
         steps = {step: sum(s["seconds"] for s in ready["boot_steps"]
                            if s["step"].startswith(step)) for step in STEPS}
-        return Run(mode, ready_s, _rss(instance) / MIB, engine_rss / MIB, instance_cpu,
+        return Run(mode, served.boot_s, _rss(instance) / MIB, engine_rss / MIB, instance_cpu,
                    engine_cpu, steps)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_ready(process: subprocess.Popen, url: str, deadline: float, log: Path) -> dict:
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"podium serve exited {process.returncode}:\n"
-                               f"{log.read_text()[-3000:]}")
-        try:
-            r = httpx.get(f"{url}/health/ready", timeout=5)
-            if r.status_code == 200:
-                return r.json()
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"not ready in time:\n{log.read_text()[-3000:]}")
 
 
 def _rss(process: psutil.Process) -> int:
@@ -145,17 +109,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         packages = {mode: _package(root, mode) for mode in MODES}
-        for i in range(args.rounds):
-            order = MODES if i % 2 == 0 else MODES[::-1]
-            for mode in order:
-                run = measure(packages[mode], mode, root / f"{mode}-{i}.log", args.timeout_s)
-                print(_line(run), flush=True)
-                runs.append(run)
+        for i, mode in abba(args.rounds, peer="embedded", podium="standalone"):
+            run = measure(packages[mode], mode, root / f"{mode}-{i}.log", args.timeout_s)
+            print(_line(run), flush=True)
+            runs.append(run)
     print()
     medians = {}
     for mode in MODES:
         mine = [r for r in runs if r.mode == mode]
-        medians[mode] = {key: statistics.median(getattr(r, key) for r in mine) for key in
+        medians[mode] = {key: median(getattr(r, key) for r in mine) for key in
                          ("ready_s", "instance_rss_mib", "engine_rss_mib", "total_rss_mib",
                           "instance_cpu_s", "engine_cpu_s")}
         m = medians[mode]

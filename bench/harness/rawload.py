@@ -1,6 +1,6 @@
 """A light HTTP/1.1 load generator for the overload benches: one pre-encoded request sent over
 keep-alive connections by several processes, so the load a bench offers is not capped by its
-own client.
+own client. One of the harness's load generators (`loops` is the other, asyncio + httpx).
 
 httpx costs about a millisecond of CPU per request in the client; on a 2-core machine that
 shares its cores with the servers under test, that alone held `overload_xgb.py`'s "4x" spike to
@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from bench.harness.loops import check_loopback
+
 TIMEOUT_S = 120.0
 
 
@@ -33,7 +35,7 @@ class Target:
 
     @classmethod
     def post_json(cls, url: str, body: bytes) -> Target:
-        parts = urlsplit(url)
+        parts = urlsplit(check_loopback(url))
         host, port = parts.hostname or "127.0.0.1", parts.port or 80
         head = (f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
