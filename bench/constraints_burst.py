@@ -3,7 +3,7 @@ compiler at the same instant from one asyncio loop, as a server's opening burst 
 catalog known (the package's `constraint_catalog`), in the worker process and in the server's
 threads.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/constraints_burst.py [--burst 32] [--repeats 5]
+    HF_HUB_OFFLINE=1 python -m bench.constraints_burst [--burst 32] [--repeats 5]
 
 Per compiler: the p50 / max of each request's wait (what `podium:constraint_compile_seconds`
 records), and the mean of the compiles' own time (`podium:constraint_compile_work_seconds`).
@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from catalog import make_titles
+from tests.support.catalog import make_titles
 
 
 def main() -> int:

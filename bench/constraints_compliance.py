@@ -15,7 +15,7 @@ An answer is valid when it parses as a JSON array of exactly k distinct candidat
 Reported per mode: share valid after the first attempt and after all attempts, generated and
 prompt tokens spent per valid answer (retries re-send the prompt), and wall time.
 
-    HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python bench/constraints_compliance.py
+    HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 python -m bench.constraints_compliance
 """
 
 from __future__ import annotations
@@ -24,14 +24,11 @@ import argparse
 import json
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from catalog import make_titles
+from tests.support.catalog import make_titles
 
 from podium.package.defaults import default_model_dir
 

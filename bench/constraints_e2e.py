@@ -1,7 +1,7 @@
 """Per-request catalogs end to end: Podium's `distinct_items` vs vLLM's structured outputs vs
 unconstrained, on one real engine behind Podium's OpenAI server, in one run.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/constraints_e2e.py [--requests 64]
+    HF_HUB_OFFLINE=1 python -m bench.constraints_e2e [--requests 64]
         [--concurrency 32] [--min-candidates 20] [--max-candidates 100] [--rounds 2]
         [--catalog package|none]
 
@@ -51,7 +51,6 @@ import json
 import os
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -60,14 +59,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from tests.support.catalog import make_titles
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests" / "support"))
-from catalog import make_titles  # noqa: E402
-
-from gateway_llm import child  # noqa: E402
-from gateway_overhead import free_port  # noqa: E402
+from bench.harness import (
+    check_loopback,
+    closed_loop,
+    free_port,
+    loopback_client,
+    median,
+    percentile,
+    serve,
+)
 
 MODEL = "smollm2-135m-instruct"
 MIN_ITEMS, MAX_ITEMS = 3, 5
@@ -169,15 +171,18 @@ async def attempt(client: httpx.AsyncClient, url: str, payload: dict[str, Any],
 
 async def run_mode(url: str, mode: str, requests: list[list[str]], opts: argparse.Namespace,
                    tag: str = "", lengths: list[int] | None = None) -> Tally:
+    """Every request (with its retries) once, `--concurrency` at a time: the harness's closed
+    loop, one request per call."""
     tally = Tally()
-    gate = asyncio.Semaphore(opts.concurrency)
     tries = {"podium": 1, "free": opts.free_attempts, "matched": 1}.get(mode, opts.attempts)
+    work = iter(zip(requests, lengths or [0] * len(requests), strict=True))
+    check_loopback(url)
 
-    async def one(client: httpx.AsyncClient, candidates: list[str], length: int) -> None:
+    async def one(client: httpx.AsyncClient) -> None:
+        candidates, length = next(work)
         for n in range(tries):
-            async with gate:
-                text = await attempt(client, url, body(mode, candidates, opts.max_tokens,
-                                                       tag, length), tally)
+            text = await attempt(client, url, body(mode, candidates, opts.max_tokens, tag,
+                                                   length), tally)
             tally.attempts += 1
             if is_valid(text, candidates):
                 tally.valid += 1
@@ -185,17 +190,15 @@ async def run_mode(url: str, mode: str, requests: list[list[str]], opts: argpars
                 return
 
     started = tally.started = time.monotonic()
-    async with httpx.AsyncClient(timeout=600,
-                                 limits=httpx.Limits(max_connections=None)) as client:
-        await asyncio.gather(*(one(client, c, n) for c, n in
-                               zip(requests, lengths or [0] * len(requests), strict=True)))
+    async with loopback_client(timeout=600) as client:
+        await closed_loop(lambda: one(client), opts.concurrency, requests=len(requests))
     tally.seconds = time.monotonic() - started
     return tally
 
 
 def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+    """The harness's percentile, `q` as a fraction."""
+    return percentile(values, q * 100)
 
 
 def summary(mode: str, t: Tally, n: int) -> dict[str, Any]:
@@ -340,7 +343,8 @@ def main() -> int:
     print(f"{opts.requests} requests per mode and round, concurrency {opts.concurrency}, "
           f"{opts.min_candidates}-{opts.max_candidates} candidates each, catalog "
           f"{opts.catalog}; log {log}", flush=True)
-    with child(command, f"{url}/health/ready", log, dict(os.environ)):
+    with serve(command, f"{url}/health/ready", log=log, timeout_s=900, poll_s=0.5,
+               stop_timeout_s=120):
         warm = [rng.sample(catalog, opts.min_candidates) for _ in range(4)]
         for mode in modes:  # warm-up: first-use costs (numba, xgrammar) out of the figures
             asyncio.run(run_mode(url, mode, warm, opts, lengths=[8] * len(warm)))
@@ -351,7 +355,7 @@ def main() -> int:
                                                         opts.max_candidates))
                         for _ in range(opts.requests)]
             lengths = answer_lengths(requests, random.Random(round_no))
-            for mode in modes if round_no % 2 == 0 else modes[::-1]:
+            for mode in modes if round_no % 2 == 0 else modes[::-1]:  # A/B/B/A over modes
                 tag = f"(set {mode}-{round_no}) "  # a cold prefix cache for every run
                 before = _scrape(url)
                 figures = summary(mode, asyncio.run(run_mode(url, mode, requests, opts, tag,
@@ -364,7 +368,7 @@ def main() -> int:
     shutil.rmtree(forms, ignore_errors=True)
 
     def med(mode: str, key: str) -> float:
-        return statistics.median(r[key] for r in results[mode])
+        return median(r[key] for r in results[mode])
 
     if "podium" in results and "vllm" in results:
         print(f"podium / vllm valid answers per second: "

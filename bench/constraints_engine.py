@@ -8,7 +8,7 @@ rounds that run every mode in turn, so a slow minute on a shared machine hits al
 throughput is generated tokens per second of wall time, every request decoding exactly
 ``--max-tokens``; ratios are reported per round and for the medians.
 
-    HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python bench/constraints_engine.py
+    HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 python -m bench.constraints_engine
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from catalog import make_titles
+from tests.support.catalog import make_titles
 
 from podium.package.defaults import default_model_dir
 

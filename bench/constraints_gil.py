@@ -1,7 +1,7 @@
 """Why the compile worker: a constraint compile in a server thread vs in the worker process,
 alone and beside one busy Python thread (what a serving event loop is to the GIL).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/constraints_gil.py [--samples 100]
+    HF_HUB_OFFLINE=1 python -m bench.constraints_gil [--samples 100]
 
 Per case, p50 / p90 / p99 of the time a compile waited (`ConstraintPrecompiler.compile` from an
 asyncio loop, the server's path), for `distinct_items` specs of 100 and 500 titles drawn from a
@@ -19,13 +19,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from catalog import make_titles
+from tests.support.catalog import make_titles
 
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from bench.harness import percentile
 
 
 def main() -> int:
@@ -76,7 +72,7 @@ def main() -> int:
                     waits = []
                     for _ in range(opts.samples):
                         waits.append((await c.compile(spec(n))).seconds * 1000)
-                    p50, p90, p99 = (_pct(waits, q) for q in (0.5, 0.9, 0.99))
+                    p50, p90, p99 = (percentile(waits, q) for q in (50, 90, 99))
                     print(f"{load:>11}, {n} candidates, {where:>7}: p50 {p50:6.2f}  "
                           f"p90 {p90:6.2f}  p99 {p99:6.2f} ms", flush=True)
         stop.set()

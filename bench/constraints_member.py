@@ -16,7 +16,7 @@ It also reports compile time per request (cold: titles never tokenized before; w
 catalog's titles in the tokenization memo, as on an instance that has served for a while) and
 the time the processor takes to adopt a precompiled spec.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/constraints_member.py [--repeats 3]
+    HF_HUB_OFFLINE=1 python -m bench.constraints_member [--repeats 3]
 """
 
 from __future__ import annotations
@@ -28,19 +28,15 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import torch
+from tests.support.catalog import make_titles
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from catalog import make_titles
-
+from bench.harness import percentiles
 from podium.package.defaults import default_model_dir
 
 BATCH, VOCAB, CATALOG = 256, 49_152, 50_000
@@ -62,8 +58,8 @@ def _walk(tok: Any, spec: dict[str, Any], rng: random.Random) -> list[int]:
 
 
 def _percentiles(xs: list[float]) -> str:
-    q = np.percentile(np.asarray(xs) * 1e3, [50, 90, 99])
-    return f"p50 {q[0]:.2f} ms, p90 {q[1]:.2f} ms, p99 {q[2]:.2f} ms (n={len(xs)})"
+    q = percentiles([x * 1e3 for x in xs])
+    return f"p50 {q['p50']:.2f} ms, p90 {q['p90']:.2f} ms, p99 {q['p99']:.2f} ms (n={len(xs)})"
 
 
 def _processor(model: str) -> Any:

@@ -10,7 +10,7 @@ For each catalog size, one run measures, on the default model's tokenizer:
 
 Cold figures are medians over ``--runs`` distinct catalogs of the same size.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/constraints_prepare.py [--sizes 10000,100000]
+    HF_HUB_OFFLINE=1 python -m bench.constraints_prepare [--sizes 10000,100000]
 """
 
 from __future__ import annotations
@@ -18,14 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from catalog import make_titles
+from tests.support.catalog import make_titles
 
 from podium.package.defaults import default_model_dir
 

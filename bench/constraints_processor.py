@@ -18,7 +18,7 @@ batch size and vocabulary width, one run measures:
 Every row is mid-generation: its history is a prefix of a valid output and grows by one valid
 token per step, exactly as in decoding. Times are medians over the timed steps.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/constraints_processor.py [--model DIR]
+    HF_HUB_OFFLINE=1 python -m bench.constraints_processor [--model DIR]
 """
 
 from __future__ import annotations
@@ -28,17 +28,13 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from catalog import make_titles
+from tests.support.catalog import make_titles
 
 from podium.package.defaults import default_model_dir
 

@@ -1,6 +1,6 @@
 """What watching for a client's disconnect costs a fast request, in process, A/B alternated.
 
-    python bench/disconnect_cost.py --requests 20000 --concurrency 32 --rounds 3
+    python -m bench.disconnect_cost --requests 20000 --concurrency 32 --rounds 3
 
 Each "request" is a short piece of work (two event-loop hops, like a batched classic model)
 behind a uvicorn-like `receive()` (an `asyncio.Event` set on disconnect), driven by

@@ -3,11 +3,12 @@
     python -m bench.kserve_tree_ab OLD_TREE NEW_TREE [--rounds 3] [--seconds 8] [--concurrency 32]
 
 Each tree is a checkout (e.g. `git worktree add /tmp/old 6f6b19e`); its own `src` and
-`bench/kserve_server.py` serve xgb-example, driven by `kserve_load.run_load` (tritonclient aio
-HTTP, JSON tensors, batch-1 requests, closed loop). The order alternates (old, new, new, old,
+`bench/kserve_server.py` (run by path: an older tree has no `bench` package) serve
+xgb-example, driven by `kserve_load.run_load` (tritonclient aio HTTP, JSON tensors, batch-1
+requests, the harness's closed loop). The order alternates (old, new, new, old,
 …) so drift in the machine's load falls on both; the server's CPU time per request (user +
 system, psutil, warm-up included) is less sensitive to that load than throughput is. Prints one
-line per run and the new/old ratios per pair.
+line per run, the new/old ratios per pair, and each ratio's median [min .. max].
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.harness import free_port, serve
+from bench.harness import free_port, print_ratios, serve
 from bench.kserve_load import run_load
 from podium.examples.builders import synthetic_features, write_xgb_example
 
@@ -75,6 +76,10 @@ def main() -> None:
     for index, (old, new) in enumerate(zip(runs["old"], runs["new"], strict=True)):
         print(f"round {index}: throughput x{new[0] / old[0]:.2f}  "
               f"CPU/request x{new[1] / old[1]:.2f}")
+    print()
+    print_ratios([("throughput req/s", [r[0] for r in runs["new"]], [r[0] for r in runs["old"]]),
+                  ("server CPU us/request", [r[1] for r in runs["new"]],
+                   [r[1] for r in runs["old"]])], podium="new", peer="old")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Cost of scraping /metrics on an instance under LLM load: output tokens/s with and without.
 
-    python bench/metrics_scrape_cost.py --serve PACKAGE_DIR        # starts `podium serve`
-    python bench/metrics_scrape_cost.py --url http://127.0.0.1:8000 --model NAME
-    python bench/metrics_scrape_cost.py --render-dir $PODIUM_HOME/run/prometheus/instance-PID
+    python -m bench.metrics_scrape_cost --serve PACKAGE_DIR        # starts `podium serve`
+    python -m bench.metrics_scrape_cost --url http://127.0.0.1:8000 --model NAME
+    python -m bench.metrics_scrape_cost --render-dir $PODIUM_HOME/run/prometheus/instance-PID
 
 A constant completion load (ignore_eos, fixed max_tokens) runs throughout; phases alternate
 scraping off / on (GET /metrics every --scrape-interval, asking for OpenMetrics as Prometheus
@@ -23,10 +23,12 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 
 import httpx
+
+from bench.harness import check_loopback, closed_loop, free_port, percentile, serve
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0,text/plain;version=0.0.4;q=0.5"
 PROMPT = " ".join(["The quick brown fox jumps over the lazy dog."] * 12)  # ~128 tokens
@@ -42,29 +44,28 @@ class Counters:
         self.last_body = ""
 
 
-async def worker(
-    client: httpx.AsyncClient, model: str, max_tokens: int, c: Counters, stop: asyncio.Event
-) -> None:
-    # Streamed, so each token is counted when it arrives: counting whole completions would
-    # quantize throughput to waves of `concurrency` requests finishing together.
-    body = {
-        "model": model,
-        "prompt": PROMPT,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    while not stop.is_set():
-        try:
-            async with client.stream("POST", "/v1/completions", json=body) as r:
-                r.raise_for_status()
-                async for line in r.aiter_lines():
-                    if line.startswith("data: {"):
-                        c.tokens.append(time.monotonic())
-        except httpx.HTTPError:
-            c.errors += 1
-            await asyncio.sleep(0.1)
+async def stream_once(client: httpx.AsyncClient, body: dict, c: Counters) -> None:
+    """One streamed completion, each token counted when it arrives (counting whole
+    completions would quantize throughput to waves of `concurrency` finishing together)."""
+    try:
+        async with client.stream("POST", "/v1/completions", json=body) as r:
+            r.raise_for_status()
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    c.tokens.append(time.monotonic())
+    except httpx.HTTPError:
+        c.errors += 1
+        await asyncio.sleep(0.1)
+
+
+def load(client: httpx.AsyncClient, args: argparse.Namespace, c: Counters,
+         stop: asyncio.Event) -> Coroutine[None, None, object]:
+    """The constant load: the harness's closed loop of `--concurrency` streams until `stop`."""
+    body = {"model": args.model, "prompt": PROMPT, "max_tokens": args.max_tokens,
+            "temperature": 0, "ignore_eos": True, "stream": True}
+    bound_s = args.warmup_seconds + 2 * args.rounds * args.phase_seconds + 600
+    return closed_loop(lambda: stream_once(client, body, c), args.concurrency,
+                       seconds=bound_s, stop=stop.is_set)
 
 
 async def scraper(
@@ -93,10 +94,7 @@ async def measure(args: argparse.Namespace, url: str) -> dict:
     limits = httpx.Limits(max_connections=args.concurrency + 2)
     c, stop, enabled = Counters(), asyncio.Event(), asyncio.Event()
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=600, limits=limits) as cl:
-        tasks = [
-            asyncio.create_task(worker(cl, args.model, args.max_tokens, c, stop))
-            for _ in range(args.concurrency)
-        ]
+        tasks: list[asyncio.Task] = [asyncio.create_task(load(cl, args, c, stop))]
         tasks.append(asyncio.create_task(scraper(cl, args.scrape_interval, c, enabled, stop)))
         await asyncio.sleep(args.warmup_seconds)
         phases: list[dict] = []
@@ -126,7 +124,7 @@ async def measure(args: argparse.Namespace, url: str) -> dict:
         "ratio_on_off": round(on / off, 4),
         "cost_percent": round((1 - on / off) * 100, 2),
         "num_scrapes": len(latencies),
-        "scrape_p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
+        "scrape_p50_ms": round(1000 * percentile(latencies, 50), 1),
         "scrape_max_ms": round(1000 * latencies[-1], 1),
         "scrape_bytes": c.scrapes[-1][2],
         "vllm_families_exposed": len(
@@ -176,11 +174,8 @@ def render_cost(directory: Path, intervals: list[float]) -> dict:
 def instance(args: argparse.Namespace) -> Iterator[str]:
     """The URL of the instance to measure: given, or a `podium serve` started for the run."""
     if args.url:
-        yield args.url.rstrip("/")
+        yield check_loopback(args.url.rstrip("/"))
         return
-    sys.path.insert(0, str(Path(__file__).parent))
-    from kserve_procs import free_port, serve
-
     port = free_port()
     command = [
         sys.executable,
@@ -196,7 +191,7 @@ def instance(args: argparse.Namespace) -> Iterator[str]:
         "--host",
         "127.0.0.1",
     ]
-    with serve(command, port, timeout_s=600):
+    with serve(command, f"http://127.0.0.1:{port}/health/ready", timeout_s=600):
         yield f"http://127.0.0.1:{port}"
 
 

@@ -1,6 +1,6 @@
 """Prefix-aware routing vs least-in-flight over two LLM instances, in one run.
 
-    .venv/bin/python bench/prefix_routing.py [--prefixes 8] [--prefix-words 1000]
+    python -m bench.prefix_routing [--prefixes 8] [--prefix-words 1000]
         [--requests 48] [--concurrency 8] [--max-tokens 16] [--kv-blocks 48] [--rounds 2]
 
 Starts two `podium serve` instances of the default LLM (smollm2-135m-instruct, from the model
@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -34,10 +33,17 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-from gateway_llm import child  # noqa: E402
-from gateway_overhead import free_port  # noqa: E402
+from bench.harness import (
+    abba,
+    closed_loop,
+    free_port,
+    loopback_client,
+    median,
+    module_command,
+    percentile,
+    print_ratios,
+    serve,
+)
 
 MODEL = "smollm2-135m-instruct"
 WORDS = ["harbor", "lantern", "tide", "compass", "anchor", "rope", "sail", "storm", "island",
@@ -122,19 +128,21 @@ async def one_request(client: httpx.AsyncClient, system: str, question: str,
 
 async def drive(base_url: str, work: list[tuple[str, str]], concurrency: int,
                 max_tokens: int) -> dict[str, Any]:
-    """Send every (system, question) with `concurrency` in flight; the run's figures."""
-    limit = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
-        async def bounded(system: str, question: str) -> tuple[float, int]:
-            async with limit:
-                return await one_request(client, system, question, max_tokens)
+    """Send every (system, question) with `concurrency` in flight (the harness's closed loop,
+    one request per item); the run's figures."""
+    items = iter(work)
+    async with loopback_client(base_url, timeout=600) as client:
+        async def next_request() -> tuple[float, int]:
+            system, question = next(items)
+            return await one_request(client, system, question, max_tokens)
 
         started = time.perf_counter()
-        results = await asyncio.gather(*(bounded(s, q) for s, q in work))
+        samples = await closed_loop(next_request, concurrency, requests=len(work))
         duration = time.perf_counter() - started
-    ttfts = sorted(t for t, _ in results)
-    return {"median_ttft_ms": statistics.median(ttfts) * 1000,
-            "p90_ttft_ms": ttfts[int(0.9 * (len(ttfts) - 1))] * 1000,
+    results = [sample.value for sample in samples]
+    ttfts = [t for t, _ in results]
+    return {"median_ttft_ms": median(ttfts) * 1000,
+            "p90_ttft_ms": percentile(ttfts, 90) * 1000,
             "requests_per_s": len(results) / duration,
             "output_tok_per_s": sum(n for _, n in results) / duration,
             "duration_s": duration}
@@ -190,43 +198,43 @@ def main() -> int:
         # both instances boot at once: each `child` waits only once the other has started
         booting = [stack.enter_context(contextlib.ExitStack()) for _ in instances]
         with concurrent.futures.ThreadPoolExecutor(len(instances)) as pool:
-            for future in [pool.submit(booting[n].enter_context, child(
+            for future in [pool.submit(booting[n].enter_context, serve(
                     [sys.executable, "-m", "podium.cli", "serve", str(package.root), "--host",
                      "127.0.0.1", "--http-port", url.rsplit(":", 1)[1], "--grpc-port", "-1",
-                     "--metrics-open"], url + "/health/ready", logs / f"instance-{n}.log",
-                    {**env, "VLLM_CPU_OMP_THREADS_BIND": cores[n % len(cores)]},
-                    timeout_s=BOOT_TIMEOUT_S)) for n, url in enumerate(instances)]:
+                     "--metrics-open"], url + "/health/ready", log=logs / f"instance-{n}.log",
+                    env={**env, "VLLM_CPU_OMP_THREADS_BIND": cores[n % len(cores)]},
+                    timeout_s=BOOT_TIMEOUT_S, poll_s=0.5, stop_timeout_s=120))
+                    for n, url in enumerate(instances)]:
                 future.result()
         for policy, url in gateways.items():
-            stack.enter_context(child(
-                [sys.executable, __file__, "--gateway-child", url.rsplit(":", 1)[1], policy,
-                 *instances], url + "/health/ready", logs / f"gateway-{policy}.log", env))
+            stack.enter_context(serve(
+                module_command("bench.prefix_routing", "--gateway-child", url.rsplit(":", 1)[1],
+                               policy, *instances), url + "/health/ready",
+                log=logs / f"gateway-{policy}.log", env=env, timeout_s=600, poll_s=0.5))
         print(f"{MODEL} x2, {opts.kv_blocks} KV blocks each; {opts.requests} chats over "
               f"{opts.prefixes} system prompts of {opts.prefix_words} words, concurrency "
               f"{opts.concurrency}, {opts.max_tokens} tokens out; logs in {logs}", flush=True)
         for policy in POLICIES:  # warm both paths (connections, first-request costs)
             asyncio.run(drive(gateways[policy], [("warm up", "hi")] * 2, 2, 2))
-        run_no = 0
-        for round_no in range(opts.rounds):
-            for policy in POLICIES if round_no % 2 == 0 else POLICIES[::-1]:
-                run_no += 1
-                prompts = system_prompts(run_no, opts.prefixes, opts.prefix_words)
-                work = [(prompts[c], f"Question {i}: name one word you know.")
-                        for i, c in enumerate(choices)]
-                before = [cache_counters(url) for url in instances]
-                figures = asyncio.run(drive(gateways[policy], work, opts.concurrency,
-                                            opts.max_tokens))
-                after = [cache_counters(url) for url in instances]
-                for n, (b, a) in enumerate(zip(before, after, strict=True)):
-                    queries = a["queries"] - b["queries"]
-                    figures[f"hit_rate_{n}"] = (a["hits"] - b["hits"]) / queries if queries else 0
-                    figures[f"requests_{n}"] = a["requests"] - b["requests"]
-                runs[policy].append(figures)
-                print(json.dumps({"policy": policy, "round": round_no,
-                                  **{k: round(v, 3) for k, v in figures.items()}}), flush=True)
+        # prefix, least, least, prefix, ...: A/B/B/A
+        for run_no, (round_no, policy) in enumerate(abba(opts.rounds, *POLICIES), start=1):
+            prompts = system_prompts(run_no, opts.prefixes, opts.prefix_words)
+            work = [(prompts[c], f"Question {i}: name one word you know.")
+                    for i, c in enumerate(choices)]
+            before = [cache_counters(url) for url in instances]
+            figures = asyncio.run(drive(gateways[policy], work, opts.concurrency,
+                                        opts.max_tokens))
+            after = [cache_counters(url) for url in instances]
+            for n, (b, a) in enumerate(zip(before, after, strict=True)):
+                queries = a["queries"] - b["queries"]
+                figures[f"hit_rate_{n}"] = (a["hits"] - b["hits"]) / queries if queries else 0
+                figures[f"requests_{n}"] = a["requests"] - b["requests"]
+            runs[policy].append(figures)
+            print(json.dumps({"policy": policy, "round": round_no,
+                              **{k: round(v, 3) for k, v in figures.items()}}), flush=True)
 
     def med(policy: str, key: str) -> float:
-        return statistics.median(r[key] for r in runs[policy])
+        return median(r[key] for r in runs[policy])
 
     print(f"\n{'policy':<8}{'median TTFT ms':>16}{'req/s':>8}{'out tok/s':>11}"
           f"{'hit rate 0':>12}{'hit rate 1':>12}")
@@ -238,6 +246,11 @@ def main() -> int:
     rate = med("prefix", "requests_per_s") / med("least", "requests_per_s")
     print(f"prefix / least-in-flight: median TTFT {ttft:.2f}x (target <= 0.5x), "
           f"throughput {rate:.2f}x (target >= 1.3x)")
+    print()
+    print_ratios([(label, [r[key] for r in runs["prefix"]], [r[key] for r in runs["least"]])
+                  for label, key in (("median TTFT ms", "median_ttft_ms"),
+                                     ("requests/s", "requests_per_s"))],
+                 podium="prefix", peer="least")
     return 0
 
 

@@ -11,8 +11,8 @@ the fleet's steady size (old and new both held); Versioned's old instances stay 
 stops them `--version-ttl` seconds after `latest` moved (clients that pin the old version
 would keep them longer).
 
-    python bench/rollout_plan_sim.py                      # the table in docs/benchmarks.md
-    python bench/rollout_plan_sim.py --boot 600 --bake 1800 --json
+    python -m bench.rollout_plan_sim                      # the table in docs/benchmarks.md
+    python -m bench.rollout_plan_sim --boot 600 --bake 1800 --json
 """
 
 from __future__ import annotations
