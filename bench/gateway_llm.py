@@ -57,18 +57,10 @@ def run_gateway(http_port: int, upstream: str) -> None:
 
 def load(base_url: str, model_dir: Path, num_prompts: int, concurrency: int) -> dict[str, Any]:
     """vLLM's serving benchmark against `base_url`; the figures this script reports."""
-    from vllm.benchmarks.serve import add_cli_args, main
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from bench.harness.vllm_serving import serving_benchmark
 
-    parser = FlexibleArgumentParser()
-    add_cli_args(parser)
-    args = parser.parse_args([
-        "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
-        "--model", MODEL, "--tokenizer", str(model_dir), "--dataset-name", "random",
-        "--input-len", "128", "--output-len", "64", "--num-prompts", str(num_prompts),
-        "--max-concurrency", str(concurrency), "--ignore-eos", "--disable-tqdm", "--seed", "0",
-        "--num-warmups", str(NUM_WARMUPS), "--ready-check-timeout-sec", "0"])
-    result = main(args)
+    result = serving_benchmark(base_url, MODEL, model_dir, num_prompts, concurrency,
+                               warmups=NUM_WARMUPS, ready_check=False)
     return {"output_throughput": result["output_throughput"],
             "median_ttft_ms": result["median_ttft_ms"],
             "median_tpot_ms": result["median_tpot_ms"], "duration_s": result["duration"],

@@ -30,13 +30,13 @@ import contextlib
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.harness import ROOT, Served, abba, free_port, print_ratios, serve
+from bench.harness import ROOT, Served, abba, free_port, median, print_ratios, serve
+from bench.harness.vllm_serving import serving_benchmark
 from podium.package.precision import PRECISIONS
 
 MODEL = "smollm2-135m-instruct"
@@ -86,57 +86,11 @@ def load(port: int, model_dir: Path, num_prompts: int, concurrency: int,
          dataset: Path | None = None) -> dict:
     """vLLM's serving benchmark against one server: random 128 in / 64 out, or the prompts of
     a custom `dataset` (64 out each)."""
-    from vllm.benchmarks.serve import add_cli_args, main
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    if dataset is not None:
-        _read_jsonl_without_pandas()
-    parser = FlexibleArgumentParser()
-    add_cli_args(parser)
-    data = (["--dataset-name", "random", "--input-len", "128", "--output-len", "64"]
-            if dataset is None else
-            ["--dataset-name", "custom", "--dataset-path", str(dataset), "--custom-output-len",
-             "64", "--skip-chat-template"])
-    args = parser.parse_args([
-        "--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}",
-        "--endpoint", "/v1/completions", "--model", MODEL, "--tokenizer", str(model_dir),
-        *data, "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
-        "--ignore-eos", "--disable-tqdm", "--seed", "0", "--num-warmups", "4"])
-    result = main(args)
+    result = serving_benchmark(f"http://127.0.0.1:{port}", MODEL, model_dir, num_prompts,
+                               concurrency, dataset=dataset)
     return {"output_throughput": result["output_throughput"],
             "median_ttft_ms": result["median_ttft_ms"], "p99_ttft_ms": result["p99_ttft_ms"],
             "median_itl_ms": result.get("median_itl_ms"), "completed": result["completed"]}
-
-
-class _JsonLines:
-    """The little of pandas that vLLM's custom dataset reads a JSONL file with (`read_json`,
-    `.columns`, `.iterrows()`, `row.to_dict()`): pandas is not a dependency of Podium."""
-
-    class Row(dict):
-        def to_dict(self) -> dict:
-            return dict(self)
-
-    def __init__(self, rows: list[dict]) -> None:
-        self.rows = [self.Row(r) for r in rows]
-        self.columns = {k for r in rows for k in r}
-
-    def iterrows(self):  # type: ignore[no-untyped-def]
-        return enumerate(self.rows)
-
-    @classmethod
-    def read_json(cls, path_or_buf: str, lines: bool = True) -> _JsonLines:
-        assert lines
-        text = Path(path_or_buf).read_text()
-        return cls([json.loads(line) for line in text.splitlines() if line.strip()])
-
-
-def _read_jsonl_without_pandas() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("pandas") is None:
-        from vllm.benchmarks.datasets import datasets
-
-        datasets.pd = _JsonLines  # type: ignore[attr-defined]
 
 
 def mixed_dataset(path: Path, model_dir: Path, num_prompts: int, long_share: float,
@@ -228,7 +182,7 @@ def main() -> None:
     print(f"ratios podium / reference per round, rounds alternated A/B/B/A ({opts.rounds})\n")
     print_ratios([(label, values("podium", key), values("reference", key))
                   for label, key in rows], peer="reference")
-    ref_boot = statistics.median(values("reference", "boot_s"))
+    ref_boot = median(values("reference", "boot_s"))
     if fresh_boot is not None:
         print(f"{'boot to ready s, fresh package':38} {fresh_boot:10.2f} {ref_boot:10.2f}  "
               f"x{fresh_boot / ref_boot:.3f}")
