@@ -113,6 +113,20 @@ def stop(process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
             child.kill()
 
 
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM (`timeout`, a supervisor) raise SystemExit in the bench, as Ctrl-C raises
+    KeyboardInterrupt, so `serve`'s cleanup runs and no server outlives the bench. Only where
+    SIGTERM still has its default action and only in the main thread."""
+    import threading
+
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+        def terminate(signum: int, _frame: object) -> None:
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, terminate)
+
+
 def _tail(log: Path) -> str:
     with contextlib.suppress(OSError):
         return log.read_text(errors="replace")[-3000:]
@@ -127,8 +141,9 @@ def serve(command: list[str], ready_url: str, *, timeout_s: float = 120,
     (RuntimeError with the log's tail if the process exits first or the bound passes, and the
     process tree is killed). Afterwards it is stopped with `stop`. Output goes to `log` (a
     temporary file by default). The child has its own session, so a Ctrl-C reaches only the
-    bench, which then stops its servers."""
+    bench, which then stops its servers; a SIGTERM to the bench does the same."""
     check_loopback(ready_url)
+    _exit_on_sigterm()
     if log is None:
         fd, name = tempfile.mkstemp(prefix=f"bench-{Path(command[0]).name}-", suffix=".log")
         os.close(fd)
