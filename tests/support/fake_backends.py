@@ -80,7 +80,8 @@ class FakeLlmBackend(Backend):
     def openai(self) -> Any:
         from podium.backends.vllm.openai import VllmOpenAI
 
-        return VllmOpenAI(self, self.state)
+        # no serving objects (a standalone package): no OpenAI API, as VllmBackend
+        return None if self.state is None else VllmOpenAI(self, self.state)
 
     @property
     def caps(self) -> InstanceLimits:

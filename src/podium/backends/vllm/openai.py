@@ -1,7 +1,8 @@
 """The vLLM backend's OpenAI API: vLLM's own serving objects (`OpenAIServingChat`,
 `OpenAIServingCompletion`, the embeddings one) behind Podium's checks.
 
-`admit`: the body checked (`openai_request`), the constraint compiled. `run`: vLLM's serving
+`admit`: the body validated as the strict subclass of vLLM's request model
+(`openai_request`), the constraint compiled. `run`: vLLM's serving
 call → a stream's first event read before anything is sent (an error there keeps its status)
 → vLLM's error answers in Podium's terms (admission control's 503 is a 429, a dead engine's
 500 is a 503) → usage as vLLM counted it (`RequestResponseMetadata.final_usage_info`, which it
@@ -67,9 +68,11 @@ class VllmOpenAI(OpenAIService):
     async def admit(self, route: OpenAIRoute, body: dict[str, Any]) -> OpenAICall:
         model = self.model
         model.check_seed(body.get("seed"))
-        openai_request.check_body(route, body, model.caps, model.max_model_len)
-        compile_seconds = await constraint.precompile(body.get("vllm_xargs"), model.engine)
-        return OpenAICall(route, openai_request.validate(route, body), compile_seconds)
+        request = openai_request.validate(route, body, model.caps, model.max_model_len)
+        # the admitted constraint compiled before the engine sees it
+        xargs = getattr(request, "vllm_xargs", None) if "constraint" in body else None
+        compile_seconds = await constraint.precompile(xargs, model.engine)
+        return OpenAICall(route, request, compile_seconds)
 
     async def run(self, call: OpenAICall, raw_request: Any) -> OpenAIAnswer:
         result = await _first_chunk(await self._call(call, raw_request))
