@@ -20,14 +20,15 @@ from typing import Any
 class OpenAIRoute:
     """One OpenAI endpoint and what a model must do to serve it."""
 
+    name: str
     path: str
     task: str
     """`generate` or `embed`: the models that serve it."""
 
 
-CHAT = OpenAIRoute("/v1/chat/completions", "generate")
-COMPLETIONS = OpenAIRoute("/v1/completions", "generate")
-EMBEDDINGS = OpenAIRoute("/v1/embeddings", "embed")
+CHAT = OpenAIRoute("chat_completions", "/v1/chat/completions", "generate")
+COMPLETIONS = OpenAIRoute("completions", "/v1/completions", "generate")
+EMBEDDINGS = OpenAIRoute("embeddings", "/v1/embeddings", "embed")
 ROUTES = (CHAT, COMPLETIONS, EMBEDDINGS)
 
 

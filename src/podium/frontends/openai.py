@@ -36,8 +36,6 @@ COMPILE_HEADER = "x-podium-constraint-compile-seconds"
 """Response header: seconds this request's constraint took to compile at admission."""
 COMPILE_FIELD = "constraint_compile_seconds"
 """The same figure as a field of a (non-streamed) answer."""
-_NAMES = {"/v1/chat/completions": "openai_serving_chat",
-          "/v1/completions": "openai_serving_completion", "/v1/embeddings": "serving_embedding"}
 
 
 def create_router(repository: ModelRepository, *, limits: BodyLimits) -> APIRouter:
@@ -60,7 +58,7 @@ def create_router(repository: ModelRepository, *, limits: BodyLimits) -> APIRout
 
     for route in ROUTES:
         router.add_api_route(route.path, _handler(repository, route, limits),
-                             methods=["POST"], name=_NAMES.get(route.path, route.path))
+                             methods=["POST"], name=f"openai_{route.name}")
     return router
 
 
@@ -88,7 +86,7 @@ def _handler(repository: ModelRepository, route: OpenAIRoute, limits: BodyLimits
             raise
         return await _render(answer, stack)
 
-    handle.__name__ = f"openai_{_NAMES.get(route.path, route.path)}"
+    handle.__name__ = f"openai_{route.name}"
     return handle
 
 

@@ -84,21 +84,14 @@ class VllmBackend(Backend):
         await catalog
 
     async def _prepare_constraints(self) -> None:
-        """The package's constraint catalog, if it names one, read, checked and tokenized
-        where this instance compiles constraints (``ConstraintPrecompiler.prepare``)."""
+        """The package's constraint catalog, if it names one, prepared where this instance
+        compiles constraints (`constraint.prepare_catalog`)."""
         name = self.manifest.constraint_catalog
         if name is None or self.task != "generate":
             return
-        from podium.constraints.precompile import precompiler_for
-        from podium.package.catalog import FIELD, read_catalog
-        from podium.package.paths import named_path
+        from podium.backends.vllm import constraint
 
-        root = self.package.root
-        path = named_path(root, name, FIELD)
-        strings = await asyncio.to_thread(read_catalog, path, root)
-        config = self.engine.model_config
-        compiler = precompiler_for(str(config.tokenizer), int(config.get_vocab_size()))
-        await compiler.prepare(path, strings)
+        await constraint.prepare_catalog(self.package.root, name, self.engine)
 
     async def _openai_state(self) -> Any:
         """vLLM's OpenAI serving objects (chat, completions, embeddings) for this model."""
