@@ -1,8 +1,8 @@
 """Triton's vLLM-backend contract over an AsyncLLM-like engine: which tensors a vLLM model
 declares, and which mode a request runs (generation, scoring or embeddings).
 
-Each mode is its own module: `vllm_generate`, `vllm_scoring`, `vllm_embeddings`; sampling
-fields are coerced in `vllm_sampling`. Nothing here imports vLLM until a `SamplingParams` or
+Each mode is its own module: `generate`, `scoring`, `embeddings`; sampling
+fields are coerced in `sampling`. Nothing here imports vLLM until a `SamplingParams` or
 `PoolingParams` is built, and tests pass stand-ins.
 """
 
