@@ -62,6 +62,9 @@ class OpenAIAnswer:
     usage: Usage | None = None
     """Token counts; for a stream, set once the stream has ended."""
     compile_seconds: float | None = None
+    rendered: Any = None
+    """An HTTP response the engine's serving layer rendered itself (vLLM's embeddings answer
+    a starlette `Response`), passed through as it is."""
 
 
 class OpenAIService(abc.ABC):

@@ -119,6 +119,9 @@ async def _render(answer: OpenAIAnswer | Response, stack: AsyncExitStack) -> Res
     if isinstance(answer, Response):  # the client left: nobody reads this
         await stack.aclose()
         return answer
+    if answer.rendered is not None:  # rendered by the engine's serving layer itself
+        await stack.aclose()
+        return answer.rendered
     if answer.stream is not None:
         # the lease lasts as long as the stream; a client that disconnects cancels the
         # generator, and vLLM aborts the request when its generator is closed

@@ -82,6 +82,9 @@ class VllmOpenAI(OpenAIService):
             return answer
         if _is_error(result):
             return self._error(result, call)
+        if not hasattr(result, "model_dump"):  # a starlette Response (embeddings)
+            return OpenAIAnswer(status=getattr(result, "status_code", 200), rendered=result,
+                                compile_seconds=call.compile_seconds)
         usage = getattr(result, "usage", None)
         return OpenAIAnswer(body=result.model_dump(exclude_none=False),
                             usage=_usage(usage), compile_seconds=call.compile_seconds)
