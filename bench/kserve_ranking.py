@@ -68,8 +68,8 @@ async def podium_scores(model: str, context: str, candidates: list[str]
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    from podium.backends import vllm_scoring
     from podium.backends.base import InferenceRequest, Tensor
+    from podium.backends.vllm import scoring as vllm_scoring
 
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(
         model=model, enforce_eager=True, enable_prefix_caching=True, max_model_len=2048))

@@ -147,9 +147,9 @@ def _inspect(args: argparse.Namespace) -> int:
     files = [str(f) for f in regular_files(package.root)]
     cached = None
     if package.manifest.backend == "vllm":
-        from podium.package import compiled
+        from podium.backends.vllm import engine_build
 
-        cached = compiled.cached(package)
+        cached = engine_build.cached(package)
     if args.json:
         print(json.dumps({"manifest": data, "root": str(package.root), "files": files,
                           "cached": cached}, indent=2))
@@ -193,9 +193,9 @@ def _materialize(args: argparse.Namespace) -> int:
     package = open_package(args.package) if args.package else write_default_package()
     entry = ModelCache().materialize(package)
     print(f"{package.key}: {'reused' if entry.reused else 'materialized'} {entry.path}")
-    from podium.package import compiled
+    from podium.backends.vllm import engine_build
 
-    print(f"{package.key}: {compiled.build(package, entry.path)}")
+    print(f"{package.key}: {engine_build.build(package, entry.path)}")
     return 0
 
 

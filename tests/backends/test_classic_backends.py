@@ -153,7 +153,7 @@ def test_python_model_failures_fail_the_request_only(tmp_path: Path) -> None:
 
 def test_importing_backends_and_frontends_loads_no_heavy_library() -> None:
     code = ("import sys, podium.backends.xgboost, podium.backends.torch, podium.backends.onnx, "
-            "podium.backends.python, podium.backends.vllm_contract, podium.frontends.kserve_http, "
+            "podium.backends.python, podium.backends.vllm.contract, podium.frontends.kserve_http, "
             "podium.frontends.kserve_grpc, podium.repository; "
             "print(sorted(m for m in ('torch', 'xgboost', 'onnxruntime', 'onnx', 'vllm') "
             "if m in sys.modules))")

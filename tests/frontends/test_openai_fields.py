@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from podium.frontends.openai_fields import HONOURED, REFUSED, WITHOUT_EFFECT
+from podium.backends.vllm.openai_fields import HONOURED, REFUSED, WITHOUT_EFFECT
 from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from podium.frontends.openai_fields import HONOURED
+from podium.backends.vllm.openai_fields import HONOURED
 from tests.support.openai_instance import CHAT, COMPLETIONS, EMBEDDINGS, GOOD, openai_app
 
 MAX_EXAMPLES = 120  # per route; the file takes about 35 s on a busy 2-core machine

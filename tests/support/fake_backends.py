@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
+from podium.backends.limits import InstanceLimits
 from podium.errors import BackendDead
 from podium.package.manifest import TensorSpec, parse_manifest
 from podium.package.package import Package
@@ -50,6 +51,9 @@ class FakeChat:
 
 
 class FakeLlmBackend(Backend):
+    """An LLM whose OpenAI service is the real one (`VllmOpenAI`) over fake serving objects
+    (`state`: vLLM's app state, as the tests set it)."""
+
     engine: Any = None  # no vLLM engine: constraints are not compiled at admission here
 
     def __init__(self, name: str = "fake-llm", version: str = "1") -> None:
@@ -74,7 +78,15 @@ class FakeLlmBackend(Backend):
 
     @property
     def openai(self) -> Any:
-        return self.state
+        from podium.backends.vllm.openai import VllmOpenAI
+
+        # no serving objects (a standalone package): no OpenAI API, as VllmBackend
+        return None if self.state is None else VllmOpenAI(self, self.state)
+
+    @property
+    def caps(self) -> InstanceLimits:
+        """The instance's caps with the package's max_n, as VllmBackend computes them."""
+        return self.limits.for_package(getattr(self.manifest, "max_n", None))
 
 
 class FakeEngineBackend(FakeLlmBackend):
@@ -102,6 +114,7 @@ class FakeEngineBackend(FakeLlmBackend):
 
 
 def add_ready(repository, backend: Backend, loaded_at: float | None = None) -> ModelEntry:
+    backend.limits = repository.limits  # as the repository sets them before a load
     entry = ModelEntry(backend, state="READY",
                        loaded_at=time.time() if loaded_at is None else loaded_at)
     repository._entries.setdefault(backend.name, {})[backend.version] = entry

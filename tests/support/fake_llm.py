@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from podium.backends import vllm_contract, vllm_sampling
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
-from podium.backends.vllm_checks import GenerationCaps, generation_caps
+from podium.backends.limits import InstanceLimits
+from podium.backends.vllm import contract as vllm_contract
+from podium.backends.vllm import sampling as vllm_sampling
 from podium.package.manifest import TensorSpec
 
 BOS = 1
@@ -161,17 +162,17 @@ class FakeLlmBackend(Backend):
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         return await vllm_contract.infer(self.engine, request, task=self.manifest.task,
                                          sampling_params=FakeSamplingParams,
-                                         pooling_params=dict, caps=self.generation_caps)
+                                         pooling_params=dict, caps=self.caps)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         async for response in vllm_contract.infer_stream(self.engine, request,
                                                          task=self.manifest.task,
                                                          sampling_params=FakeSamplingParams,
                                                          pooling_params=dict,
-                                                         caps=self.generation_caps):
+                                                         caps=self.caps):
             yield response
 
     @property
-    def generation_caps(self) -> GenerationCaps:
+    def caps(self) -> InstanceLimits:
         """The instance's caps with the package's max_n, as the real backend computes them."""
-        return generation_caps(self.limits, getattr(self.manifest, "max_n", None))
+        return self.limits.for_package(getattr(self.manifest, "max_n", None))

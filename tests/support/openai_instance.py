@@ -49,6 +49,7 @@ def backend_for(**manifest: Any) -> ContextBackend:
     backend = ContextBackend()
     fields = {**backend.package.manifest.model_dump(exclude_none=True), **manifest}
     backend.package = Package(root=None, manifest=parse_manifest(fields))  # type: ignore[arg-type]
+    backend.manifest = backend.package.manifest
     return backend
 
 

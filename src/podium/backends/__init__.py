@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from podium.package.package import Package
 
 _BACKENDS = {
-    "vllm": "podium.backends.vllm:VllmBackend",
+    "vllm": "podium.backends.vllm.backend:VllmBackend",
     "python": "podium.backends.python:PythonBackend",
     "xgboost": "podium.backends.xgboost:XGBoostBackend",
     "torch": "podium.backends.torch:TorchBackend",

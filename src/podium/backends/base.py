@@ -2,7 +2,8 @@
 
 Frontends know protocols, backends know models. A frontend turns its wire format into an
 `InferenceRequest` of named numpy tensors and hands it to `Backend.infer` (or `infer_stream`
-for decoupled models); LLM backends additionally expose `openai`, vLLM's own serving objects.
+for decoupled models); LLM backends additionally expose `openai`, an `OpenAIService` (the
+OpenAI routes call it the same way: frontend → repository lease → backend).
 
 Every optional capability has a default here, and a backend overrides what it supports:
 nothing above this layer probes a backend with getattr/hasattr. Errors: `BackendError` fails
@@ -23,6 +24,7 @@ from podium.backends.limits import InstanceLimits
 from podium.package.manifest import Manifest, TensorSpec
 
 if TYPE_CHECKING:
+    from podium.backends.openai_service import OpenAIService
     from podium.package.package import Package
 
 
@@ -124,8 +126,8 @@ class Backend(abc.ABC):
         yield await self.infer(request)
 
     @property
-    def openai(self) -> Any | None:
-        """vLLM serving state for OpenAI routes (chat, completions, embeddings), if any."""
+    def openai(self) -> OpenAIService | None:
+        """The OpenAI API over this model (chat, completions, embeddings), if it has one."""
         return None
 
     # -- optional capabilities: the defaults of a backend that has none ----------------------

@@ -1,15 +1,14 @@
 """The instance's bounds a backend applies (`podium serve` flags): queue admission and the
-caps on what one LLM request may ask.
+caps on what one LLM request may ask, on every protocol (OpenAI and KServe read this one type).
 
 Admission settings resolve in one order everywhere: a flag given to `podium serve` wins (the
-operator knows the machine), else the package's manifest, else the default here. Request caps
-follow the OpenAI routes' rule instead: the package's `max_n` wins over `--max-n`, so both
-protocols refuse the same requests.
+operator knows the machine), else the package's manifest, else the default here. The `n` cap
+is the exception: the package's `max_n` wins over `--max-n` (`InstanceLimits.n_cap`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DEFAULT_MAX_NUM_QUEUED_REQS = 256
 """Requests one vLLM engine holds (waiting and running) before it refuses more."""
@@ -35,6 +34,22 @@ class InstanceLimits:
     """Entries of stop, stop_token_ids and bad_words, each (`--max-stop-strings`)."""
     max_stop_chars: int = 1024
     """Characters of one stop string or bad word (`--max-stop-chars`)."""
+    max_messages: int = 1024
+    """Entries of an OpenAI request's `messages` (`--max-messages`)."""
+
+    n_from_package: bool = False
+    """True when `max_n` is a package's own (`for_package`): the fix a 400 names differs."""
+
+    def for_package(self, package_max_n: int | None) -> InstanceLimits:
+        """These limits for one model: its package's `max_n`, when it sets one, wins."""
+        if package_max_n is None:
+            return self
+        return replace(self, max_n=package_max_n, n_from_package=True)
+
+    @property
+    def how_to_raise_n(self) -> str:
+        return ("raise it with max_n in the package's manifest" if self.n_from_package else
+                "raise it with `podium serve --max-n`, or with max_n in the package's manifest")
 
 
 def resolve(flag: int | None, package: int | None, default: int) -> int:

@@ -36,11 +36,11 @@ def materialize_weights(package: Package) -> None:
     """Put an LLM package's weights into the model cache, and its compiled engine build where
     it runs compiled on this machine (classic packages need nothing)."""
     if package.manifest.backend == "vllm":
-        from podium.package import compiled
+        from podium.backends.vllm import engine_build
         from podium.package.cache import ModelCache
 
         entry = ModelCache().materialize(package)
-        log.info("%s: %s", package.key, compiled.build(package, entry.path))
+        log.info("%s: %s", package.key, engine_build.build(package, entry.path))
 
 
 class ControlPlane:

@@ -13,7 +13,7 @@ process's process group and does not watch it:
   and still going; a GPU's memory on an accelerator.
 
 So in an engine core started by a Podium server (``PARENT_ENV`` names the server's pid, set
-by :func:`podium.backends.vllm._start_engine`), this plugin, run by vLLM before the engine
+by :func:`podium.backends.vllm.engine._start_engine`), this plugin, run by vLLM before the engine
 core starts its worker:
 
 1. moves the process to a process group of its own, which the worker inherits. Only the

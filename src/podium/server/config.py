@@ -12,8 +12,11 @@ from podium.backends.limits import InstanceLimits
 from podium.config_flags import Flag, NotAFlag, ProcessConfig
 from podium.edge.body import DEFAULT_MAX_BODY_BYTES
 from podium.frontends import kserve_limits as kserve
-from podium.frontends.json_body import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_JSON_DEPTH
-from podium.frontends.openai_limits import OpenAILimits
+from podium.frontends.json_body import (
+    DEFAULT_MAX_INFLATED_BYTES,
+    DEFAULT_MAX_JSON_DEPTH,
+    BodyLimits,
+)
 from podium.gateway.limits import DEFAULT_MAX_HEADER_BYTES
 
 Key = Annotated[str, Field(min_length=1)]
@@ -85,17 +88,17 @@ class ServerConfig(ProcessConfig):
         default=kserve.DEFAULT_GRPC_MAX_MESSAGE_BYTES, ge=1024, strict=True,
         description="Largest gRPC message received (RESOURCE_EXHAUSTED past it).")
     max_n: Annotated[int, Flag("--max-n")] = Field(
-        default=OpenAILimits.max_n, ge=1, le=16384, strict=True,
+        default=InstanceLimits.max_n, ge=1, le=16384, strict=True,
         description="Completions per LLM request (n, OpenAI and KServe) unless a package sets "
         "its own max_n.")
     max_stop_strings: Annotated[int, Flag("--max-stop-strings")] = Field(
-        default=OpenAILimits.max_stop_strings, ge=1, le=4096, strict=True,
+        default=InstanceLimits.max_stop_strings, ge=1, le=4096, strict=True,
         description="Entries of stop, stop_token_ids, bad_words.")
     max_stop_chars: Annotated[int, Flag("--max-stop-chars")] = Field(
-        default=OpenAILimits.max_stop_chars, ge=1, le=1 << 20, strict=True,
+        default=InstanceLimits.max_stop_chars, ge=1, le=1 << 20, strict=True,
         description="Characters of one stop string or bad word.")
     max_messages: Annotated[int, Flag("--max-messages")] = Field(
-        default=OpenAILimits.max_messages, ge=1, le=1 << 20, strict=True,
+        default=InstanceLimits.max_messages, ge=1, le=1 << 20, strict=True,
         description="Entries of an OpenAI request's messages.")
     max_queue: Annotated[int | None, Flag("--max-queue")] = Field(
         default=None, ge=1, le=1_000_000, strict=True,
@@ -147,20 +150,17 @@ class ServerConfig(ProcessConfig):
             max_elements=self.max_elements, grpc_max_message_bytes=self.grpc_max_message_bytes)
 
     def instance_limits(self) -> InstanceLimits:
-        """The admission settings and request caps every backend applies."""
+        """The admission settings and request caps every backend applies (the one caps type:
+        KServe and OpenAI requests alike)."""
         return InstanceLimits(
             max_queue=self.max_queue, queue_timeout_ms=self.queue_timeout_ms,
             max_num_queued_reqs=self.max_num_queued_reqs,
             max_num_queued_tokens=self.max_num_queued_tokens, max_n=self.max_n,
-            max_stop_strings=self.max_stop_strings, max_stop_chars=self.max_stop_chars)
+            max_stop_strings=self.max_stop_strings, max_stop_chars=self.max_stop_chars,
+            max_messages=self.max_messages)
 
-    def openai_limits(self) -> OpenAILimits:
-        """The bounds the OpenAI routes enforce."""
-        from podium.frontends.json_body import BodyLimits
-
-        return OpenAILimits(
-            body=BodyLimits(max_body_bytes=self.max_body_bytes,
-                            max_inflated_bytes=self.max_inflated_bytes,
-                            max_json_depth=self.max_json_depth),
-            max_n=self.max_n, max_stop_strings=self.max_stop_strings,
-            max_stop_chars=self.max_stop_chars, max_messages=self.max_messages)
+    def body_limits(self) -> BodyLimits:
+        """The bounds on an OpenAI request's JSON body."""
+        return BodyLimits(max_body_bytes=self.max_body_bytes,
+                          max_inflated_bytes=self.max_inflated_bytes,
+                          max_json_depth=self.max_json_depth)

@@ -70,7 +70,7 @@ class Frontends:
     def _mount_openai(self) -> None:
         openai = importlib.import_module(_OPENAI_MODULE)
         self.app.include_router(openai.create_router(
-            self.instance.repository, limits=self.instance.config.openai_limits()))
+            self.instance.repository, limits=self.instance.config.body_limits()))
 
     def _mount_gate(self) -> None:
         if self._gate:

@@ -7,8 +7,8 @@ the context only once the request reaches its input processor, with a `VLLMValid
 that is no `ValueError`. Here each is a 400 naming the field, the value and the bound, checked
 against the engine's model config (`max_model_len`, `max_logprobs`, the vocabulary) and the
 prompt's length in tokens. `n` and the stop lists are bounded by the same caps as the OpenAI
-routes (`GenerationCaps`: the package's `max_n`, else `--max-n`; `--max-stop-strings`,
-`--max-stop-chars`), so both protocols refuse the same requests.
+routes (`InstanceLimits.for_package`: the package's `max_n`, else `--max-n`;
+`--max-stop-strings`, `--max-stop-chars`), so both protocols refuse the same requests.
 
 vLLM's admission control (`max_num_queued_reqs`, `max_num_queued_tokens`) refuses a request
 with `QueueOverflowError` / `MaxQueuedTokensError` (vLLM answers 503); here that is
@@ -21,11 +21,10 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from podium.backends.limits import InstanceLimits
-from podium.backends.vllm_schema import check_structured_outputs
+from podium.backends.vllm.schema import check_structured_outputs
 from podium.errors import InvalidArgument, NotFound, Overloaded
 
 MAX_CANDIDATES = 256
@@ -40,30 +39,8 @@ _LOGPROB_FIELDS = ("logprobs", "prompt_logprobs")
 _INLINE_TOKENIZE_CHARS = 4096
 
 
-@dataclass(frozen=True)
-class GenerationCaps:
-    """What one generation request may ask for; the OpenAI routes enforce the same values."""
-
-    max_n: int = InstanceLimits.max_n
-    """Sequences per request (each is a request inside the engine)."""
-    max_stop_strings: int = InstanceLimits.max_stop_strings
-    """Entries of stop, stop_token_ids and bad_words, each."""
-    max_stop_chars: int = InstanceLimits.max_stop_chars
-    """Characters of one stop string or bad word."""
-    n_from_package: bool = False
-    """True when `max_n` is the package's own (the fix the message names differs)."""
-
-
-def generation_caps(limits: InstanceLimits, package_max_n: int | None) -> GenerationCaps:
-    """The instance's caps, with the package's `max_n` in place of `--max-n` when it has one."""
-    return GenerationCaps(
-        max_n=limits.max_n if package_max_n is None else package_max_n,
-        max_stop_strings=limits.max_stop_strings, max_stop_chars=limits.max_stop_chars,
-        n_from_package=package_max_n is not None)
-
-
 async def check_generation(engine: Any, prompt: str, kwargs: dict[str, Any],
-                           caps: GenerationCaps = GenerationCaps()) -> None:
+                           caps: InstanceLimits = InstanceLimits()) -> None:
     """The sampling keyword arguments and the prompt fit the model; else a 400 naming why."""
     config = engine.model_config
     context = int(config.max_model_len)
@@ -136,13 +113,11 @@ def _check_text(kwargs: dict[str, Any]) -> None:
 
 
 def _check_counts(kwargs: dict[str, Any], vocab: int, max_logprobs: int,
-                  caps: GenerationCaps) -> None:
+                  caps: InstanceLimits) -> None:
     n = kwargs.get("n")
     if n is not None and n > caps.max_n:
-        how = ("raise it with max_n in the package's manifest" if caps.n_from_package else
-               "raise it with `podium serve --max-n`, or with max_n in the package's manifest")
         raise InvalidArgument(f"n={n} exceeds this model's cap of {caps.max_n} sequences per "
-                              f"request; lower n, or {how}", param="n")
+                              f"request; lower n, or {caps.how_to_raise_n}", param="n")
     top_k = kwargs.get("top_k")
     if top_k is not None and top_k > vocab:
         raise InvalidArgument(f"top_k={top_k} exceeds the vocabulary of {vocab} tokens; use "
@@ -155,7 +130,7 @@ def _check_counts(kwargs: dict[str, Any], vocab: int, max_logprobs: int,
                                   "(the package's engine_args max_logprobs)", param=key)
 
 
-def _check_strings(key: str, value: Any, caps: GenerationCaps) -> None:
+def _check_strings(key: str, value: Any, caps: InstanceLimits) -> None:
     if value is None:
         return
     if isinstance(value, str):  # vLLM's SamplingParams takes one string as a one-item list
@@ -171,7 +146,7 @@ def _check_strings(key: str, value: Any, caps: GenerationCaps) -> None:
                                   param=key)
 
 
-def _check_count(key: str, values: Any, caps: GenerationCaps) -> None:
+def _check_count(key: str, values: Any, caps: InstanceLimits) -> None:
     if isinstance(values, list | tuple) and len(values) > caps.max_stop_strings:
         raise InvalidArgument(f"{key} has {len(values)} entries, over the limit of "
                               f"{caps.max_stop_strings} (--max-stop-strings)", param=key)
@@ -253,6 +228,5 @@ def admission_response(response: Any) -> Overloaded | None:
     return None
 
 
-__all__ = ["MAX_CANDIDATES", "GenerationCaps", "admission_refusal", "admission_response",
-           "check_generation", "check_scoring", "engine_rejections", "generation_caps",
-           "nesting_limit"]
+__all__ = ["MAX_CANDIDATES", "admission_refusal", "admission_response", "check_generation",
+           "check_scoring", "engine_rejections", "nesting_limit"]

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from podium import env
-from podium.package import compile_key as keys
+from podium.backends.vllm import compile_key as keys
 
 log = logging.getLogger("podium.compile_cache")
 INFO = "podium-compiled.json"

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from podium.package import compile_key as keys
-from podium.package import compiled, engine_mode
+from podium.backends.vllm import compile_key as keys
+from podium.backends.vllm import engine_build
+from podium.backends.vllm.compile_cache import INFO, CompileCache, CompileJob, run_with_artifacts
+from podium.package import engine_mode
 from podium.package.cache import ModelCache
-from podium.package.compile_cache import INFO, CompileCache, CompileJob, run_with_artifacts
 from podium.package.package import write_manifest
 from podium.package.progress import Progress
 
@@ -158,15 +159,15 @@ def test_inductor_compiling_another_graph_is_no_hit(tmp_path: Path, caplog) -> N
 def test_cpu_compiles_without_aot_and_keys_on_it(monkeypatch) -> None:
     """vLLM 0.32 cannot load its own AOT build on CPU: a compiled package there compiles with
     AOT off (a factor of the key), unless the operator set it."""
-    monkeypatch.delenv(compiled.AOT_COMPILE_ENV, raising=False)
-    compiled._reloadable_on("cuda")
-    assert compiled.AOT_COMPILE_ENV not in os.environ
-    compiled._reloadable_on("cpu")
-    assert os.environ[compiled.AOT_COMPILE_ENV] == "0"
+    monkeypatch.delenv(engine_build.AOT_COMPILE_ENV, raising=False)
+    engine_build._reloadable_on("cuda")
+    assert engine_build.AOT_COMPILE_ENV not in os.environ
+    engine_build._reloadable_on("cpu")
+    assert os.environ[engine_build.AOT_COMPILE_ENV] == "0"
     assert keys.engine_env()["VLLM_USE_AOT_COMPILE"] is False
-    monkeypatch.setenv(compiled.AOT_COMPILE_ENV, "1")
-    compiled._reloadable_on("cpu")
-    assert os.environ[compiled.AOT_COMPILE_ENV] == "1"
+    monkeypatch.setenv(engine_build.AOT_COMPILE_ENV, "1")
+    engine_build._reloadable_on("cpu")
+    assert os.environ[engine_build.AOT_COMPILE_ENV] == "1"
 
 
 def _tiny_package(tmp_path: Path, **manifest):
@@ -181,7 +182,7 @@ def _tiny_package(tmp_path: Path, **manifest):
 def test_eager_package_builds_nothing_at_announce(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(engine_mode, "machine_kind", lambda: "cpu")
     package = _tiny_package(tmp_path)
-    said = compiled.build(package, tmp_path / "weights-key")
+    said = engine_build.build(package, tmp_path / "weights-key")
     assert "tiny@1 on cpu: eager" in said and "nothing to compile" in said
     assert not (tmp_path / "compiled").exists()
 
@@ -192,13 +193,13 @@ def test_inspect_lists_what_is_cached(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(keys, "engine_env", lambda: {"VLLM_CPU_KVCACHE_SPACE": "1"})
     package = _tiny_package(tmp_path, engine_mode="compiled",
                             engine_args={"max_model_len": 512})
-    assert compiled.cached(package)["weights"] is None
+    assert engine_build.cached(package)["weights"] is None
     weights = ModelCache().materialize(package, Progress(False)).path
-    before = compiled.cached(package)
+    before = engine_build.cached(package)
     assert before["engine_mode"] == "compiled" and not before["compiled_cached"]
-    job = compiled.job_for(package, weights, compiled.resolve_mode(package))
+    job = engine_build.job_for(package, weights, engine_build.resolve_mode(package))
     run_with_artifacts(job, FakeEngine().start)
-    after = compiled.cached(package)
+    after = engine_build.cached(package)
     assert after["weights"] == str(weights) and after["compiled_cached"]
     [build] = after["compiled"]
     assert build["current"] and build["key"] == job.key and build["files"] == 1

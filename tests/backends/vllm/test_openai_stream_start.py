@@ -1,7 +1,7 @@
-"""The OpenAI frontend reads a stream's first chunk before answering (`_first_chunk`): an error
-event there becomes the response's status; anything else is relayed whole, first chunk
-included; a request cancelled while it waits for its first chunk closes the stream (vLLM
-aborts a request whose generator is closed)."""
+"""The vLLM backend's OpenAI service reads a stream's first chunk before answering
+(`_first_chunk`): an error event there becomes the response's status; anything else is
+relayed whole, first chunk included; a request cancelled while it waits for its first chunk
+closes the stream (vLLM aborts a request whose generator is closed)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from podium.frontends.openai import _first_chunk
+from podium.backends.vllm.openai import _first_chunk
 
 ERROR = {"error": {"message": "Grammar error: Unimplemented keys", "type": "BadRequestError",
                    "param": None, "code": 400}}

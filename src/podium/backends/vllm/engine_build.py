@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from podium.backends.vllm import compile_key as keys
+from podium.backends.vllm.compile_cache import CompileCache, CompileJob, run_with_artifacts
 from podium.errors import PackageError
-from podium.package import compile_key as keys
 from podium.package import engine_mode
-from podium.package.compile_cache import CompileCache, CompileJob, run_with_artifacts
 from podium.package.manifest import VllmManifest
 from podium.package.package import Package
 
@@ -102,7 +102,7 @@ def build(package: Package, weights: Path) -> str:
         log_path = engine_root.parent / JOB_LOG
         log.info("compiling %s (engine log: %s)", package.key, log_path)
         with log_path.open("w") as out:
-            done = subprocess.run([sys.executable, "-m", "podium.backends.vllm_compile_job",
+            done = subprocess.run([sys.executable, "-m", "podium.backends.vllm.compile_job",
                                    str(package.root)], stdout=out, stderr=subprocess.STDOUT,
                                   check=False, preexec_fn=_die_with_parent)
         if done.returncode != 0:

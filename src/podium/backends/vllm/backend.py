@@ -2,8 +2,9 @@
 
 Load builds vLLM's argument namespace from the manifest, starts `AsyncLLM` (its engine core
 runs in a spawned child process), then lets vLLM's `init_app_state` build the OpenAI serving
-objects (chat, completions, embeddings, models) for this one model. Podium routes requests to
-them; request models, sampling, structured outputs and streaming are vLLM's own.
+objects (chat, completions, embeddings, models) for this one model, served as its
+`OpenAIService` (`openai.VllmOpenAI`). KServe requests go through `contract`. Request models,
+sampling, structured outputs and streaming are vLLM's own.
 """
 
 from __future__ import annotations
@@ -11,20 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from argparse import Namespace
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
-from podium.backends.limits import (
-    DEFAULT_MAX_NUM_QUEUED_REQS,
-    DEFAULT_MAX_NUM_QUEUED_TOKENS,
-    InstanceLimits,
-    resolve,
-)
-from podium.errors import BackendDead, BackendError, BootError, InvalidArgument, PackageError
+from podium.backends.limits import InstanceLimits
+from podium.backends.openai_service import OpenAIService
+from podium.backends.vllm.engine import _engine_version, _start_engine, build_engine_args
+from podium.errors import BackendDead, BackendError, InvalidArgument
 from podium.package.manifest import TensorSpec, VllmManifest
 
 log = logging.getLogger("podium.backends.vllm")
@@ -44,7 +40,7 @@ class VllmBackend(Backend):
         super().__init__(package)
         assert isinstance(self.manifest, VllmManifest)
         self.engine: Any = None
-        self.state: Any = None
+        self._openai: OpenAIService | None = None
         self.args: Namespace | None = None
         self.supported_tasks: tuple[str, ...] = ()
 
@@ -67,18 +63,20 @@ class VllmBackend(Backend):
                      self.package.key)
             weights = (await asyncio.to_thread(cache.materialize, self.package)).path
         self.args = build_engine_args(self.manifest, str(weights), self.limits)
-        from podium.package import compiled
+        from podium.backends.vllm import engine_build
 
         args = self.args
-        job = compiled.prepare(self.package, weights, args)  # engine mode, compile cache
+        job = engine_build.prepare(self.package, weights, args)  # engine mode, compile cache
         # AsyncLLM's constructor blocks until the engine core is up (tens of seconds):
         # build it off the event loop so liveness keeps answering during boot.
-        self.engine = await asyncio.to_thread(compiled.start, job, lambda: _start_engine(args))
+        self.engine = await asyncio.to_thread(engine_build.start, job, lambda: _start_engine(args))
         catalog = asyncio.ensure_future(self._prepare_constraints())  # beside the rest
         try:
             self.supported_tasks = tuple(await self.engine.get_supported_tasks())
             if self.manifest.frontends == "embedded":  # standalone: KServe only, no OpenAI
-                self.state = await self._openai_state()
+                from podium.backends.vllm.openai import VllmOpenAI
+
+                self._openai = VllmOpenAI(self, await self._openai_state())
             await self._warm_up()
         except BaseException:
             catalog.cancel()
@@ -86,21 +84,14 @@ class VllmBackend(Backend):
         await catalog
 
     async def _prepare_constraints(self) -> None:
-        """The package's constraint catalog, if it names one, read, checked and tokenized
-        where this instance compiles constraints (``ConstraintPrecompiler.prepare``)."""
+        """The package's constraint catalog, if it names one, prepared where this instance
+        compiles constraints (`constraint.prepare_catalog`)."""
         name = self.manifest.constraint_catalog
         if name is None or self.task != "generate":
             return
-        from podium.constraints.precompile import precompiler_for
-        from podium.package.catalog import FIELD, read_catalog
-        from podium.package.paths import named_path
+        from podium.backends.vllm import constraint
 
-        root = self.package.root
-        path = named_path(root, name, FIELD)
-        strings = await asyncio.to_thread(read_catalog, path, root)
-        config = self.engine.model_config
-        compiler = precompiler_for(str(config.tokenizer), int(config.get_vocab_size()))
-        await compiler.prepare(path, strings)
+        await constraint.prepare_catalog(self.package.root, name, self.engine)
 
     async def _openai_state(self) -> Any:
         """vLLM's OpenAI serving objects (chat, completions, embeddings) for this model."""
@@ -112,14 +103,14 @@ class VllmBackend(Backend):
         return state
 
     async def unload(self) -> None:
-        engine, self.engine, self.state = self.engine, None, None
+        engine, self.engine, self._openai = self.engine, None, None
         if engine is not None:
             await _stop_output_handler(engine)
             await asyncio.to_thread(engine.shutdown, ENGINE_STOP_S)
 
     @property
-    def openai(self) -> Any | None:
-        return self.state
+    def openai(self) -> OpenAIService | None:
+        return self._openai
 
     @property
     def seed_crashes_engine(self) -> bool:
@@ -154,47 +145,46 @@ class VllmBackend(Backend):
         return int(self.engine.model_config.max_model_len) if self.engine else 0
 
     def inputs(self) -> list[TensorSpec]:
-        from podium.backends import vllm_contract
+        from podium.backends.vllm import contract
 
-        return vllm_contract.input_specs(self.task)
+        return contract.input_specs(self.task)
 
     def outputs(self) -> list[TensorSpec]:
-        from podium.backends import vllm_contract
+        from podium.backends.vllm import contract
 
-        return vllm_contract.output_specs(self.task)
+        return contract.output_specs(self.task)
 
     @property
     def optional_inputs(self) -> frozenset[str]:
         """The optional tensors of Triton's vLLM contract (stream, sampling_parameters, …)."""
-        from podium.backends import vllm_contract
+        from podium.backends.vllm import contract
 
-        return vllm_contract.optional_inputs(self.task)
+        return contract.optional_inputs(self.task)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        from podium.backends import vllm_contract
+        from podium.backends.vllm import contract
 
         self._check_alive()
         with self._engine_errors():
-            return await vllm_contract.infer(self.engine, request, task=self.task,
+            return await contract.infer(self.engine, request, task=self.task,
                                             sampling_params=self._sampling_params,
-                                            caps=self.generation_caps)
+                                            caps=self.caps)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
-        from podium.backends import vllm_contract
+        from podium.backends.vllm import contract
 
         self._check_alive()
         with self._engine_errors():
-            async for response in vllm_contract.infer_stream(
+            async for response in contract.infer_stream(
                     self.engine, request, task=self.task, sampling_params=self._sampling_params,
-                    caps=self.generation_caps):
+                    caps=self.caps):
                 yield response
 
     @property
-    def generation_caps(self) -> Any:
-        """`n` and stop-list caps of KServe requests: the OpenAI routes' values."""
-        from podium.backends.vllm_checks import generation_caps
-
-        return generation_caps(self.limits, self.manifest.max_n)
+    def caps(self) -> InstanceLimits:
+        """What one request may ask of this model, on every protocol: the instance's limits
+        with the package's `max_n` in place of `--max-n` when it sets one."""
+        return self.limits.for_package(self.manifest.max_n)
 
     @contextlib.contextmanager
     def _engine_errors(self) -> Iterator[None]:
@@ -203,7 +193,7 @@ class VllmBackend(Backend):
         (VLLMValidationError: scoring or embedding past the context, …) is a 400."""
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
-        from podium.backends.vllm_checks import engine_rejections
+        from podium.backends.vllm.checks import engine_rejections
 
         try:
             with engine_rejections():
@@ -236,105 +226,6 @@ class VllmBackend(Backend):
                                           request_id="podium-warmup")
         async for _ in stream:
             pass
-
-
-def build_engine_args(manifest: VllmManifest, weights_dir: str,
-                      limits: InstanceLimits | None = None) -> Namespace:
-    """vLLM's own CLI namespace for this model, with the manifest's engine args applied and
-    vLLM's admission control on (limits: the flag's, else the package's, else the default)."""
-    parser = _arg_parser(manifest.frontends)
-    args = parser.parse_args(["--model", weights_dir, "--served-model-name", manifest.name])
-    if manifest.task == "embed":
-        args.runner = "pooling"
-    for key, value in _precision_args(manifest, Path(weights_dir)).items():
-        setattr(args, key, value)
-    for key, value in manifest.engine_args.items():
-        attr = key.replace("-", "_")
-        if not hasattr(args, attr):
-            raise PackageError(_unknown_engine_arg(key, manifest.frontends),
-                               param=f"engine_args.{key}")
-        setattr(args, attr, value)
-    limits = limits or InstanceLimits()
-    args.max_num_queued_reqs = resolve(limits.max_num_queued_reqs, manifest.max_num_queued_reqs,
-                                       DEFAULT_MAX_NUM_QUEUED_REQS)
-    args.max_num_queued_tokens = resolve(limits.max_num_queued_tokens,
-                                         manifest.max_num_queued_tokens,
-                                         DEFAULT_MAX_NUM_QUEUED_TOKENS)
-    return args
-
-
-def _arg_parser(frontends: str) -> Any:
-    """vLLM's argument parser: the API server's (engine + OpenAI frontend arguments) for an
-    embedded package, the engine's alone for a standalone one (it imports no OpenAI layer)."""
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = FlexibleArgumentParser(prog="podium")
-    if frontends == "standalone":
-        from vllm.engine.arg_utils import AsyncEngineArgs
-
-        return AsyncEngineArgs.add_cli_args(parser)
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-
-    parser = make_arg_parser(parser)
-    parser.set_defaults(disable_uvicorn_access_log=True)
-    return parser
-
-
-def _unknown_engine_arg(key: str, frontends: str) -> str:
-    if frontends == "standalone":
-        openai_args = vars(_arg_parser("embedded").parse_args(["--model", "x"]))
-        if key.replace("-", "_") in openai_args:
-            return (f"engine_args.{key} is an argument of vLLM's OpenAI frontend, which a "
-                    "standalone package does not run; remove it, or set frontends to "
-                    "\"embedded\"")
-    return (f"engine_args.{key} is not a vLLM {_engine_version()} engine argument; see "
-            "`python -m vllm.entrypoints.openai.api_server --help` for the names")
-
-def _precision_args(manifest: VllmManifest, weights_dir: Path) -> dict[str, Any]:
-    """vLLM's dtype/quantization for the package's precision, checked again on the machine
-    that boots it (the one that announced it may be of another kind); `auto` resolved for
-    these weights on this machine, in one log line."""
-    from podium.package import precision
-
-    if manifest.precision == precision.AUTO:
-        if any(key in manifest.engine_args or key.replace("_", "-") in manifest.engine_args
-               for key in precision.ENGINE_ARGS):
-            return {}  # the author chose the dtype
-        resolved = precision.resolve_auto(weights_dir)
-        log.info("%s", resolved.describe(f"{manifest.name}@{manifest.version}"))
-        return resolved.precision.engine_args() if resolved.precision else {}
-    try:
-        precision.check(manifest.precision)
-    except ValueError as exc:
-        raise PackageError(f"{manifest.name}: {exc}", param="precision") from None
-    return precision.PRECISIONS[manifest.precision].engine_args()
-
-
-def _start_engine(args: Namespace) -> Any:
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.usage.usage_lib import UsageContext
-    from vllm.v1.engine.async_llm import AsyncLLM
-
-    from podium.engine_patches.lifecycle import PARENT_ENV
-
-    os.environ[PARENT_ENV] = str(os.getpid())  # its engine core follows this process
-    engine_args = AsyncEngineArgs.from_cli_args(args)
-    try:
-        config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
-    except Exception as exc:  # vLLM validates args here: name the problem, don't half-serve
-        raise BootError(f"vLLM rejected the engine configuration: {exc}") from exc
-    return AsyncLLM.from_vllm_config(
-        vllm_config=config,
-        usage_context=UsageContext.OPENAI_API_SERVER,
-        enable_log_requests=False,
-        disable_log_stats=False,
-    )
-
-
-def _engine_version() -> str:
-    from podium.engine import ENGINE_VERSION
-
-    return ENGINE_VERSION
 
 
 async def _stop_output_handler(engine: Any) -> None:

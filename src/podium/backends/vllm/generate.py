@@ -19,16 +19,16 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from podium.backends import vllm_checks as checks
 from podium.backends.base import InferenceRequest, InferenceResponse
+from podium.backends.limits import InstanceLimits
 from podium.backends.tensor_text import read_flag, read_text, text_tensor
-from podium.backends.vllm_sampling import (
+from podium.backends.vllm import checks, constraint
+from podium.backends.vllm.sampling import (
     SamplingFactory,
     build_sampling_params,
     parse_sampling_parameters,
     vllm_sampling_params,
 )
-from podium.constraints.precompile import precompile_xargs
 from podium.errors import InvalidArgument
 from podium.package.manifest import TensorSpec
 
@@ -59,7 +59,7 @@ class EngineClient(Protocol):
 
 async def generate(engine: EngineClient, request: InferenceRequest, *,
                    sampling_params: SamplingFactory = vllm_sampling_params,
-                   caps: checks.GenerationCaps = checks.GenerationCaps()
+                   caps: InstanceLimits = InstanceLimits()
                    ) -> AsyncIterator[InferenceResponse]:
     """Run one prompt; stream=true yields text deltas, else a single final response."""
     prompt = read_text(request, "text_input", required=True)
@@ -69,7 +69,7 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
         kwargs = parse_sampling_parameters(request)
     await checks.check_generation(engine, prompt, kwargs, caps)
     # a constraint is compiled here, off the event loop, never in the engine step
-    compile_seconds = await precompile_xargs(kwargs.get("extra_args"), engine.model_config)
+    compile_seconds = await constraint.precompile(kwargs.get("extra_args"), engine)
     extra = {} if compile_seconds is None else {COMPILE_PARAMETER: round(compile_seconds, 6)}
     params = build_sampling_params(sampling_params, kwargs)
     request_id = request.id or uuid.uuid4().hex
@@ -95,7 +95,7 @@ async def generate(engine: EngineClient, request: InferenceRequest, *,
 
 async def generate_once(engine: EngineClient, request: InferenceRequest, *,
                         sampling_params: SamplingFactory = vllm_sampling_params,
-                        caps: checks.GenerationCaps = checks.GenerationCaps()
+                        caps: InstanceLimits = InstanceLimits()
                         ) -> InferenceResponse:
     """The final response of a non-streaming generation (stream must be false)."""
     if read_flag(request, "stream"):

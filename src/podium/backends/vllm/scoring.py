@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from podium.backends import vllm_checks as checks
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
 from podium.backends.tensor_text import read_text, read_texts
-from podium.backends.vllm_sampling import SamplingFactory, vllm_sampling_params
+from podium.backends.vllm import checks as checks
+from podium.backends.vllm.sampling import SamplingFactory, vllm_sampling_params
 from podium.errors import InvalidArgument
 from podium.package.manifest import TensorSpec
 

@@ -9,8 +9,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from podium.backends import vllm_sampling
 from podium.backends.base import InferenceRequest, Tensor
+from podium.backends.vllm import sampling as vllm_sampling
 from podium.errors import InvalidArgument
 
 

@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from podium.backends import vllm_contract
 from podium.backends.base import InferenceRequest, Tensor
+from podium.backends.vllm import contract as vllm_contract
 from podium.errors import InvalidArgument
 from tests.support.fake_llm import FakeEngine, FakeSamplingParams, token_logprob
 

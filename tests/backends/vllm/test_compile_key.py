@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from podium.backends.vllm import compile_key as keys
 from podium.errors import PackageError
-from podium.package import compile_key as keys
 from podium.package import engine_mode
 
 CPU = {"kind": "cpu", "arch": "x86_64", "cpu": "Intel Xeon", "isa": ["avx2", "avx512f"]}

@@ -1,12 +1,12 @@
 """The OpenAI fields that have vLLM constrain an answer with a grammar (`response_format`,
 `structured_outputs`, a required or named tool call): their schemas checked before the engine
-compiles them (`podium.backends.vllm_schema`), and their clash with Podium's `constraint`."""
+compiles them (`podium.backends.vllm.schema`), and their clash with Podium's `constraint`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from podium.backends.vllm_schema import check_json_schema, check_structured_outputs
+from podium.backends.vllm.schema import check_json_schema, check_structured_outputs
 from podium.errors import InvalidArgument
 
 

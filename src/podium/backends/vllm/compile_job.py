@@ -1,8 +1,8 @@
-"""`python -m podium.backends.vllm_compile_job PACKAGE`: start its engine once, then stop.
+"""`python -m podium.backends.vllm.compile_job PACKAGE`: start its engine once, then stop.
 
-Run by `podium.package.compiled.build` at announce with VLLM_CACHE_ROOT on the compile-cache
-entry: the engine is built exactly as an instance builds it (same args, same mode), so what it
-compiles is what boot will load.
+Run by `podium.backends.vllm.engine_build.build` at announce with VLLM_CACHE_ROOT on the
+compile-cache entry: the engine is built exactly as an instance builds it (same args, same
+mode), so what it compiles is what boot will load.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 
 def main(argv: list[str]) -> int:
     from podium import env
-    from podium.backends.vllm import _start_engine, build_engine_args
-    from podium.package import compiled
+    from podium.backends.vllm import engine_build
+    from podium.backends.vllm.engine import _start_engine, build_engine_args
     from podium.package.cache import ModelCache
     from podium.package.package import open_package
 
@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     args = build_engine_args(package.manifest, str(weights))  # type: ignore[arg-type]
-    compiled.prepare(package, weights, args)
+    engine_build.prepare(package, weights, args)
     started = time.monotonic()
     engine = _start_engine(args)
     print(f"engine of {package.key} up in {time.monotonic() - started:.1f} s", flush=True)

@@ -1,8 +1,8 @@
 """Triton's vLLM-backend contract over an AsyncLLM-like engine: which tensors a vLLM model
 declares, and which mode a request runs (generation, scoring or embeddings).
 
-Each mode is its own module: `vllm_generate`, `vllm_scoring`, `vllm_embeddings`; sampling
-fields are coerced in `vllm_sampling`. Nothing here imports vLLM until a `SamplingParams` or
+Each mode is its own module: `generate`, `scoring`, `embeddings`; sampling
+fields are coerced in `sampling`. Nothing here imports vLLM until a `SamplingParams` or
 `PoolingParams` is built, and tests pass stand-ins.
 """
 
@@ -12,17 +12,17 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from podium.backends.base import InferenceRequest, InferenceResponse
-from podium.backends.vllm_checks import GenerationCaps
-from podium.backends.vllm_embeddings import EMBED_INPUTS, EMBED_OUTPUTS, embed, vllm_pooling_params
-from podium.backends.vllm_generate import (
+from podium.backends.limits import InstanceLimits
+from podium.backends.vllm.embeddings import EMBED_INPUTS, EMBED_OUTPUTS, embed, vllm_pooling_params
+from podium.backends.vllm.generate import (
     GENERATE_INPUTS,
     GENERATE_OUTPUTS,
     EngineClient,
     generate,
     generate_once,
 )
-from podium.backends.vllm_sampling import SamplingFactory, vllm_sampling_params
-from podium.backends.vllm_scoring import SCORE_INPUTS, SCORE_OUTPUTS, is_scoring, score
+from podium.backends.vllm.sampling import SamplingFactory, vllm_sampling_params
+from podium.backends.vllm.scoring import SCORE_INPUTS, SCORE_OUTPUTS, is_scoring, score
 from podium.package.manifest import TensorSpec
 
 LLM_INPUTS = GENERATE_INPUTS + SCORE_INPUTS
@@ -50,7 +50,7 @@ def optional_inputs(task: str = "generate") -> frozenset[str]:
 async def infer(engine: EngineClient, request: InferenceRequest, *, task: str = "generate",
                 sampling_params: SamplingFactory = vllm_sampling_params,
                 pooling_params: Callable[[], Any] = vllm_pooling_params,
-                caps: GenerationCaps = GenerationCaps()) -> InferenceResponse:
+                caps: InstanceLimits = InstanceLimits()) -> InferenceResponse:
     """One response: generation (stream must be false), scoring, or embeddings."""
     if task == "embed":
         return await embed(engine, request, pooling_params=pooling_params)
@@ -63,7 +63,7 @@ async def infer_stream(engine: EngineClient, request: InferenceRequest, *,
                        task: str = "generate",
                        sampling_params: SamplingFactory = vllm_sampling_params,
                        pooling_params: Callable[[], Any] = vllm_pooling_params,
-                       caps: GenerationCaps = GenerationCaps()
+                       caps: InstanceLimits = InstanceLimits()
                        ) -> AsyncIterator[InferenceResponse]:
     """Decoupled: deltas while generating when stream=true, else one response."""
     if task == "embed":

@@ -9,11 +9,10 @@ or absent. Defaults and flags are in docs/operations.md ("OpenAI").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from podium.backends.limits import InstanceLimits
 from podium.errors import InvalidArgument
-from podium.frontends.json_body import BodyLimits
 
 MAX_LOGPROBS = 20
 """OpenAI's bound on logprobs / top_logprobs; vLLM's -1 ("the whole vocabulary") is refused."""
@@ -21,26 +20,10 @@ MAX_TOKEN_ID = 2**31 - 1
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
-@dataclass(frozen=True)
-class OpenAILimits:
-    """The instance's bounds on OpenAI requests (`podium serve` flags)."""
-
-    body: BodyLimits = field(default_factory=BodyLimits)
-    max_n: int = 16
-    """Completions per request, unless the package's `max_n` says otherwise."""
-    max_stop_strings: int = 16
-    """Entries of `stop`, `stop_token_ids` and `bad_words`, each."""
-    max_stop_chars: int = 1024
-    """Characters of one stop string or bad word."""
-    max_messages: int = 1024
-    """Entries of `messages`."""
-
-
-def check_limits(path: str, body: dict[str, Any], limits: OpenAILimits, *,
-                 max_n: int | None, max_model_len: int | None) -> None:
-    """400 for the first field of `body` past a limit; `max_n` is the package's own cap."""
-    _check_n(body.get("n"), limits.max_n if max_n is None else max_n,
-             from_package=max_n is not None)
+def check_limits(path: str, body: dict[str, Any], limits: InstanceLimits, *,
+                 max_model_len: int | None) -> None:
+    """400 for the first field of `body` past a limit (`limits`: this model's caps)."""
+    _check_n(body.get("n"), limits)
     for name in ("max_tokens", "max_completion_tokens"):
         _check_max_tokens(name, body.get(name), max_model_len)
     for name in ("stop", "bad_words"):
@@ -62,17 +45,15 @@ def check_limits(path: str, body: dict[str, Any], limits: OpenAILimits, *,
     _check_response_format(body.get("response_format"))
 
 
-def _check_n(n: Any, cap: int, *, from_package: bool) -> None:
+def _check_n(n: Any, limits: InstanceLimits) -> None:
     if n is None:
         return
     if n < 1:
         raise InvalidArgument(f"n={n} is out of range; ask for at least 1 completion",
                               param="n")
-    if n > cap:
-        how = ("raise it with `podium serve --max-n`, or with max_n in the package's manifest"
-               if not from_package else "raise it with max_n in the package's manifest")
-        raise InvalidArgument(f"n={n} exceeds this model's cap of {cap} completions per "
-                              f"request; lower n, or {how}", param="n")
+    if n > limits.max_n:
+        raise InvalidArgument(f"n={n} exceeds this model's cap of {limits.max_n} completions "
+                              f"per request; lower n, or {limits.how_to_raise_n}", param="n")
 
 
 def _check_max_tokens(name: str, value: Any, max_model_len: int | None) -> None:
@@ -87,7 +68,7 @@ def _check_max_tokens(name: str, value: Any, max_model_len: int | None) -> None:
                               param=name)
 
 
-def _check_strings(name: str, value: Any, limits: OpenAILimits) -> None:
+def _check_strings(name: str, value: Any, limits: InstanceLimits) -> None:
     if value is None:
         return
     strings = [value] if isinstance(value, str) else value

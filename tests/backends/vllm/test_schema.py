@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from podium.backends.vllm_schema import check_json_schema, check_structured_outputs
+from podium.backends.vllm.schema import check_json_schema, check_structured_outputs
 from podium.errors import InvalidArgument
 
 CONTEXT = 8192

@@ -73,9 +73,9 @@ def parse_sampling_parameters(request: InferenceRequest) -> dict[str, Any]:
     constraint = merged.pop("constraint", None)
     kwargs = {key: coerce(key, value) for key, value in merged.items()}
     if constraint is not None:  # enforced in the decoding loop by the constraint processor
-        from podium.constraints import admit_constraint
+        from podium.backends.vllm import constraint as constraints
 
-        kwargs["extra_args"] = admit_constraint(
+        kwargs["extra_args"] = constraints.admit(
             _constraint(constraint), min_tokens=kwargs.get("min_tokens"),
             xargs_field="extra_args",
             also_constrained_by=("structured_outputs" if kwargs.get("structured_outputs")
