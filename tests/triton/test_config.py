@@ -9,7 +9,7 @@ import pytest
 from podium.errors import PackageError
 from podium.triton.config import check_supported, read_config
 from podium.triton.scan import model_packages, scan_triton
-from tests.triton.layouts import ONNX_CONFIG, SCALE, SCALE_CONFIG, write_model
+from tests.support.triton_layouts import ONNX_CONFIG, SCALE, SCALE_CONFIG, write_model
 
 
 def _config(tmp_path: Path, text: str):

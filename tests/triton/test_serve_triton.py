@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support.harness import RunningInstance, running_instance
-from tests.triton.layouts import write_repository
+from tests.support.triton_layouts import write_repository
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 
 from podium.errors import PackageError
 from podium.triton.scan import model_packages, scan_triton
-from tests.triton.layouts import write_model
+from tests.support.triton_layouts import write_model
 
 VLLM_CONFIG = '''
 backend: "vllm"
