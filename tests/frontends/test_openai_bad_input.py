@@ -108,6 +108,11 @@ CASES = {
         "surrogate"),
     "embeddings-input-invalid-utf8": raw(
         EMBEDDINGS, b'{"model": "fake-llm", "input": "\xc3\x28"}', 400, "input", "not UTF-8"),
+    # the model field: an empty version or name around the @
+    "chat-model-empty-version": chat(400, "model", "model='fake-llm@'", "name@version",
+                                     model="fake-llm@"),
+    "completions-model-empty-name": completions("model", "model='@1'", "name@version",
+                                                model="@1"),
     # streaming and structured output
     "chat-stream-options-without-stream": chat(400, "stream_options", "stream",
                                                stream_options={"include_usage": True}),

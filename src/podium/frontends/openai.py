@@ -91,8 +91,14 @@ def _handler(repository: ModelRepository, route: OpenAIRoute, limits: BodyLimits
 
 
 def split_model_id(model_id: str) -> tuple[str, str | None]:
-    """`name@version` addresses one version; a bare name means the latest ready one."""
-    name, _, version = model_id.partition("@")
+    """`name@version` addresses one version; a bare name means the latest ready one. An `@`
+    with nothing on one side is a 400 (`name@` was served as the latest version, as if the
+    caller had not asked for one)."""
+    name, at, version = model_id.partition("@")
+    if at and (not name or not version):
+        raise InvalidArgument(f"model={model_id!r}: use name@version (e.g. "
+                              f"{name or 'my-model'}@1), or the bare name for the latest "
+                              "ready version", param="model")
     return name, version or None
 
 
