@@ -2,7 +2,7 @@
 VENV := .venv
 PODIUM := $(VENV)/bin/podium
 
-.PHONY: install serve test lint
+.PHONY: install serve test test-fast lint
 
 install:  ## create .venv with podium and the platform-pinned engine (idempotent)
 	bash scripts/install.sh
@@ -11,8 +11,11 @@ serve: install  ## materialize the default model and serve it: OpenAI API on :80
 	$(PODIUM) materialize
 	$(PODIUM) serve --http-port 8000 --grpc-port 8001
 
-test: install  ## the whole suite: lint, unit tests, real-engine and real-database tests
+test: install  ## the whole suite: lint, unit tests, real-engine and real-database tests (CI)
 	bash scripts/test.sh
+
+test-fast: install  ## the fast tier: lint and every test but engine/postgres/ray (tests/README.md)
+	bash scripts/test.sh --fast
 
 lint:
 	$(VENV)/bin/ruff check src tests bench

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Run the whole test suite against real dependencies: PostgreSQL (started here), the real
 # vLLM engine on the default model (materialized into the cache by the tests' session).
+# `--fast` runs the fast tier instead: no engine, no PostgreSQL, no Ray (tests/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PODIUM_HOME="${PODIUM_HOME:-$PWD/.podium}"
 export HF_HUB_OFFLINE=1
 
 .venv/bin/ruff check src tests bench
+
+if [[ "${1:-}" == "--fast" ]]; then
+    shift
+    exec .venv/bin/python -m pytest -m "not engine and not postgres and not ray" "$@"
+fi
 
 # a failing command substitution inside eval would be ignored; an assignment is not
 pg_env="$(bash scripts/postgres.sh)"

@@ -1,6 +1,11 @@
 """Session-wide fixtures: the materialized default models and ONE real instance shared by
 every real-engine test (booting vLLM costs ~30 s per model on this machine), and one in-process
-KServe instance over fake engines shared by the protocol tests."""
+KServe instance over fake engines shared by the protocol tests.
+
+The tiers (tests/README.md): a test is marked `engine`, `postgres` or `ray` from the fixtures it
+uses (`pytest_collection_modifyitems` below), or by a mark of its own where it starts an engine,
+a database or a cluster itself; `-m "not engine and not postgres and not ray"` is the fast tier.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import pytest
 from tests.support.harness import ROOT, RunningInstance, running_instance
 
 if TYPE_CHECKING:
+    from tests.support.engine_count import EngineCounter
     from tests.support.kserve_instance import Instance
 
 os.environ.setdefault("PODIUM_HOME", str(ROOT / ".podium"))
@@ -43,6 +49,48 @@ KV_BLOCK_SIZE = 32
 """The shared instance's KV block (vLLM's CPU default is 128): the prefix cache shares whole
 blocks only, and with 32 the chat template's system prompt and a test's repeated task are read
 from it instead of prefilled again by each of the many similar requests."""
+
+
+TIER_FIXTURES = {
+    "engine": ("instance", "openai_client"),  # the shared real instance
+    "postgres": ("postgres_url", "fresh_postgres"),  # tests/control/conftest.py
+    "ray": ("ray_cluster", "ray_platform"),  # tests/control/test_ray_runtime.py
+}
+"""Fixtures that put a test in a tier: any test using one (directly or through another
+fixture) gets the mark, so a new test on the shared instance cannot slip into the fast tier."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for mark, fixtures in TIER_FIXTURES.items():
+            if used.intersection(fixtures) and item.get_closest_marker(mark) is None:
+                item.add_marker(mark)
+
+
+_engine_counter: EngineCounter | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """PODIUM_TEST_ENGINE_LOG=FILE: log every real engine this run starts (engine_count.py)."""
+    global _engine_counter
+    from tests.support.engine_count import from_environment
+
+    _engine_counter = from_environment()
+    if _engine_counter is not None:
+        _engine_counter.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _engine_counter is not None:
+        _engine_counter.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    if _engine_counter is not None:
+        _engine_counter.current = item.nodeid
+    return (yield)
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,8 @@ from tests.support import echo_platform as platform_module
 from tests.support.echo_platform import Load, Platform
 from tests.support.servers import Served
 
+pytestmark = pytest.mark.ray  # the `nodes` cluster (tests/README.md: tiers)
+
 INSTANCE_CPUS = 0.5
 NODE_CPUS = 2
 """Each node holds four instances: only the spread puts two replicas on different nodes."""

@@ -46,6 +46,7 @@ def compile_env(tmp_path: Path, monkeypatch) -> dict[str, str]:
     return {**os.environ}
 
 
+@pytest.mark.engine
 @pytest.mark.timeout(1800)  # three engine starts, two of them compiling
 def test_compiled_once_at_announce_then_boots_without_compiling(
         tmp_path: Path, compile_env: dict[str, str]) -> None:

@@ -1,0 +1,75 @@
+"""Count the real vLLM engines a test run starts, and which test started each.
+
+Off unless `PODIUM_TEST_ENGINE_LOG=FILE` is set: then a thread polls the process table every
+0.25 s for vLLM's engine core (the process titled `VLLM::EngineCore...`, started by every
+`AsyncLLM`: a `podium serve` of an LLM or embedder, a `podium up` instance, a Ray actor, an
+in-process probe) whose environment carries this run's token, and appends one line per new
+engine to FILE: `<test node id or fixture setup>\t<pid>`. An engine core lives for the whole
+boot (tens of seconds), so none is missed. The token is set in `os.environ` before any test
+runs, so every process the run spawns inherits it and engines of other runs on the machine are
+not counted.
+
+    PODIUM_TEST_ENGINE_LOG=/tmp/engines.txt python -m pytest tests -m engine
+    cut -f1 /tmp/engines.txt | sort | uniq -c
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from pathlib import Path
+
+LOG_ENV = "PODIUM_TEST_ENGINE_LOG"
+TOKEN_ENV = "PODIUM_TEST_ENGINE_RUN"
+TITLE = "VLLM::EngineCore"
+
+
+class EngineCounter:
+    """Polls for engine cores of this run; `current` names the test running now."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.token = uuid.uuid4().hex
+        os.environ[TOKEN_ENV] = self.token
+        self.current = "collection"
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-counter", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._poll()  # one last look
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            self._poll()
+
+    def _poll(self) -> None:
+        import psutil
+
+        marker = f"{TOKEN_ENV}={self.token}".encode()
+        for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+            pid = proc.info["pid"]
+            title = " ".join(proc.info["cmdline"] or [])
+            if pid in self.seen or not (title.startswith(TITLE)
+                                        or (proc.info["name"] or "").startswith(TITLE[:15])):
+                continue
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            if marker not in environ.split(b"\0"):
+                continue
+            self.seen.add(pid)
+            with self.log.open("a") as out:
+                out.write(f"{self.current}\t{pid}\n")
+
+
+def from_environment() -> EngineCounter | None:
+    path = os.environ.get(LOG_ENV)
+    return EngineCounter(Path(path)) if path else None
