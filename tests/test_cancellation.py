@@ -108,7 +108,11 @@ def test_the_servers_own_cancel_still_propagates() -> None:
         connection = Connection()
         work = SlowWork()
         request = asyncio.create_task(unless_client_leaves(connection.receive, work()))
-        await asyncio.sleep(WATCH_AFTER_S * 3)  # watched by now
+        for _ in range(200):  # until the watcher waits on the connection (2 s at most)
+            if connection.num_receives:
+                break
+            await asyncio.sleep(0.01)
+        assert connection.num_receives == 1, "not watched"
         request.cancel()  # shutdown, not the client
         with pytest.raises(asyncio.CancelledError):
             await request

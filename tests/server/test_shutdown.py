@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 
 from tests.conftest import LLM
 from tests.support.harness import start_instance
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.engine
 
@@ -83,7 +85,10 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
         # that one was refused (no new requests once draining), which is right, not a failure
         _wait_in_flight(instance, 4)
         os.killpg(group, signal.SIGTERM)
-        time.sleep(0.5)
+        assert eventually(lambda: "draining" in instance.log(), timeout_s=10), \
+            "the server never said it was draining"
+        # uvicorn closes its listener at its next tick (0.1 s) after the signal
+        assert eventually(lambda: not _accepts(instance.http_port), timeout_s=5)
         with pytest.raises(httpx.HTTPError):  # no new requests once draining
             httpx.post(f"{instance.openai_url}/completions",
                        json={"model": LLM, "prompt": "x", "max_tokens": 1}, timeout=5)
@@ -104,6 +109,12 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(
         assert not errors, f"a clean stop logged errors: {errors}"
     finally:
         instance.stop()
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _wait_in_flight(instance, count: int, timeout_s: float = 60) -> None:
@@ -138,7 +149,7 @@ def test_a_killed_server_takes_its_engine_with_it(default_model_dir: Path,
         body = {"model": LLM, "prompt": "Tell a story:", "max_tokens": 400, "ignore_eos": True}
         request = threading.Thread(target=lambda: _post_ignoring_errors(instance, body))
         request.start()
-        time.sleep(1.0)  # generating now
+        _wait_in_flight(instance, 1)  # generating now
         instance.process.kill()
         instance.process.wait(10)
         _, alive = psutil.wait_procs(children, timeout=30)
