@@ -1,12 +1,12 @@
 """Graceful shutdown on the real engine: SIGTERM lets in-flight requests finish, refuses new
 ones, and reaps the engine's processes before exiting, even when the signal goes to the whole
-process group; a server killed outright takes its engine with it. (A dead engine stops its
-instance with exit 1: tests/control/test_e2e_llm.py kills one under load, on the engine start
-its scenarios share.)"""
+process group. (The suite starts no instance here for the other two paths: a server killed
+outright takes its engine with it, tests/gateway/test_prefix_real.py, on the second instance it
+has booted; a dead engine stops its instance with exit 1, tests/control/test_e2e_llm.py, which
+kills one under load.)"""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -130,39 +130,3 @@ def _wait_in_flight(instance, count: int, timeout_s: float = 60) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"{in_flight:.0f} of {count} requests in flight after {timeout_s} s")
-
-
-def test_a_killed_server_takes_its_engine_with_it(default_model_dir: Path,
-                                                  tmp_path: Path) -> None:
-    """SIGKILL (the OOM killer, a supervisor) gives the server no chance to stop its engine:
-    the engine core sees its server gone and stops itself, aborting what it ran. Before,
-    it kept running with its KV cache for good."""
-    from podium.package.defaults import write_default_package
-
-    package = write_default_package(tmp_path / "pkg")
-    instance = start_instance([str(package.root)], tmp_path / "instance.log")
-    children: list[psutil.Process] = []
-    try:
-        instance.wait_ready()
-        children = psutil.Process(instance.process.pid).children(recursive=True)
-        assert children, "the engine core runs in a child process"
-        body = {"model": LLM, "prompt": "Tell a story:", "max_tokens": 400, "ignore_eos": True}
-        request = threading.Thread(target=lambda: _post_ignoring_errors(instance, body))
-        request.start()
-        _wait_in_flight(instance, 1)  # generating now
-        instance.process.kill()
-        instance.process.wait(10)
-        _, alive = psutil.wait_procs(children, timeout=30)
-        assert not alive, f"engine processes outlived their server: {alive}"
-        assert "that started this engine core is gone" in instance.log()
-        request.join(30)
-    finally:
-        instance.stop()
-        for child in children:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.kill()
-
-
-def _post_ignoring_errors(instance, body: dict) -> None:
-    with contextlib.suppress(httpx.HTTPError):  # the server is killed under it
-        httpx.post(f"{instance.openai_url}/completions", json=body, timeout=60)
