@@ -2,12 +2,12 @@
 
 Off unless `PODIUM_TEST_ENGINE_LOG=FILE` is set: then a thread polls the process table every
 0.25 s for vLLM's engine core (the process titled `VLLM::EngineCore...`, started by every
-`AsyncLLM`: a `podium serve` of an LLM or embedder, a `podium up` instance, a Ray actor, an
-in-process probe) whose environment carries this run's token, and appends one line per new
-engine to FILE: `<test node id or fixture setup>\t<pid>`. An engine core lives for the whole
-boot (tens of seconds), so none is missed. The token is set in `os.environ` before any test
-runs, so every process the run spawns inherits it and engines of other runs on the machine are
-not counted.
+`AsyncLLM` or `LLM`: a `podium serve` of an LLM or embedder, a `podium up` instance, a Ray
+actor, an in-process probe) that descends from this run (this process, or a process whose
+environment carries the run's token, is among its ancestors), and appends one line per new
+engine to FILE: `<test node id>\t<pid>`. An engine core lives for the whole boot (tens of
+seconds), so none is missed. The token is set in `os.environ` before any test runs, so every
+process the run spawns inherits it; engines of other runs on the machine are not counted.
 
     PODIUM_TEST_ENGINE_LOG=/tmp/engines.txt python -m pytest tests -m engine
     cut -f1 /tmp/engines.txt | sort | uniq -c
@@ -59,15 +59,32 @@ class EngineCounter:
             if pid in self.seen or not (title.startswith(TITLE)
                                         or (proc.info["name"] or "").startswith(TITLE[:15])):
                 continue
-            try:
-                environ = Path(f"/proc/{pid}/environ").read_bytes()
-            except OSError:
-                continue
-            if marker not in environ.split(b"\0"):
+            if not self._ours(proc, marker):
                 continue
             self.seen.add(pid)
             with self.log.open("a") as out:
                 out.write(f"{self.current}\t{pid}\n")
+
+
+    @staticmethod
+    def _ours(proc, marker: bytes) -> bool:  # type: ignore[no-untyped-def]
+        """Started by this run: this process is an ancestor, or an ancestor's environment has
+        the token (the engine core's own is unreadable: vLLM's process title overwrites it)."""
+        import psutil
+
+        try:
+            ancestors = proc.parents()
+        except psutil.Error:
+            return False
+        for ancestor in ancestors:
+            if ancestor.pid == os.getpid():
+                return True
+            try:
+                if marker in Path(f"/proc/{ancestor.pid}/environ").read_bytes().split(b"\0"):
+                    return True
+            except OSError:
+                continue
+        return False
 
 
 def from_environment() -> EngineCounter | None:
