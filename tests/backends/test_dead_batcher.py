@@ -4,6 +4,7 @@ for good turns the model (and the server) not ready while every request fails fa
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,10 @@ async def _kill_the_batcher(examples_dir: Path) -> dict[str, Any]:
             batcher = repository.find("xgb-example").backend._batcher
             batcher.max_restarts = 0
             real = batcher._run_batch
-            batcher._run_batch = lambda items: (time.sleep(0.3), real(items))[1]
+            busy = threading.Event()
+            batcher._run_batch = lambda items: (busy.set(), time.sleep(0.3), real(items))[2]
             waiting = asyncio.create_task(infer("xgb-example"))
-            await asyncio.sleep(0.1)  # the model is busy with it
+            assert await asyncio.to_thread(busy.wait, 10), "the request never reached the model"
             batcher._task.cancel()
             started = time.perf_counter()
             seen["waiting"] = await waiting
