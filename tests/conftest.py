@@ -52,19 +52,34 @@ from it instead of prefilled again by each of the many similar requests."""
 
 
 TIER_FIXTURES = {
-    "engine": ("instance", "openai_client"),  # the shared real instance
-    "postgres": ("postgres_url", "fresh_postgres"),  # tests/control/conftest.py
-    "ray": ("ray_cluster", "ray_platform"),  # tests/control/test_ray_runtime.py
+    "engine": {"instance": "tests.conftest", "openai_client": "tests.conftest"},
+    "postgres": {"postgres_url": "tests.control.conftest",
+                 "fresh_postgres": "tests.control.conftest"},
+    "ray": {"ray_cluster": "tests.control.test_ray_runtime",
+            "ray_platform": "tests.control.test_ray_runtime"},
 }
-"""Fixtures that put a test in a tier: any test using one (directly or through another
-fixture) gets the mark, so a new test on the shared instance cannot slip into the fast tier."""
+"""Fixtures that put a test in a tier, by name and the module defining them: any test using one
+(directly or through another fixture) gets the mark, so a new test on the shared instance cannot
+slip into the fast tier. The module counts: tests/gateway's own fake `instance` is no engine."""
+
+
+def _tier_marks(item: pytest.Item) -> set[str]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    marks = set()
+    for mark, fixtures in TIER_FIXTURES.items():
+        for name, module in fixtures.items():
+            definitions = info.name2fixturedefs.get(name) or ()
+            if definitions and getattr(definitions[-1].func, "__module__", None) == module:
+                marks.add(mark)
+    return marks
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        used = set(getattr(item, "fixturenames", ()))
-        for mark, fixtures in TIER_FIXTURES.items():
-            if used.intersection(fixtures) and item.get_closest_marker(mark) is None:
+        for mark in _tier_marks(item):
+            if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
 
 

@@ -26,6 +26,8 @@ from tests.support.harness import RunningInstance, running_instance
 from tests.support.polling import eventually
 from tests.support.servers import Served
 
+pytestmark = pytest.mark.engine  # the shared instance and a second one
+
 WORDS = ["ship", "harbor", "lantern", "tide", "compass", "anchor", "rope", "sail", "storm",
          "island", "map", "coin"]
 PER_PREFIX = 3
