@@ -169,6 +169,20 @@ def examples_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def classic_examples_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example repository without its LLM: a `podium serve` of it starts no vLLM engine
+    (the examples' LLM is the real default model: serving `examples_dir` boots it)."""
+    import shutil
+
+    from podium.examples import create_examples
+
+    target = tmp_path_factory.mktemp("classic-repository")
+    create_examples(target)
+    shutil.rmtree(target / LLM)
+    return target
+
+
+@pytest.fixture(scope="session")
 def kserve_instance(examples_dir: Path,
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
     """KServe HTTP + gRPC on loopback over the examples and fake-engine LLMs (no vLLM)."""

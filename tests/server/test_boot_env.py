@@ -6,8 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.harness import running_instance, start_instance
+
+# the good boot serves the examples, their LLM too: a real engine under the thread compiler
+pytestmark = pytest.mark.engine
 
 
 def test_a_bad_constraint_compiler_setting_fails_the_boot_then_a_good_one_serves(

@@ -40,7 +40,8 @@ async def test_a_blocked_loop_is_recorded_as_late_by_about_as_long() -> None:
     assert _late("0.03") - before_late >= 1, "the blocked loop's probe was not recorded late"
 
 
-def test_a_serving_instance_exposes_its_loop_lag(tmp_path: Path, examples_dir: Path) -> None:
+def test_a_serving_instance_exposes_its_loop_lag(tmp_path: Path,
+                                                 classic_examples_dir: Path) -> None:
     def probes(url: str) -> float:
         text = httpx.get(f"{url}/metrics", timeout=30).text
         for family in text_string_to_metric_families(text):
@@ -48,7 +49,8 @@ def test_a_serving_instance_exposes_its_loop_lag(tmp_path: Path, examples_dir: P
                 return next(s.value for s in family.samples if s.name == FAMILY + "_count")
         raise AssertionError(f"{FAMILY} is not in /metrics")
 
-    with running_instance(["--repository", str(examples_dir)], tmp_path / "serve.log") as inst:
+    with running_instance(["--repository", str(classic_examples_dir)],
+                          tmp_path / "serve.log") as inst:
         first = probes(inst.http_url)
         time.sleep(1.0)  # ten probes' worth
         assert probes(inst.http_url) > first
