@@ -13,12 +13,10 @@ analysis does not count them (neither as requests nor as errors).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from podium.errors import Overloaded
-from podium.gateway.routing import Endpoint
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.table import Endpoint
+from podium.routes.table import declared_bound as declared_bound  # its old home
 
 RETRY_AFTER_S = 1.0
 """What a shed request is told to wait: about one batch or queue wait of a busy instance."""
@@ -53,22 +51,3 @@ class Admission:
         raise Overloaded(f"every instance of {model}@{version} has {self.bound(endpoint)} "
                          f"requests in flight ({where}{others}); retry in "
                          f"{RETRY_AFTER_S:g} s", retry_after_s=RETRY_AFTER_S)
-
-
-def declared_bound(manifest: Mapping[str, Any]) -> int | None:
-    """The in-flight bound a package's own queue limits imply; None when it declares none.
-
-    An LLM: vLLM's `max_num_queued_reqs` (it counts waiting and running requests). A classic
-    model: its batcher's `max_queue` plus one batch being run (`max_batch_size`).
-    """
-    if manifest.get("backend") == "vllm":
-        return _positive(manifest.get("max_num_queued_reqs"))
-    queue = _positive((manifest.get("dynamic_batching") or {}).get("max_queue"))
-    if queue is None:
-        return None
-    return queue + max(1, _positive(manifest.get("max_batch_size")) or 1)
-
-
-def _positive(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
-        else None

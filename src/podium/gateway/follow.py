@@ -15,7 +15,7 @@ import os
 import httpx
 import msgspec
 
-from podium.gateway.route_sync import (
+from podium.routes.sync import (
     ANSWER_DECODER,
     ENCODER,
     MAX_PER_REPORT,
@@ -24,7 +24,7 @@ from podium.gateway.route_sync import (
     TableFollower,
     columns,
 )
-from podium.gateway.routing import RouteTable
+from podium.routes.table import RouteTable
 
 log = logging.getLogger("podium.gateway")
 SYNC_PATH = "/v1/gateways/sync"

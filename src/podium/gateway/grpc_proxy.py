@@ -28,9 +28,9 @@ from podium.errors.interceptor import ErrorInterceptor
 from podium.gateway.admission import Admission
 from podium.gateway.limits import DEFAULT_MAX_GRPC_MESSAGE_BYTES, DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE
 from podium.gateway.retry import Attempts, Target
-from podium.gateway.routing import Endpoint, RouteTable
-from podium.gateway.stats import Outcome, VersionStats
 from podium.gateway.wire import read_name_version
+from podium.routes.stats import Outcome, VersionStats
+from podium.routes.table import Endpoint, RouteTable
 
 SERVICE = "inference.GRPCInferenceService"
 ROUTED = {"ModelInfer": service_pb2.ModelInferRequest,

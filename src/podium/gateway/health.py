@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from podium.gateway.routing import RouteTable
+from podium.routes.table import RouteTable
 
 
 async def check_once(table: RouteTable, client: httpx.AsyncClient, *,

@@ -18,8 +18,8 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
-from podium.gateway.routing import RouteTable
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.table import RouteTable
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 _VERSION = ["model", "version"]

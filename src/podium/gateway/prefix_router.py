@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from podium.errors import InvalidArgument
 from podium.gateway.prefix_key import PrefixKey
-from podium.gateway.routing import Choose, Endpoint
+from podium.routes.table import Choose, Endpoint
 
 AFFINITY, YIELDED, COLD = "affinity", "yielded", "cold"
 """How a pick went (the `outcome` of `podium:gateway_prefix_picks`): to the instance with the

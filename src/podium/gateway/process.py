@@ -36,8 +36,8 @@ from podium.gateway.health import run_health_checks
 from podium.gateway.http_server import bounded_head_protocol
 from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
-from podium.gateway.route_sync import ReportingStats
-from podium.gateway.routing import RouteTable
+from podium.routes.sync import ReportingStats
+from podium.routes.table import RouteTable
 from podium.shutdown import ShutdownWatchdog
 
 log = logging.getLogger("podium.gateway")

@@ -38,9 +38,9 @@ from podium.gateway.metrics import render as render_metrics
 from podium.gateway.prefix_router import PrefixPolicy, PrefixRouter
 from podium.gateway.request_route import RequestRoute, route_of
 from podium.gateway.retry import Attempts, Target
-from podium.gateway.routing import Endpoint, RouteTable
-from podium.gateway.stats import Outcome, VersionStats
 from podium.gateway.upstream import NOT_SENT, SENT_FAILED, Upstream
+from podium.routes.stats import Outcome, VersionStats
+from podium.routes.table import Endpoint, RouteTable
 
 # hop-by-hop headers (RFC 9110 §7.6.1) plus those the client and server recompute
 _DROP_REQUEST = {b"host", b"connection", b"keep-alive", b"proxy-authenticate",

@@ -10,7 +10,7 @@ from podium.edge.inflate import inflate
 from podium.errors import InvalidArgument, NotFound
 from podium.gateway.limits import DEFAULT_MAX_BODY_BYTES
 from podium.gateway.prefix_key import PrefixKey, kserve_key, openai_key
-from podium.gateway.routing import Endpoint
+from podium.routes.table import Endpoint
 
 KSERVE_PATH = re.compile(
     r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?P<rest>/.*)?$")

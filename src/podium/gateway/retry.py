@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from podium.errors import NotFound, Unavailable
 from podium.gateway.admission import BY_INSTANCE, Admission
-from podium.gateway.routing import LATEST, Choose, Endpoint, RouteTable
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.table import LATEST, Choose, Endpoint, RouteTable
 
 NOT_SENT, OVERLOADED, BROKEN, CANARY = "not_sent", "overloaded", "broken", "canary"
 """Why a request was sent again (the `reason` of `podium:gateway_retries`)."""

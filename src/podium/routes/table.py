@@ -1,0 +1,266 @@
+"""Where a request goes: model → version (explicit, alias or weighted split) → instance.
+
+Pure and synchronous: the control plane changes splits, aliases and endpoints live; the proxy
+asks `pick` once per attempt. Versions are chosen by smooth weighted round robin, so a 10% split
+sends exactly 1 request in 10, not 10% on average; instances by least in-flight requests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from podium.errors import NotFound, Unavailable
+
+LATEST = "latest"
+Routes = tuple[dict[str, int], dict[str, str], dict[str, list["Endpoint"]]]
+"""One model's splits, aliases and endpoints per version, as `RouteTable.replace` takes them."""
+Choose = Callable[[str, list["Endpoint"], list["Endpoint"]], "Endpoint | None"]
+"""A request's own pick (`gateway.prefix_router`): (version, all its endpoints, the usable
+ones) → one of the usable, or None for least in-flight."""
+
+
+@dataclass
+class Endpoint:
+    """One instance of model@version the gateway may send requests to."""
+
+    id: str
+    url: str
+    healthy: bool = True
+    """False after a failed connection or health check; no requests until it recovers."""
+    draining: bool = False
+    """True once the control plane wants it stopped: no new requests, in-flight ones finish."""
+    num_in_flight: int = 0
+    """Requests this gateway has in flight on the instance."""
+    in_flight_elsewhere: int = 0
+    """Requests the other gateways of the same control plane have in flight on it, as of
+    their last reports (a quarter of a second old at most; 0 while the plane is away)."""
+    grpc_target: str | None = None
+    """`host:port` of the instance's KServe gRPC server (None: HTTP only)."""
+    max_in_flight: int | None = None
+    """The bound the package's own queue limits imply (`admission.declared_bound`); None: the
+    gateway's `--max-in-flight-per-instance`."""
+    idempotent: bool = True
+    """The package's `idempotent`: a request it failed may be sent again (to the stable
+    version during a rollout); False for a model with side effects."""
+    frontends: str = "embedded"
+    """The package's `frontends`: a standalone instance serves KServe only, no OpenAI /v1."""
+
+    @property
+    def load(self) -> int:
+        """Requests in flight on the instance from every gateway: what balancing and the
+        admission bound compare."""
+        return self.num_in_flight + self.in_flight_elsewhere
+
+    @property
+    def can_take(self) -> bool:
+        """Whether a new request may go here."""
+        return self.healthy and not self.draining
+
+
+@dataclass
+class _Model:
+    splits: dict[str, int] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    endpoints: dict[str, list[Endpoint]] = field(default_factory=dict)
+    wrr: dict[str, int] = field(default_factory=dict)
+    turn: int = 0
+
+
+class RouteTable:
+    """Models, their versions' endpoints, splits and aliases; changed live by the control plane."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, _Model] = {}
+        self._by_id: dict[str, Endpoint] = {}
+        # the control plane changes the table from its own thread while the proxy reads it
+        self._lock = threading.RLock()
+
+    # written by the control plane ------------------------------------------------------
+
+    def set_split(self, model: str, weights: dict[str, int]) -> None:
+        """Route the model's unversioned traffic by these weights."""
+        with self._lock:
+            entry = self._models.setdefault(model, _Model())
+            entry.splits = {v: w for v, w in weights.items() if w > 0}
+            entry.wrr = {v: entry.wrr.get(v, 0) for v in entry.splits}
+
+    def set_alias(self, model: str, alias: str, version: str) -> None:
+        """Point an alias (e.g. `latest`) at a version."""
+        with self._lock:
+            self._models.setdefault(model, _Model()).aliases[alias] = version
+
+    def add_endpoint(self, model: str, version: str, endpoint: Endpoint) -> None:
+        """Start routing to a (ready) instance."""
+        with self._lock:
+            entry = self._models.setdefault(model, _Model())
+            entry.endpoints.setdefault(version, []).append(endpoint)
+            self._by_id[endpoint.id] = endpoint
+
+    def remove_endpoint(self, endpoint_id: str) -> None:
+        """Forget an instance (after it drained)."""
+        with self._lock:
+            endpoint = self._by_id.pop(endpoint_id, None)
+            for entry in self._models.values():
+                for endpoints in entry.endpoints.values():
+                    if endpoint in endpoints:
+                        endpoints.remove(endpoint)
+
+    def replace(self, routes: dict[str, Routes]) -> None:
+        """Swap in a whole table at once (a gateway process taking the control plane's): model
+        → (splits, aliases, endpoints per version). Pass an `Endpoint` already in the table to
+        keep it: its in-flight count carries over."""
+        with self._lock:
+            models: dict[str, _Model] = {}
+            for name, (splits, aliases, endpoints) in routes.items():
+                old = self._models.get(name)
+                entry = _Model(splits={v: w for v, w in splits.items() if w > 0},
+                               aliases=dict(aliases),
+                               endpoints={v: list(eps) for v, eps in endpoints.items()},
+                               turn=old.turn if old else 0)
+                # the round robin's position survives, so a re-sent split stays exact
+                entry.wrr = {v: old.wrr.get(v, 0) if old else 0 for v in entry.splits}
+                models[name] = entry
+            self._models = models
+            self._by_id = {e.id: e for entry in models.values()
+                           for eps in entry.endpoints.values() for e in eps}
+
+    def routes(self) -> dict[str, Routes]:
+        """The whole table in the shape `replace` takes (lists copied, endpoints shared)."""
+        with self._lock:
+            return {name: (dict(e.splits), dict(e.aliases),
+                           {v: list(eps) for v, eps in e.endpoints.items()})
+                    for name, e in self._models.items()}
+
+    def endpoint(self, endpoint_id: str) -> Endpoint:
+        """The endpoint with this id (KeyError when unknown)."""
+        return self._by_id[endpoint_id]
+
+    def endpoints(self) -> list[Endpoint]:
+        """Every endpoint."""
+        with self._lock:
+            return list(self._by_id.values())
+
+    def drain(self, endpoint_id: str) -> Endpoint:
+        """Stop sending new requests to an instance; its in-flight requests finish."""
+        endpoint = self._by_id[endpoint_id]
+        endpoint.draining = True
+        return endpoint
+
+    def routed(self) -> list[tuple[str, str, Endpoint]]:
+        """(model, version, endpoint) for every endpoint."""
+        with self._lock:
+            return [(m, v, e) for m, entry in sorted(self._models.items())
+                    for v, eps in sorted(entry.endpoints.items()) for e in eps]
+
+    def split(self, model: str) -> dict[str, int]:
+        """The model's current split (versions with weight above 0)."""
+        with self._lock:
+            entry = self._models.get(model)
+            return dict(entry.splits) if entry else {}
+
+    def alias(self, model: str, alias: str) -> str | None:
+        """The version an alias of the model points at (None: unset)."""
+        with self._lock:
+            entry = self._models.get(model)
+            return entry.aliases.get(alias) if entry else None
+
+    def models(self) -> dict[str, list[str]]:
+        """Model name → versions that have endpoints."""
+        with self._lock:
+            return {m: sorted(v for v, eps in e.endpoints.items() if eps)
+                    for m, e in self._models.items()}
+
+    # read per request ------------------------------------------------------------------
+
+    def resolve(self, model: str, version: str | None, *,
+                exclude: frozenset[str] = frozenset(),
+                choose: Choose | None = None) -> tuple[str, Endpoint]:
+        """The version and instance for one attempt of a request (`choose` may pick it)."""
+        with self._lock:
+            entry = self._models.get(model)
+            if entry is None:
+                raise NotFound(f"model {model!r} is not deployed; deployed: "
+                               f"{', '.join(sorted(self._models)) or 'none'}", param="model")
+            if version is not None:
+                version = entry.aliases.get(version, version)
+                if version not in entry.endpoints:
+                    raise NotFound(f"{model}@{version} is not deployed; versions: "
+                                   f"{', '.join(sorted(entry.endpoints)) or 'none'}",
+                                   param="version")
+                return version, self._instance(model, version, entry, exclude, choose)
+            candidates = {v: w for v, w in entry.splits.items()
+                          if any(e.can_take and e.id not in exclude
+                                 for e in entry.endpoints.get(v, []))}
+            if candidates:
+                chosen = self._weighted(entry, candidates)
+            elif LATEST in entry.aliases:
+                chosen = entry.aliases[LATEST]
+            elif entry.splits:
+                chosen = max(entry.splits, key=lambda v: entry.splits[v])
+            else:
+                raise Unavailable(f"model {model!r} has no version taking traffic")
+            return chosen, self._instance(model, chosen, entry, exclude, choose)
+
+    def saturated(self, model: str, version: str | None,
+                  has_room: Callable[[Endpoint], bool]) -> bool:
+        """Whether the first attempt of a request for `model` (`version` None: by the split)
+        is certain to find its instance without room: every ready instance of every version
+        `resolve` could pick fails `has_room`. False when any has room, and when none is
+        ready (that answer is no shed). Reads the table only: no turn of the round robin."""
+        with self._lock:
+            entry = self._models.get(model)
+            if entry is None:
+                return False
+            if version is not None:
+                versions = [entry.aliases.get(version, version)]
+            else:
+                versions = list(entry.splits)
+            usable = [e for v in versions for e in entry.endpoints.get(v, ()) if e.can_take]
+            return bool(usable) and not any(has_room(e) for e in usable)
+
+    @staticmethod
+    def _weighted(entry: _Model, candidates: dict[str, int]) -> str:
+        # smooth weighted round robin (nginx): exact proportions, interleaved
+        total = sum(candidates.values())
+        for version, weight in candidates.items():
+            entry.wrr[version] = entry.wrr.get(version, 0) + weight
+        chosen = max(candidates, key=lambda v: entry.wrr[v])
+        entry.wrr[chosen] -= total
+        return chosen
+
+    @staticmethod
+    def _instance(model: str, version: str, entry: _Model, exclude: frozenset[str],
+                  choose: Choose | None) -> Endpoint:
+        endpoints = entry.endpoints.get(version, [])
+        usable = [e for e in endpoints if e.can_take and e.id not in exclude]
+        if not usable:
+            raise Unavailable(f"{model}@{version} has no ready instance")
+        if choose is not None and (chosen := choose(version, endpoints, usable)) is not None:
+            return chosen
+        # least in-flight; ties go round robin so every instance is used (and checked)
+        entry.turn += 1
+        start = entry.turn % len(usable)
+        rotated = usable[start:] + usable[:start]
+        return min(rotated, key=lambda e: e.load)
+
+
+def declared_bound(manifest: Mapping[str, Any]) -> int | None:
+    """The in-flight bound a package's own queue limits imply; None when it declares none.
+
+    An LLM: vLLM's `max_num_queued_reqs` (it counts waiting and running requests). A classic
+    model: its batcher's `max_queue` plus one batch being run (`max_batch_size`).
+    """
+    if manifest.get("backend") == "vllm":
+        return _positive(manifest.get("max_num_queued_reqs"))
+    queue = _positive((manifest.get("dynamic_batching") or {}).get("max_queue"))
+    if queue is None:
+        return None
+    return queue + max(1, _positive(manifest.get("max_batch_size")) or 1)
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
