@@ -27,8 +27,8 @@ from podium.control.rollout_config import RolloutConfig
 from podium.control.runtime.base import READY
 from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store, StoreUnavailable
-from podium.gateway.routing import RouteTable
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.table import RouteTable
 from tests.support.fake_world import FakeWorld
 
 FAKE_SERVE = Path(__file__).parents[1] / "support" / "fake_serve.py"
@@ -132,9 +132,10 @@ def test_the_loop_pauses_once_keeps_the_split_and_resumes_the_rollout(
     resumed = [r.getMessage() for r in caplog.records if "control loop resumed" in r.getMessage()]
     assert len(resumed) == 1 and loop.outage is None
     after = store.get_rollout(rollout_id)
-    assert after.state.phase == "analyze" and after.state.stage_index == before.state.stage_index
+    assert after.state.phase == "analyze"
+    assert after.state.leg.stage_index == before.state.leg.stage_index
     # the window's clock moved on by the pause: the stage is judged on time the plane could act
-    assert after.state.phase_since_ms == before.state.phase_since_ms + 10_000
+    assert after.state.leg.phase_since_ms == before.state.leg.phase_since_ms + 10_000
     notes = [s.note for s in store.rollout_steps(rollout_id)]
     assert any("paused 10000 ms (database unreachable" in n for n in notes)
     assert any("control loop paused 10.0 s" in e.message for e in store.list_events())

@@ -16,9 +16,9 @@ from podium.control.gateway_api import add_gateway_routes
 from podium.control.gateway_feed import PublishedTable, RouteFeed
 from podium.control.plane import ControlPlane
 from podium.control.store import Store
-from podium.gateway.route_sync import ENCODER, Outcomes, SyncReport
-from podium.gateway.routing import Endpoint
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.sync import ENCODER, Outcomes, SyncReport
+from podium.routes.table import Endpoint
 from tests.support.fake_world import FakeWorld
 
 

@@ -17,7 +17,7 @@ import pytest
 from podium.control.runtime.base import READY
 from podium.control.runtime.local import BOOT_NICE, SERVE_NICE, LocalRuntime
 from podium.control.store import Store
-from podium.gateway.routing import RouteTable
+from podium.routes.table import RouteTable
 
 FAKE = Path(__file__).parents[1] / "support" / "fake_serve.py"
 
@@ -186,7 +186,7 @@ import os, sys
 from pathlib import Path
 from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store
-from podium.gateway.routing import RouteTable
+from podium.routes.table import RouteTable
 
 def fake_command(package, http_port, _grpc_port):
     return [sys.executable, sys.argv[3], package, str(http_port)]

@@ -15,8 +15,8 @@ from podium.control.loop import ControlLoop, LoopConfig
 from podium.control.plane import ControlPlane
 from podium.control.store import Store
 from podium.control.world import RuntimeWorld
-from podium.gateway.routing import Endpoint, RouteTable
-from podium.gateway.stats import Outcome, VersionStats
+from podium.routes.stats import Outcome, VersionStats
+from podium.routes.table import Endpoint, RouteTable
 from tests.support.ready_runtime import FakeRuntime
 
 

@@ -15,7 +15,7 @@ from podium.control.runtime import ray as ray_runtime
 from podium.control.runtime.base import DRAINING, STARTING
 from podium.control.runtime.ray import RayRuntime
 from podium.control.store import Store
-from podium.gateway.routing import RouteTable
+from podium.routes.table import RouteTable
 
 
 class RayError(Exception):

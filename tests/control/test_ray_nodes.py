@@ -202,7 +202,7 @@ import json, sys, time
 from pathlib import Path
 from podium.control.runtime.ray import RayRuntime
 from podium.control.store import Store
-from podium.gateway.routing import RouteTable
+from podium.routes.table import RouteTable
 
 runtime = RayRuntime(Store.open(sys.argv[2]), RouteTable(), Path(sys.argv[3]),
                      address=sys.argv[1])

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from podium.control import up_loop
+from podium.control import loop as control_loop
 from podium.control.actions import Scale
+from podium.control.loop import ControlLoop
 from podium.control.plane import ControlPlane
 from podium.control.plane_lock import AlreadyRunning
 from podium.control.store import Store
-from podium.control.up_loop import FeedingLoop
 from podium.control.world import RuntimeWorld
-from podium.gateway.routing import RouteTable
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.table import RouteTable
 from tests.support.ready_runtime import FakeRuntime
 
 
@@ -34,12 +34,12 @@ class Lock:
 
 def test_a_deposed_plane_stops_acting_and_stops_itself(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(up_loop, "LOCK_CHECK_S", 0.0)
+    monkeypatch.setattr(control_loop, "LOCK_CHECK_S", 0.0)
     store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
     runtime, table, stats = FakeRuntime(), RouteTable(), VersionStats()
     plane = ControlPlane(store, RuntimeWorld(runtime, table, stats), materialize=lambda _p: None)
     lock, stopped = Lock(), []
-    loop = FeedingLoop(plane, runtime, table, stats, feeds=[], gateways=[],
+    loop = ControlLoop(plane, runtime, table, stats, feeds=[], gateways=[],
                        plane_lock=lock, on_deposed=lambda: stopped.append(True))
     store.apply([Scale("iris", "1", 1)])
 

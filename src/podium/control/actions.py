@@ -2,13 +2,14 @@
 
 Every action is idempotent (scale *to* n, set the split *to* w), so a control plane that dies
 between writing a step and carrying it out simply carries it out again after a restart. Each
-names the region it acts in (`default` where only one is declared).
+names the region it acts in (`default` where only one is declared). A policy's step is one
+`Decision`: the state to write, the actions to carry out, and why.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 DEFAULT_REGION = "default"
 """The one region of a control plane that declares none."""
@@ -47,6 +48,16 @@ class MoveAlias:
 
 
 Action = Scale | SetSplit | MoveAlias
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class Decision(Generic[S]):
+    """One step of a policy: the state to write, then the actions to carry out, and why."""
+
+    state: S
+    actions: list[Action]
+    note: str
 
 
 def action_to_dict(action: Action) -> dict[str, Any]:

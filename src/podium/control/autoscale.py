@@ -29,6 +29,22 @@ _EPSILON = 1e-9  # 0.3 / 0.1 is 2.9999999999999996 in floats: no instance for a 
 
 
 @dataclass(frozen=True)
+class Targets:
+    """The control plane's targets where a package declares none (`DEFAULT_TARGETS`: the one
+    place the defaults live; `podium up`'s loop config and every policy start from it)."""
+
+    target_in_flight: float = 8.0
+    """In-flight requests per instance to aim for."""
+    scale_up_window_ms: int = 0
+    """How long a signal must stay over its target before scaling up (0: at once)."""
+    scale_down_cooldown_ms: int = 60_000
+    """How long demand must stay low, and the last change be old, before scaling down."""
+
+
+DEFAULT_TARGETS = Targets()
+
+
+@dataclass(frozen=True)
 class AutoscalePolicy:
     """Bounds and targets of one deployment."""
 
@@ -36,15 +52,15 @@ class AutoscalePolicy:
     """Never fewer instances than this (0..64)."""
     max_instances: int = 4
     """Never more instances than this (min_instances..64)."""
-    target_in_flight: float = 8.0
+    target_in_flight: float = DEFAULT_TARGETS.target_in_flight
     """In-flight requests per instance the policy aims for (> 0)."""
     target_waiting: float | None = None
     """Engine requests waiting per instance the policy aims for (> 0; None: not a signal)."""
     max_kv_cache_usage: float | None = None
     """KV-cache usage per instance the policy keeps under (0 < x <= 1; None: not a signal)."""
-    scale_up_window_ms: int = 0
+    scale_up_window_ms: int = DEFAULT_TARGETS.scale_up_window_ms
     """How long a signal must stay over its target before scaling up (0: at once)."""
-    scale_down_cooldown_ms: int = 60_000
+    scale_down_cooldown_ms: int = DEFAULT_TARGETS.scale_down_cooldown_ms
     """How long demand must stay low, and the last change be old, before scaling down."""
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The autoscaler's pass: observe each deployment's load → decide (`autoscale.decide`) → scale.
+"""The autoscaler's pass: observe each deployment's load → decide (`autoscale.decide`) → commit.
 
 Runs inside the control loop's pass, under the plane's lock. A deployment is autoscaled when
 its bounds leave room (`min_instances < max_instances`), it wants instances, and no rollout of
@@ -10,11 +10,19 @@ target, so nobody else's /metrics is scraped).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from podium.control.autoscale import AutoscalePolicy, AutoscaleState, Demand, decide
+from podium.control.actions import Scale
+from podium.control.autoscale import (
+    DEFAULT_TARGETS,
+    AutoscalePolicy,
+    AutoscaleState,
+    Demand,
+    Targets,
+    decide,
+)
+from podium.control.commit import Commit
 from podium.control.models import DeploymentRow
 from podium.control.runtime.base import STARTING
 from podium.control.store import Store, StoreUnavailable
@@ -23,30 +31,17 @@ from podium.errors import NotFound
 if TYPE_CHECKING:
     from podium.control.region_world import Region
 
-ScaleFn = Callable[[str, str, int, str, str], None]
-"""Writes then applies a new size of model@version in a region: (model, version, size,
-the reason for the event, region)."""
-
-
-@dataclass(frozen=True)
-class Defaults:
-    """The control plane's targets where a package declares none."""
-
-    target_in_flight: float = 8.0
-    scale_down_cooldown_ms: int = 60_000
-    scale_up_window_ms: int = 0
-
-
 class Autoscaler:
     """Keeps each autoscaled deployment's policy state between passes."""
 
-    def __init__(self, store: Store, regions: Mapping[str, Region], scale: ScaleFn,
-                 defaults: Defaults | None = None) -> None:
+    def __init__(self, store: Store, regions: Mapping[str, Region], commit: Commit,
+                 defaults: Targets = DEFAULT_TARGETS) -> None:
         self.store = store
         self.regions = regions
         """Each region's runtime and route table, by name (a deployment is scaled in its own)."""
-        self.scale = scale
-        self.defaults = defaults or Defaults()
+        self.commit = commit
+        """Writes, then carries out, each new size."""
+        self.defaults = defaults
         self._states: dict[tuple[str, str, str], AutoscaleState] = {}
         self._targets: dict[tuple[str, str], dict[str, Any]] = {}
         """Per model@version, its package's `autoscale` section (packages never change)."""
@@ -67,8 +62,8 @@ class Autoscaler:
             state = decide(policy, state, self._demand(dep, policy, region), now_ms)
             self._states[key] = state
             if state.num_instances != dep.num_desired:
-                self.scale(dep.model, dep.version, state.num_instances,
-                           f"autoscale: {state.reason}", dep.region)
+                self.commit.scale(Scale(dep.model, dep.version, state.num_instances,
+                                        region=dep.region), f"autoscale: {state.reason}")
 
     def _policy(self, dep: DeploymentRow) -> AutoscalePolicy:
         declared = {k: v for k, v in self._declared(dep.model, dep.version).items()

@@ -1,4 +1,4 @@
-"""One rollout step, top to bottom: observe → decide → write the step → act.
+"""One rollout step, top to bottom: observe → decide → write the step → act (`commit`).
 
 The driver owns no state of its own: everything it needs to resume is in the store. A driver
 created after a crash first re-applies the whole desired state recorded in the store (in case
@@ -8,24 +8,13 @@ Every rollout runs region by region (`region_rollout`); with one region it is on
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from podium.control import region_rollout, rollout
-from podium.control.actions import DEFAULT_REGION, Action
-from podium.control.rollout import LATEST, Observation, RolloutState
+from podium.control.actions import DEFAULT_REGION, Decision
+from podium.control.commit import Commit, World
+from podium.control.rollout import LATEST
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import RolloutRecord, Store
 from podium.errors import InvalidArgument
-
-
-class World(Protocol):
-    """Where actions land and health comes from: the runtime plus the gateway."""
-
-    def apply(self, actions: list[Action]) -> None:
-        """Carry out idempotent actions (scale, split, alias)."""
-
-    def observe(self, state: RolloutState, since_ms: int) -> Observation:
-        """Health of the rollout's versions in its region; request stats from `since_ms`."""
 
 
 class RolloutDriver:
@@ -34,6 +23,7 @@ class RolloutDriver:
     def __init__(self, store: Store, world: World) -> None:
         self.store = store
         self.world = world
+        self.commit = Commit(store, world)
         self._reconciled = False
 
     def start(self, model: str, version: str, config: RolloutConfig, now_ms: int) -> int:
@@ -59,8 +49,12 @@ class RolloutDriver:
         return self.store.create_rollout(region_rollout.begin(legs, now_ms))
 
     def tick(self, now_ms: int) -> None:
-        """Advance every running rollout by at most one step."""
+        """Make the world match the store (once), then advance every running rollout."""
         self.reconcile()
+        self.step(now_ms)
+
+    def step(self, now_ms: int) -> None:
+        """Advance every running rollout by at most one step (the control loop's phase 2)."""
         for record in self.store.list_rollouts(status=rollout.RUNNING):
             self._tick_one(record, now_ms)
 
@@ -100,10 +94,9 @@ class RolloutDriver:
         if decision is not None:
             self._commit(record.id, decision, now_ms)
 
-    def _commit(self, rollout_id: int, decision: region_rollout.Decision, now_ms: int) -> None:
-        # written before acted on: a crash after this line re-applies it on resume
-        self.store.record_step(rollout_id, decision, now_ms)
-        self.world.apply(decision.actions)
+    def _commit(self, rollout_id: int, decision: Decision[region_rollout.RegionRollout],
+                now_ms: int) -> None:
+        self.commit.step(rollout_id, decision, now_ms)  # written, then acted on
 
     def _current(self, model: str, config: RolloutConfig,
                  region: str) -> tuple[str | None, int]:

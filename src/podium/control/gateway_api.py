@@ -16,7 +16,7 @@ from podium.control.gateway_feed import RouteFeed
 from podium.errors import InvalidArgument
 from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
 from podium.gateway.metrics import render as render_metrics
-from podium.gateway.route_sync import ENCODER, REPORT_DECODER
+from podium.routes.sync import ENCODER, REPORT_DECODER
 
 SYNC_PATH = "/v1/gateways/sync"
 WAIT_S = 0.25

@@ -21,15 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from podium.gateway.route_sync import (
+from podium.routes.stats import VersionStats
+from podium.routes.sync import (
     ModelSpec,
     SyncAnswer,
     SyncReport,
     record_outcomes,
     snapshot,
 )
-from podium.gateway.routing import Endpoint, RouteTable
-from podium.gateway.stats import VersionStats
+from podium.routes.table import Endpoint, RouteTable
 
 STALE_S = 5.0
 """A gateway silent this long no longer counts (its process is gone or cut off)."""

@@ -14,8 +14,8 @@ from datetime import UTC
 from typing import Any
 
 from podium.control import region_rollout
-from podium.control.actions import Scale
-from podium.control.driver import RolloutDriver, World
+from podium.control.commit import World
+from podium.control.driver import RolloutDriver
 from podium.control.models import DeploymentRow, EventRow
 from podium.control.rollout import LATEST, SUCCEEDED
 from podium.control.rollout_config import RolloutConfig
@@ -94,7 +94,7 @@ class ControlPlane:
             if aborted is not None:
                 return aborted
         previous = self._previous_success(model)
-        if previous is None or previous.state.from_version is None:
+        if previous is None or previous.state.leg.from_version is None:
             known = {d.model for d in self.store.list_deployments()}
             if model not in known:
                 raise NotFound(f"model {model!r} has no deployment", param="model")
@@ -102,25 +102,19 @@ class ControlPlane:
                            "back to", param="model")
         state = previous.state
         config = state.config
-        return self.deploy(model, state.from_version, config)
+        return self.deploy(model, state.leg.from_version, config)
 
     def set_scaling(self, model: str, version: str, min_instances: int,
                     max_instances: int, *, region: str | None = None) -> DeploymentRow:
         """Change a deployment's bounds (in one region, or every region it lives in); a size
         pushed into them is written, then acted on."""
         with self.lock:
-            before = {d.region: d.num_desired for d in self.store.list_deployments(model)
-                      if d.version == version}
-            regions = [region] if region else (list(before) or [None])
+            regions = [region] if region else (
+                list(dict.fromkeys(d.region for d in self.store.list_deployments(model)
+                                   if d.version == version)) or [None])
             for name in regions:
-                row = self.store.set_scaling(model, version, min_instances, max_instances,
-                                             region=name)
-                if row.num_desired != before.get(row.region):
-                    # the autoscaler skips fixed-size deployments and starts from the stored
-                    # size: nobody else would tell the runtime
-                    self.world.apply([Scale(model, version, row.num_desired, region=row.region)])
-                    self.store.record_event("scale", f"{model}@{version} -> {row.num_desired} "
-                                            f"(bounds {min_instances}..{max_instances})", model)
+                row = self.driver.commit.bounds(model, version, min_instances, max_instances,
+                                                region=name)
             return row
 
     def tick(self) -> None:
@@ -177,11 +171,11 @@ def event_summary(row: EventRow) -> dict[str, Any]:
 
 def rollout_summary(record: RolloutRecord) -> dict[str, Any]:
     """The public shape of a rollout (API and CLI)."""
-    state = record.state
-    return {"id": record.id, "model": state.model, "from_version": state.from_version,
+    state, leg = record.state, record.state.leg
+    return {"id": record.id, "model": state.model, "from_version": leg.from_version,
             "to_version": state.to_version, "strategy": state.config.strategy,
-            "status": record.status, "phase": state.phase, "weight_new": state.weight_new,
-            "stage": f"{state.stage_index + 1}/{len(state.config.stages)}",
+            "status": record.status, "phase": state.phase, "weight_new": leg.weight_new,
+            "stage": f"{leg.stage_index + 1}/{len(state.config.stages)}",
             "reason": record.reason, "num_steps": record.num_steps,
-            "config": state.config.to_dict(), LATEST: state.latest, "region": state.region,
+            "config": state.config.to_dict(), LATEST: leg.latest, "region": state.region,
             "regions": region_rollout.progress(state)}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from podium.control import rollout
-from podium.control.actions import Action, MoveAlias, Scale, SetSplit
+from podium.control.actions import Action, Decision, MoveAlias, Scale, SetSplit
 from podium.control.rollout import (
     FAILED,
     LATEST,
@@ -42,7 +42,8 @@ PENDING, SKIPPED = "pending", "skipped"
 
 @dataclass(frozen=True)
 class RegionRollout:
-    """A rollout of one model across regions; stored as JSON with each step."""
+    """A rollout of one model across regions; stored as JSON with each step. What a leg knows
+    of itself (stage, weights, timers) is read from that leg (`leg`), not repeated here."""
 
     legs: tuple[RolloutState, ...]
     """One leg per region, in rollout order."""
@@ -84,37 +85,12 @@ class RegionRollout:
         return self.leg.region
 
     @property
-    def from_version(self) -> str | None:
-        """The version the current region had before."""
-        return self.leg.from_version
-
-    @property
     def phase(self) -> str:
         """The current leg's phase; `bake` between legs; `unwind` while only earlier regions
         are still rolling back."""
         if self.mode == BAKE or (self.mode == UNWIND and self.leg.status != RUNNING):
             return self.mode
         return self.leg.phase
-
-    @property
-    def stage_index(self) -> int:
-        """Red-Black stage of the current leg."""
-        return self.leg.stage_index
-
-    @property
-    def phase_since_ms(self) -> int:
-        """When the current leg's phase began."""
-        return self.leg.phase_since_ms
-
-    @property
-    def weight_new(self) -> int:
-        """Percent of the current region's traffic on the new version."""
-        return self.leg.weight_new
-
-    @property
-    def latest(self) -> str | None:
-        """Where the current leg last pointed `latest`."""
-        return self.leg.latest
 
     @property
     def is_done(self) -> bool:
@@ -134,15 +110,6 @@ class RegionRollout:
             return single(RolloutState.from_dict(data))
         legs = tuple(RolloutState.from_dict(leg) for leg in data["legs"])
         return cls(**{**data, "legs": legs})
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One step: the state to write, then the actions to carry out (any region), and why."""
-
-    state: RegionRollout
-    actions: list[Action]
-    note: str
 
 
 def begin(legs: list[RolloutState], now_ms: int = 0) -> RegionRollout:
@@ -171,7 +138,7 @@ def watched(state: RegionRollout) -> list[RolloutState]:
 
 
 def step(state: RegionRollout, observations: Mapping[str, Observation],
-         now_ms: int) -> Decision | None:
+         now_ms: int) -> Decision[RegionRollout] | None:
     """Advance the rollout by at most one step of each watched leg; None when nothing changes."""
     if state.is_done:
         return None
@@ -183,7 +150,7 @@ def step(state: RegionRollout, observations: Mapping[str, Observation],
     return _unwind(state, observations, now_ms)
 
 
-def abort(state: RegionRollout, reason: str, now_ms: int) -> Decision | None:
+def abort(state: RegionRollout, reason: str, now_ms: int) -> Decision[RegionRollout] | None:
     """An operator rolls the rollout back: every region it reached, whatever the policy."""
     if state.is_done or state.mode == UNWIND:
         return None
@@ -196,7 +163,7 @@ def abort(state: RegionRollout, reason: str, now_ms: int) -> Decision | None:
     return _fail(state, undone, now_ms, roll_back_all=True)
 
 
-def resume(state: RegionRollout, paused_ms: int, reason: str) -> Decision | None:
+def resume(state: RegionRollout, paused_ms: int, reason: str) -> Decision[RegionRollout] | None:
     """The plane was paused `paused_ms`: every running leg's timers and the bake move on."""
     if state.is_done or paused_ms <= 0:
         return None
@@ -210,7 +177,7 @@ def resume(state: RegionRollout, paused_ms: int, reason: str) -> Decision | None
                     "timers moved on by as much")
 
 
-def revert(leg: RolloutState, reason: str, now_ms: int) -> rollout.Decision:
+def revert(leg: RolloutState, reason: str, now_ms: int) -> Decision[RolloutState]:
     """Roll back a leg that succeeded: its region goes back to the version it had."""
     old, new = leg.from_version, leg.to_version
     region = leg.region
@@ -230,7 +197,7 @@ def revert(leg: RolloutState, reason: str, now_ms: int) -> rollout.Decision:
     actions.append(Scale(leg.model, new, 0, region=region))
     nxt = replace(leg, status=ROLLED_BACK, phase="done", phase_since_ms=now_ms, reason=reason,
                   desired={**leg.desired, new: 0}, latest=latest, split=split)
-    return rollout.Decision(nxt, actions, f"{reason}; stopping {new}"
+    return Decision[RolloutState](nxt, actions, f"{reason}; stopping {new}"
                             + (f", {LATEST} back on {old}" if latest == old else "")
                             + (", its route removed" if old is None else ""))
 
@@ -238,7 +205,8 @@ def revert(leg: RolloutState, reason: str, now_ms: int) -> rollout.Decision:
 # ----------------------------------------------------------------------------------------
 
 
-def _after_leg(state: RegionRollout, decision: rollout.Decision, now_ms: int) -> Decision:
+def _after_leg(state: RegionRollout, decision: Decision[RolloutState],
+               now_ms: int) -> Decision[RegionRollout]:
     leg = decision.state
     note = _tagged(state, leg, decision.note)
     if leg.phase == ROLL_BACK or leg.status in (ROLLED_BACK, FAILED):
@@ -258,7 +226,7 @@ def _after_leg(state: RegionRollout, decision: rollout.Decision, now_ms: int) ->
 
 
 def _bake(state: RegionRollout, observations: Mapping[str, Observation],
-          now_ms: int) -> Decision | None:
+          now_ms: int) -> Decision[RegionRollout] | None:
     leg = state.leg
     crashes = observations[leg.region].new.num_crashes - leg.crash_baseline
     if crashes > 0:
@@ -276,8 +244,8 @@ def _bake(state: RegionRollout, observations: Mapping[str, Observation],
                     f"{baked}: {nxt.region}: {first.note}")
 
 
-def _fail(state: RegionRollout, decision: rollout.Decision, now_ms: int, *,
-          roll_back_all: bool | None = None) -> Decision:
+def _fail(state: RegionRollout, decision: Decision[RolloutState], now_ms: int, *,
+          roll_back_all: bool | None = None) -> Decision[RegionRollout]:
     """Region `index` began rolling back: stop the later regions, undo the earlier ones or not."""
     k, failed = state.index, decision.state
     if roll_back_all is None:
@@ -302,7 +270,7 @@ def _fail(state: RegionRollout, decision: rollout.Decision, now_ms: int, *,
 
 
 def _unwind(state: RegionRollout, observations: Mapping[str, Observation],
-            now_ms: int) -> Decision | None:
+            now_ms: int) -> Decision[RegionRollout] | None:
     legs, actions, notes = list(state.legs), [], []
     for i, leg in enumerate(legs):
         if leg.status != RUNNING:

@@ -10,8 +10,8 @@ from podium.control.actions import DEFAULT_REGION, Action
 from podium.control.rollout import Observation, RolloutState
 from podium.control.runtime.base import Runtime
 from podium.control.world import RuntimeWorld
-from podium.gateway.routing import RouteTable
-from podium.gateway.stats import VersionHealth, VersionStats
+from podium.routes.stats import VersionHealth, VersionStats
+from podium.routes.table import RouteTable
 
 log = logging.getLogger("podium.control")
 

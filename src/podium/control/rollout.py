@@ -28,9 +28,16 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from podium.control.actions import DEFAULT_REGION, Action, MoveAlias, Scale, SetSplit
+from podium.control.actions import (
+    DEFAULT_REGION,
+    Action,
+    Decision,
+    MoveAlias,
+    Scale,
+    SetSplit,
+)
 from podium.control.rollout_config import RolloutConfig
-from podium.gateway.stats import VersionHealth
+from podium.routes.stats import VersionHealth
 
 RUNNING, SUCCEEDED, ROLLED_BACK, FAILED = "running", "succeeded", "rolled_back", "failed"
 ROLL_BACK = "roll_back"
@@ -98,15 +105,6 @@ class RolloutState:
         return cls(**{**data, "config": RolloutConfig.from_dict(data["config"])})
 
 
-@dataclass(frozen=True)
-class Decision:
-    """One step: the state to write, then the actions to carry out, and why."""
-
-    state: RolloutState
-    actions: list[Action]
-    note: str
-
-
 def begin(model: str, to_version: str, from_version: str | None, config: RolloutConfig,
           *, num_old: int = 0, now_ms: int = 0,
           region: str = DEFAULT_REGION) -> RolloutState:
@@ -120,14 +118,14 @@ def begin(model: str, to_version: str, from_version: str | None, config: Rollout
                         phase_since_ms=now_ms, desired=desired, split=split, region=region)
 
 
-def abort(state: RolloutState, reason: str, now_ms: int) -> Decision | None:
+def abort(state: RolloutState, reason: str, now_ms: int) -> Decision[RolloutState] | None:
     """An operator asked to roll back a running rollout."""
     if state.is_done or state.phase == ROLL_BACK:
         return None  # done, or already rolling back
     return roll_back(state, f"rollback requested: {reason}", now_ms)
 
 
-def resume(state: RolloutState, paused_ms: int, reason: str) -> Decision | None:
+def resume(state: RolloutState, paused_ms: int, reason: str) -> Decision[RolloutState] | None:
     """The control plane was paused `paused_ms` (its database away): a pause is not a wait, so
     the phase's timers move on by that much and no timeout fires for time nobody could act."""
     if state.is_done or paused_ms <= 0:
@@ -139,7 +137,7 @@ def resume(state: RolloutState, paused_ms: int, reason: str) -> Decision | None:
                     "on by as much")
 
 
-def step(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
+def step(state: RolloutState, obs: Observation, now_ms: int) -> Decision[RolloutState] | None:
     """Advance the rollout by at most one phase; None when nothing changes yet."""
     if state.is_done:
         return None
@@ -166,7 +164,7 @@ def step(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
     raise ValueError(f"unknown rollout phase {state.phase!r}")
 
 
-def _start(state: RolloutState, obs: Observation, now_ms: int) -> Decision:
+def _start(state: RolloutState, obs: Observation, now_ms: int) -> Decision[RolloutState]:
     count = _num_new(state, state.stage_index)
     desired = {**state.desired, state.to_version: count}
     nxt = replace(state, phase="wait_ready", phase_since_ms=now_ms, desired=desired,
@@ -175,7 +173,8 @@ def _start(state: RolloutState, obs: Observation, now_ms: int) -> Decision:
                     f"starting {count} instance(s) of {state.model}@{state.to_version}")
 
 
-def _wait_ready(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
+def _wait_ready(state: RolloutState, obs: Observation,
+                now_ms: int) -> Decision[RolloutState] | None:
     need = state.desired[state.to_version]
     if obs.new.num_ready < need:
         waited = now_ms - state.phase_since_ms
@@ -197,7 +196,8 @@ def _wait_ready(state: RolloutState, obs: Observation, now_ms: int) -> Decision 
                     f"{state.to_version}, {num_old} old instance(s) left")
 
 
-def _check_still_ready(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
+def _check_still_ready(state: RolloutState, obs: Observation,
+                       now_ms: int) -> Decision[RolloutState] | None:
     """A new instance that stops answering ready holds the stage, then rolls back: the gateway
     already routes around it, so the analysis alone would never see it fail."""
     need = state.desired.get(state.to_version, 0)
@@ -216,7 +216,7 @@ def _check_still_ready(state: RolloutState, obs: Observation, now_ms: int) -> De
     return None
 
 
-def _finish_without_old(state: RolloutState, now_ms: int) -> Decision:
+def _finish_without_old(state: RolloutState, now_ms: int) -> Decision[RolloutState]:
     if state.config.strategy == "versioned":
         nxt = replace(state, status=SUCCEEDED, phase="done", phase_since_ms=now_ms,
                       latest=state.to_version)
@@ -230,7 +230,7 @@ def _finish_without_old(state: RolloutState, now_ms: int) -> Decision:
                     f"first version {state.to_version} ready: 100% of traffic")
 
 
-def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
+def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision[RolloutState] | None:
     if now_ms - state.phase_since_ms < state.config.analysis_window_ms:
         return None
     enough = max(state.config.min_requests, 1)
@@ -299,7 +299,7 @@ def judge_latency(config: RolloutConfig, obs: Observation) -> str | None:
     return None
 
 
-def _warm(state: RolloutState, now_ms: int) -> Decision | None:
+def _warm(state: RolloutState, now_ms: int) -> Decision[RolloutState] | None:
     if now_ms - state.phase_since_ms < state.config.warm_delay_ms:
         return None
     assert state.from_version is not None
@@ -311,7 +311,7 @@ def _warm(state: RolloutState, now_ms: int) -> Decision | None:
                     f"warm delay over: draining and stopping {state.from_version}")
 
 
-def roll_back(state: RolloutState, reason: str, now_ms: int) -> Decision:
+def roll_back(state: RolloutState, reason: str, now_ms: int) -> Decision[RolloutState]:
     """Start rolling back to the old version (at once when it kept all its instances)."""
     if state.config.strategy != "red-black" or state.from_version is None:
         # nothing to roll back to: the previous routing was never touched
@@ -333,7 +333,7 @@ def roll_back(state: RolloutState, reason: str, now_ms: int) -> Decision:
                     f"instance(s), {weight}% of traffic on it until more are ready")
 
 
-def _ramp_back(state: RolloutState, obs: Observation, now_ms: int) -> Decision | None:
+def _ramp_back(state: RolloutState, obs: Observation, now_ms: int) -> Decision[RolloutState] | None:
     """One step of a rollback waiting for the old version: traffic follows its ready share."""
     assert state.from_version is not None
     old, new, target = state.from_version, state.to_version, state.num_old
@@ -365,7 +365,7 @@ def _ramp_back(state: RolloutState, obs: Observation, now_ms: int) -> Decision |
     return Decision(nxt, actions, f"rolling back: {why}: {weight}% of traffic on {old}")
 
 
-def _finish_roll_back(state: RolloutState, now_ms: int, note: str) -> Decision:
+def _finish_roll_back(state: RolloutState, now_ms: int, note: str) -> Decision[RolloutState]:
     assert state.from_version is not None
     old, new = state.from_version, state.to_version
     split = {old: 100, new: 0}

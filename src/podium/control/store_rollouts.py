@@ -18,6 +18,7 @@ from podium.control import region_rollout
 from podium.control.actions import (
     DEFAULT_REGION,
     Action,
+    Decision,
     MoveAlias,
     Scale,
     SetSplit,
@@ -33,7 +34,7 @@ from podium.control.models import (
     utcnow,
 )
 from podium.control.region_rollout import RegionRollout
-from podium.control.rollout import RUNNING, Decision, RolloutState
+from podium.control.rollout import RUNNING, RolloutState
 from podium.errors import Conflict, NotFound
 
 
@@ -66,7 +67,7 @@ class RolloutTables:
                 if running is not None:
                     raise Conflict(f"rollout {running} of {state.model} is still running; wait "
                                    f"for it or `podium rollback {state.model}`", param="model")
-                row = RolloutRow(model=state.model, from_version=state.from_version,
+                row = RolloutRow(model=state.model, from_version=state.leg.from_version,
                                  to_version=state.to_version, strategy=state.config.strategy,
                                  status=state.status, reason="", state=state.to_dict(),
                                  num_steps=0)
@@ -75,7 +76,7 @@ class RolloutTables:
                 regions = "" if state.order == (DEFAULT_REGION,) else (
                     f" in {', '.join(state.order)}")
                 s.add(EventRow(kind="rollout", model=state.model,
-                               message=f"rollout {row.id}: {state.from_version} -> "
+                               message=f"rollout {row.id}: {state.leg.from_version} -> "
                                        f"{state.to_version} ({state.config.strategy}){regions}"))
                 return row.id
         except IntegrityError:
@@ -83,7 +84,8 @@ class RolloutTables:
             raise Conflict(f"a rollout of {state.model} is already running",
                            param="model") from None
 
-    def record_step(self, rollout_id: int, decision: Decision | region_rollout.Decision,
+    def record_step(self, rollout_id: int,
+                    decision: Decision[RolloutState] | Decision[RegionRollout],
                     at_ms: int) -> None:
         """Write one controller step and the desired state it implies, atomically."""
         state = decision.state

@@ -47,11 +47,10 @@ from podium.control.region_world import Region, RegionWorlds
 from podium.control.runtime import Runtime, create_runtime
 from podium.control.store import Store, default_url
 from podium.control.up_config import UpConfig
-from podium.control.up_loop import FeedingLoop
 from podium.edge.head import bounded_head_protocol
 from podium.gateway.limits import to_flags
 from podium.gateway.process import GATEWAY_KEYS_ENV
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
 from podium.shutdown import ShutdownWatchdog
 
 log = logging.getLogger("podium.control")
@@ -93,10 +92,10 @@ def run_up(config: UpConfig) -> int:
             regions.append(Region(part.spec.name, part.runtime, part.table, part.stats))
         plane = ControlPlane(store, RegionWorlds(regions))
         first = regions[0]
-        loop = FeedingLoop(plane, first.runtime, first.table, first.stats, config.loop,
-                            feeds=[p.feed for p in served],
-                            gateways=[p.gateways for p in served], regions=regions,
-                            plane_lock=lock, on_deposed=_stop_self)
+        loop = ControlLoop(plane, first.runtime, first.table, first.stats, config.loop,
+                           feeds=[p.feed for p in served],
+                           gateways=[p.gateways for p in served], regions=regions,
+                           plane_lock=lock, on_deposed=_stop_self)
         cleanup.callback(lambda: None if loop.deposed else _stop_instances(
             plane, [r.runtime for r in regions], watchdog))  # deposed: the new holder's now
         thread = threading.Thread(target=loop.run_forever, name="podium-control", daemon=True)

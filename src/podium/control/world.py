@@ -5,8 +5,8 @@ from __future__ import annotations
 from podium.control.actions import Action, MoveAlias, Scale, SetSplit
 from podium.control.rollout import Observation, RolloutState, VersionHealth
 from podium.control.runtime.base import READY, Runtime
-from podium.gateway.routing import RouteTable
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.table import RouteTable
 
 
 class RuntimeWorld:

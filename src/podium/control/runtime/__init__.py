@@ -9,7 +9,7 @@ from podium.control.runtime.base import Runtime
 from podium.control.runtime.supervisor import Supervisor
 from podium.control.store import Store
 from podium.errors import InvalidArgument
-from podium.gateway.routing import RouteTable
+from podium.routes.table import RouteTable
 
 RUNTIMES = ("local", "ray")
 
