@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,8 +27,8 @@ from podium.control.runtime.base import READY
 from podium.control.runtime.supervisor import Instance, Supervisor
 from podium.control.store import Store
 from podium.control.world import RuntimeWorld
-from podium.gateway.routing import RouteTable
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.table import RouteTable
 
 KEY = "plane-key"
 LLM = {"name": "smol", "version": "1", "backend": "vllm",
@@ -87,9 +87,9 @@ class _Attached(Instance):
 class AttachedRuntime(Supervisor[_Attached]):
     """The real supervisor; an instance's "process" is a FakeEngine server."""
 
-    def __init__(self, store: Store, table: RouteTable) -> None:
+    def __init__(self, store: Store, table: RouteTable, clock: Callable[[], float]) -> None:
         super().__init__(store, table, credential=KEY, probe_timeout_s=0.5,
-                         signal_interval_s=0.01, drain_timeout_s=0)
+                         signal_interval_s=0.01, drain_timeout_s=0, clock=clock)
         self.engines: list[FakeEngine] = []
 
     def _create(self, model: str, version: str, db_id: int) -> _Attached:
@@ -119,9 +119,11 @@ class AttachedRuntime(Supervisor[_Attached]):
 class Env:
     def __init__(self, tmp_path: Path) -> None:
         self.offset_ms = 0
+        self.monotonic_s = 0.0
+        """The supervisor's clock (its engine-signal scrapes are timed on it)."""
         self.store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
         self.table, self.stats = RouteTable(), VersionStats()
-        self.runtime = AttachedRuntime(self.store, self.table)
+        self.runtime = AttachedRuntime(self.store, self.table, lambda: self.monotonic_s)
         self.plane = ControlPlane(self.store, RuntimeWorld(self.runtime, self.table, self.stats),
                                   clock=self.now, materialize=lambda _p: None)
         self.loop = ControlLoop(self.plane, self.runtime, self.table, self.stats,
@@ -138,7 +140,7 @@ class Env:
     def step(self, advance_ms: int = 0) -> int:
         """Move the fake clock on, run one pass; the deployment's wanted size after it."""
         self.offset_ms += advance_ms
-        time.sleep(0.02)  # past the scrape interval (real time): every pass reads afresh
+        self.monotonic_s += 0.02  # past the scrape interval: every pass reads afresh
         self.loop.step()
         return self.store.list_deployments()[0].num_desired
 
@@ -197,9 +199,9 @@ def test_a_failed_scrape_holds_the_instances_instead_of_scaling_down(env: Env) -
     _idle, second = env.ready(2)
     second.status = 500  # its /metrics fails: idle or not, nobody knows
     # its last good reading (taken as it turned ready, both idle: low since then) stands for
-    # 3 scrape intervals, 30 ms here; on a fast host the next pass came within that and
-    # scaled down on it, as designed. The reading is let age first: the test is about after
-    time.sleep(0.1)
+    # 3 scrape intervals, 30 ms here; a pass within that would scale down on it, as designed.
+    # The reading is let age first: the test is about after
+    env.monotonic_s += 0.1
     for _ in range(10):
         assert env.step(10_000) == 2
     assert second.num_scrapes >= 10  # tried every pass (the interval is 10 ms here)

@@ -21,7 +21,7 @@ import pytest
 from podium.control.models import PackageRow
 from podium.control.rollout_config import RolloutConfig
 from podium.control.runtime.base import READY, InstanceView
-from podium.control.runtime.local import _pid_alive
+from podium.control.runtime.detached import pid_alive
 from podium.control.runtime.ray import RayRuntime, Resources, resources_for
 from podium.control.store import Store
 from podium.gateway.proxy import Gateway
@@ -147,7 +147,7 @@ def test_instances_run_in_ray_actors_restart_after_a_crash_and_drain_to_zero(
         _wait_for(lambda: runtime.num_crashes("echo", "1") == 2, runtime)
         # SIGTERM from the kernel (PR_SET_PDEATHSIG), then a graceful drain bounded by the
         # server's --shutdown-timeout (30 s); 10 s was once too short on a loaded machine
-        _wait_for(lambda: not _pid_alive(lost.pid or 0), runtime, timeout_s=40)
+        _wait_for(lambda: not pid_alive(lost.pid or 0), runtime, timeout_s=40)
         _wait_for(lambda: [i.state for i in runtime.instances()] == [READY, READY], runtime)
         events = [e.message for e in store.list_events("echo")]
         assert f"{lost.id}: its Ray actor died (ActorDiedError)" in events
@@ -157,7 +157,7 @@ def test_instances_run_in_ray_actors_restart_after_a_crash_and_drain_to_zero(
         assert {i.state for i in runtime.instances()} == {"draining"}
         assert not any(e.can_take for e in gateway.table.endpoints())
         _wait_for(lambda: runtime.instances() == [], runtime, timeout_s=20)
-        assert not any(_pid_alive(pid) for pid in pids)
+        assert not any(pid_alive(pid) for pid in pids)
         assert runtime.num_crashes("echo", "1") == 2  # a requested stop is not a crash
         _wait_for(lambda: ray_cluster.available_resources().get("CPU") == 2, runtime)
         states = Counter(r.state for _, _, r in store.list_instances(include_stopped=True))

@@ -2,7 +2,7 @@
 adopted by the next `podium up` after a crash, drained and stopped by a clean stop.
 
 Each gateway has a record (`$PODIUM_HOME/gateways/gateway-N.json`: pid and command line). It is
-written before the process may start (the same pipe gate as instances, `runtime.local.GATE`),
+written before the process may start (the same pipe gate as instances, `runtime.detached`),
 so a control plane that dies in between leaves no unrecorded gateway; a restarted `podium up`
 adopts a recorded gateway that still runs the same command, and replaces one that does not
 (another port, key or limit: the old one drains while the new one binds beside it).
@@ -18,7 +18,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from podium.control.runtime.local import GATE
+from podium.control.runtime.detached import open_gate, spawn_gated
 from podium.errors import InvalidArgument
 
 log = logging.getLogger("podium.control")
@@ -54,7 +53,8 @@ class GatewayProcesses:
 
     def __init__(self, home: Path, commands: list[list[str]], *,
                  secrets: dict[str, str] | None = None,
-                 note: Callable[[str], None] = lambda message: None) -> None:
+                 note: Callable[[str], None] = lambda message: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.dir = home / "gateways"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.secrets = dict(secrets or {})
@@ -62,6 +62,8 @@ class GatewayProcesses:
         self.fingerprint = hashlib.sha256(json.dumps(self.secrets, sort_keys=True).encode()
                                           ).hexdigest()[:16]
         self.note = note
+        self.clock = clock
+        """Seconds, monotonic: restarts are spaced on it."""
         self._gateways = [_Gateway(f"gateway-{i}", c) for i, c in enumerate(commands)]
         self._stopping = False
 
@@ -87,7 +89,7 @@ class GatewayProcesses:
             if self._stopping:
                 return
             if gateway.pid is not None and not self._running(gateway):
-                if time.monotonic() - gateway.started_s < RESTART_AFTER_S:
+                if self.clock() - gateway.started_s < RESTART_AFTER_S:
                     continue
                 code = gateway.process.poll() if gateway.process else None
                 gateway.num_restarts += 1
@@ -142,7 +144,7 @@ class GatewayProcesses:
             return False
         if record.get("fingerprint") == self.fingerprint and _runs(record["pid"],
                                                                    gateway.command):
-            gateway.pid, gateway.started_s = record["pid"], time.monotonic()
+            gateway.pid, gateway.started_s = record["pid"], self.clock()
             log.info("adopted %s (pid %d)", gateway.name, gateway.pid)
             return True
         self._retire(self._record(gateway.name))
@@ -162,20 +164,10 @@ class GatewayProcesses:
         env = {k: v for k, v in os.environ.items() if k not in _KEY_VARIABLES}
         env.update(self.secrets)  # never on the command line (`ps` shows it)
         with (self.dir / f"{gateway.name}.log").open("ab") as out:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-c", GATE, *gateway.command], stdout=out,
-                stderr=subprocess.STDOUT, stdin=subprocess.PIPE, env=env,
-                start_new_session=True)  # outlives a `kill -9` of podium up; adopted next time
-        gateway.process, gateway.pid, gateway.started_s = process, process.pid, time.monotonic()
-        assert process.stdin is not None
-        try:
-            self._record(gateway.name).write_text(json.dumps({
-                "pid": process.pid, "command": gateway.command,
-                "fingerprint": self.fingerprint}))
-            process.stdin.write(b"go\n")  # recorded: now it may start, and outlive us
-        finally:
-            with contextlib.suppress(OSError):
-                process.stdin.close()
+            process = spawn_gated(gateway.command, out=out, env=env)
+        gateway.process, gateway.pid, gateway.started_s = process, process.pid, self.clock()
+        open_gate(process, lambda: self._record(gateway.name).write_text(json.dumps({
+            "pid": process.pid, "command": gateway.command, "fingerprint": self.fingerprint})))
         log.info("started %s (pid %d)", gateway.name, process.pid)
 
     def _running(self, gateway: _Gateway) -> bool:

@@ -6,9 +6,8 @@ recorded in the store with their pid and ports, so a restarted control plane ado
 ones instead of orphaning them.
 
 No instance can outlive a control-plane crash unrecorded: its ports are written before it is
-spawned, and it is spawned behind a gate (`GATE`) that waits on a pipe from the control plane.
-Only once its pid is in the store does the plane open the gate; a plane that dies before that
-closes the pipe with its death, and the gated process exits without ever starting.
+spawned, and it is spawned behind the gate of `runtime.detached`, opened only once its pid is
+in the store.
 
 On a CPU host each instance gets its own core for vLLM's worker (`VLLM_CPU_OMP_THREADS_BIND`):
 vLLM's `auto` binding pins every engine's worker to the first core, so two instances of one
@@ -31,24 +30,13 @@ from typing import Any
 
 from podium.control.models import PackageRow
 from podium.control.runtime.base import DRAINING, READY, STARTING, STOPPED
+from podium.control.runtime.detached import open_gate, pid_alive, spawn_gated
 from podium.control.runtime.supervisor import Instance, Supervisor
 from podium.control.store import Store
 from podium.credential import instance_env
-from podium.gateway.routing import RouteTable
+from podium.routes.table import RouteTable
 
 CommandFor = Callable[[str, int, int], list[str]]
-# run as `python -I -c GATE COMMAND...`: wait for "go" on stdin, then become COMMAND (same pid)
-GATE = """
-import os, sys
-if sys.stdin.buffer.readline() != b"go\\n":
-    sys.exit(0)  # the control plane died before it recorded this pid: never start
-null = os.open(os.devnull, os.O_RDONLY)
-os.dup2(null, 0)
-os.close(null)
-os.execvp(sys.argv[1], sys.argv[1:])
-"""
-
-
 def serve_command(package: str, http_port: int, grpc_port: int, *,
                   host: str = "127.0.0.1") -> list[str]:
     """`podium serve PACKAGE` on the given ports, bound to `host` (loopback: the gateway faces
@@ -121,18 +109,9 @@ class LocalRuntime(Supervisor[_Process]):
             instance.cpu = self._free_cpu()
             env[BIND_ENV] = str(instance.cpu)
         with Path(instance.log_path or os.devnull).open("ab") as log:  # the child keeps its copy
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-c", GATE, *command], stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.PIPE, env=env,
-                start_new_session=True)  # survives a control-plane crash; adopted on restart
+            process = spawn_gated(command, out=log, env=env)
         instance.process, instance.pid = process, process.pid
-        assert process.stdin is not None
-        try:
-            self.store.update_instance(instance.db_id, pid=process.pid)
-            process.stdin.write(b"go\n")  # recorded: now it may start, and outlive us
-        finally:
-            with contextlib.suppress(OSError):
-                process.stdin.close()  # without "go" (the record failed) it exits unstarted
+        open_gate(process, lambda: self.store.update_instance(instance.db_id, pid=process.pid))
         return {"pid": instance.pid, **recorded}
 
     def _free_cpu(self) -> int:
@@ -144,7 +123,7 @@ class LocalRuntime(Supervisor[_Process]):
     def _exit_code(self, instance: _Process) -> int | None:
         if instance.process is not None:
             return instance.process.poll()
-        return None if instance.pid is not None and _pid_alive(instance.pid) else -1
+        return None if instance.pid is not None and pid_alive(instance.pid) else -1
 
     def _terminate(self, instance: _Process, *, force: bool) -> None:
         if instance.pid is None:
@@ -175,12 +154,9 @@ class LocalRuntime(Supervisor[_Process]):
                 f"{model}-{version}-{row.id}", model, version, row.id,
                 url=f"http://127.0.0.1:{row.http_port}",
                 grpc_target=f"127.0.0.1:{row.grpc_port}" if row.grpc_port else None,
-                pid=row.pid, log_path=row.log_path or os.devnull, state=STARTING,
+                pid=row.pid, log_path=row.log_path or os.devnull,
                 num_restarts=row.num_restarts)
-            self._instances[instance.id] = instance
-            self._desired[(model, version)] = self._desired.get((model, version), 0) + 1
-            if row.state == DRAINING:
-                self._drain(instance)
+            self._adopted(instance, row.state)
 
 
 def _one_cpu_worker(package: PackageRow) -> bool:
@@ -205,24 +181,10 @@ def renice(pid: int | None, nice: int) -> None:
 def _is_instance(pid: int, http_port: int) -> bool:
     """`pid` runs and is the instance started on `http_port` (not a stranger that reused
     the pid of one that died while no control plane watched)."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     try:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return True  # no /proc to ask: trust the pid
     return str(http_port).encode() in args
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie still answers kill(0); it is dead for our purposes
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    return True

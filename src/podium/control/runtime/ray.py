@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from podium.control.models import PackageRow
-from podium.control.runtime.base import DRAINING, STARTING, STOPPED, InstanceView
+from podium.control.runtime.base import STOPPED, InstanceView
 from podium.control.runtime.local import BOOT_NICE, SERVE_NICE
 from podium.control.runtime.ray_host import InstanceHost
 from podium.control.runtime.ray_placement import (
@@ -40,7 +40,7 @@ from podium.control.runtime.ray_placement import (
 from podium.control.runtime.supervisor import Instance, Supervisor
 from podium.control.store import Store
 from podium.errors import Unavailable
-from podium.gateway.routing import RouteTable
+from podium.routes.table import RouteTable
 
 LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 """Object store of a head `podium up` starts itself: only small control messages go through."""
@@ -259,18 +259,14 @@ class RayRuntime(Supervisor[_Actor]):
                 self.store.record_event("instance", f"{iid}: not adopted: {why}",
                                         model=model)
                 continue
-            instance = _Actor(iid, model, version, row.id, log_path=row.log_path,
-                              state=STARTING, actor=actor,
+            instance = _Actor(iid, model, version, row.id, log_path=row.log_path, actor=actor,
                               # its next start must not reuse the name of the live actor
                               num_restarts=max(row.num_restarts, restart))
             self._placed(instance, where)
-            self._instances[iid] = instance
-            self._desired[(model, version)] = self._desired.get((model, version), 0) + 1
             self.store.record_event("instance", f"{iid}: adopted on Ray node "
                                     f"{instance.node[:12]} (actor {where['actor_id']})",
                                     model=model)
-            if row.state == DRAINING:
-                self._drain(instance)
+            self._adopted(instance, row.state)
         for _, actor in actors.values():  # no record wants them (or their instance stopped)
             self._kill(actor)
 

@@ -1,10 +1,12 @@
 """What every runtime does to its instances, whatever starts the processes.
 
-`poll()` is the whole loop, called every second or so by the control plane: a started instance
-becomes ready when `GET /health/ready` answers 200 (then the gateway routes to it); one whose
-process exits unasked is a crash (counted, then restarted); a draining one is stopped once the
-gateway shows no request in flight on it (or after `drain_timeout_s`). A runtime subclass only
-says how to launch a process, whether it still runs, and how to signal and release it.
+`poll()` is the whole loop, called every second or so by the control plane: per instance it
+observes (exit status, `GET /health/ready`, requests in flight), asks the pure lifecycle
+(`runtime.lifecycle.step`: a started instance becomes ready when its probe answers 200, then the
+gateway routes to it; one whose process exits unasked is a crash, counted, then restarted; a
+draining one is stopped once the gateway shows no request in flight on it, or after
+`drain_timeout_s`) and carries out its effects. A runtime subclass only says how to launch a
+process, whether it still runs, and how to signal and release it.
 
 The database may be away (`StoreUnavailable`): an instance's observed state (ready, draining,
 stopped) and its events are then kept and written at the next pass that reaches it, so routing
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -23,6 +26,7 @@ import httpx
 
 from podium.control.engine_signals import SignalReader, VersionSignals
 from podium.control.models import PackageRow
+from podium.control.runtime import lifecycle
 from podium.control.runtime.base import (
     DRAINING,
     FAILED,
@@ -34,8 +38,7 @@ from podium.control.runtime.base import (
 from podium.control.store import Store, StoreUnavailable
 from podium.credential import bearer
 from podium.errors import NotFound
-from podium.gateway.admission import declared_bound
-from podium.gateway.routing import Endpoint, RouteTable
+from podium.routes.table import Endpoint, RouteTable, declared_bound
 
 
 @dataclass
@@ -68,8 +71,11 @@ class Supervisor(Generic[I]):
     def __init__(self, store: Store, table: RouteTable, *, max_restarts: int = 5,
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
                  probe_timeout_s: float = 1.0, credential: str | None = None,
-                 signal_interval_s: float = 2.0) -> None:
+                 signal_interval_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
+        self.clock = clock
+        """Seconds, monotonic: the lifecycle's timers (drains, stops) run on it."""
         self.credential = credential
         """The control plane's internal credential, handed to every instance it starts."""
         self.table = table
@@ -78,7 +84,7 @@ class Supervisor(Generic[I]):
         self.stop_timeout_s = stop_timeout_s
         self.probe_timeout_s = probe_timeout_s
         self._probe = httpx.Client(timeout=probe_timeout_s, headers=bearer(credential))
-        self._signals = SignalReader(self._probe, interval_s=signal_interval_s)
+        self._signals = SignalReader(self._probe, interval_s=signal_interval_s, clock=clock)
         self._instances: dict[str, I] = {}
         self._desired: dict[tuple[str, str], int] = {}
         self._crashes: dict[tuple[str, str], int] = {}
@@ -148,24 +154,54 @@ class Supervisor(Generic[I]):
             raise failed
 
     def _poll_one(self, instance: I) -> None:
-        if instance.state == STOPPED:
+        """Observe the instance, let its lifecycle decide, carry that out."""
+        life = _life(instance)
+        code = None if instance.state == STOPPED else self._exit_code(instance)
+        seen = lifecycle.Seen(
+            exit_code=code,
+            ready=lifecycle.wants_probe(life, code) and self._ready(instance),
+            in_flight=self._in_flight(instance) if instance.state == DRAINING else 0)
+        move = lifecycle.step(life, seen, self.clock(), self.limits)
+        _live(instance, move.life)
+        for effect in move.effects:
+            self._carry_out(instance, effect, move.note, seen)
+
+    def _carry_out(self, instance: I, effect: str, note: str, seen: lifecycle.Seen) -> None:
+        if effect == lifecycle.FORGET:
             del self._instances[instance.id]  # the store keeps its history
             self._signals.forget(instance.id)
-            return
-        code = self._exit_code(instance)
-        if instance.state == DRAINING:
-            self._continue_drain(instance, code)
-        elif code is not None:
-            self._crashed(instance, code)
-        elif instance.state == STARTING and self._ready(instance):
+        elif effect in (lifecycle.TERMINATE, lifecycle.KILL):
+            self._terminate(instance, force=effect == lifecycle.KILL)
+        elif effect == lifecycle.COUNT_CRASH:
+            key = (instance.model, instance.version)
+            self._crashes[key] = self._crashes.get(key, 0) + 1
+        elif effect == lifecycle.UNROUTE:
+            self.table.remove_endpoint(instance.id)
+        elif effect == lifecycle.RELEASE:
+            self._release(instance)
+        elif effect == lifecycle.NOTE:
+            self._note(instance, note)
+        elif effect == lifecycle.FAIL:
+            self._save(instance.db_id, state=FAILED, num_restarts=instance.num_restarts)
+        elif effect == lifecycle.RESTART:
+            # StoreUnavailable here leaves it for the next pass: its new process is not recorded
+            self._start(instance.model, instance.version, previous=instance)
+        elif effect == lifecycle.SERVE:
             self._serving(instance)
-            self._set_state(instance, READY)
+        elif effect == lifecycle.SAVE:
+            self._save(instance.db_id, state=instance.state, num_restarts=instance.num_restarts)
+        elif effect == lifecycle.ROUTE:
             self.table.add_endpoint(instance.model, instance.version, Endpoint(
                 instance.id, instance.url, grpc_target=instance.grpc_target,
                 **self._traffic_policy(instance)))
-        elif instance.state == READY:
+        elif effect == lifecycle.MARK_HEALTH:
             with contextlib.suppress(KeyError):
-                self.table.endpoint(instance.id).healthy = self._ready(instance)
+                self.table.endpoint(instance.id).healthy = seen.ready
+
+    @property
+    def limits(self) -> lifecycle.Limits:
+        """The lifecycle's bounds, as this runtime was configured."""
+        return lifecycle.Limits(self.max_restarts, self.drain_timeout_s, self.stop_timeout_s)
 
     def instances(self, model: str | None = None,
                   version: str | None = None) -> list[InstanceView]:
@@ -193,6 +229,7 @@ class Supervisor(Generic[I]):
         for key in list(self._desired):
             self.scale(*key, 0)
         budget = self.drain_timeout_s + self.stop_timeout_s
+        # real time: this waits for real processes (the lifecycle's timers run on `clock`)
         deadline = time.monotonic() + (budget if timeout_s is None else min(budget, timeout_s))
         while self._instances:
             with contextlib.suppress(StoreUnavailable):  # stopping needs no database
@@ -216,52 +253,36 @@ class Supervisor(Generic[I]):
                                     self.store.add_instance(model, version, state=STARTING))
         else:
             instance = previous
-            instance.started_s, instance.state = time.monotonic(), STARTING
             instance.url, instance.grpc_target, instance.pid = "", None, None
+        _live(instance, lifecycle.start(_life(instance), self.clock()))
         recorded = self._launch(instance, package)
         self._instances[instance.id] = instance
-        instance.exit_seen = False
+        _live(instance, lifecycle.launched(_life(instance)))
         self._save(instance.db_id, state=STARTING, num_restarts=instance.num_restarts,
                    **recorded)
         return instance
 
-    def _crashed(self, instance: I, code: int) -> None:
-        if not instance.exit_seen:  # counted once, however many passes its restart takes
-            instance.exit_seen = True
-            key = (instance.model, instance.version)
-            self._crashes[key] = self._crashes.get(key, 0) + 1
-            self.table.remove_endpoint(instance.id)
-            self._release(instance)
-            self._note(instance, f"exited with status {code}")
-            if instance.num_restarts >= self.max_restarts:
-                self._set_state(instance, FAILED)
-                instance.state = STOPPED  # no longer counts as live; FAILED is kept in the store
-                return
-            instance.num_restarts += 1
-        # StoreUnavailable here leaves it for the next pass: its new process is not recorded
-        self._start(instance.model, instance.version, previous=instance)
+    def _adopted(self, instance: I, stored_state: str) -> None:
+        """Take over a live instance a previous control plane recorded (the runtime found its
+        process or actor): probed again from starting, or still draining."""
+        _live(instance, lifecycle.adopt(stored_state, instance.num_restarts, self.clock()))
+        self._instances[instance.id] = instance
+        key = (instance.model, instance.version)
+        self._desired[key] = self._desired.get(key, 0) + 1
+        if instance.state == DRAINING:
+            self._drain(instance)
 
     def _drain(self, instance: I) -> None:
-        instance.drain_since_s = time.monotonic()
+        _live(instance, lifecycle.drain(_life(instance), self.clock()))
         with contextlib.suppress(KeyError):
             self.table.drain(instance.id)
-        self._set_state(instance, DRAINING)
+        self._save(instance.db_id, state=DRAINING, num_restarts=instance.num_restarts)
 
-    def _continue_drain(self, instance: I, code: int | None) -> None:
-        if code is None:
-            try:
-                in_flight = self.table.endpoint(instance.id).num_in_flight
-            except KeyError:
-                in_flight = 0
-            waited = time.monotonic() - (instance.drain_since_s or 0)
-            if in_flight > 0 and waited < self.drain_timeout_s:
-                return
-            # SIGTERM (the server finishes its own in-flight work), SIGKILL if it lingers
-            self._terminate(instance, force=waited > self.drain_timeout_s + self.stop_timeout_s)
-            return
-        self.table.remove_endpoint(instance.id)
-        self._release(instance)
-        self._set_state(instance, STOPPED)
+    def _in_flight(self, instance: I) -> int:
+        try:
+            return self.table.endpoint(instance.id).num_in_flight
+        except KeyError:
+            return 0
 
     def _traffic_policy(self, instance: I) -> dict[str, Any]:
         """What the gateway reads from the package: its in-flight bound, whether to resend.
@@ -292,6 +313,7 @@ class Supervisor(Generic[I]):
         instance.state = state
         self._save(instance.db_id, state=state, num_restarts=instance.num_restarts)
 
+
     def _note(self, instance: I, message: str) -> None:
         behind = self._behind()
         self._unsaved_notes.append((instance.model, f"{instance.id}: {message}"))
@@ -319,3 +341,14 @@ class Supervisor(Generic[I]):
             model, message = self._unsaved_notes[0]
             self.store.record_event("instance", message, model=model)
             self._unsaved_notes.pop(0)
+
+
+def _life(instance: Instance) -> lifecycle.Life:
+    return lifecycle.Life(instance.state, instance.started_s, instance.drain_since_s,
+                          instance.num_restarts, instance.exit_seen)
+
+
+def _live(instance: Instance, life: lifecycle.Life) -> None:
+    instance.state, instance.started_s = life.state, life.started_s
+    instance.drain_since_s, instance.num_restarts = life.drain_since_s, life.num_restarts
+    instance.exit_seen = life.exit_seen
