@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the whole test suite against real dependencies: PostgreSQL (started here), the real
 # vLLM engine on the default model (materialized into the cache by the tests' session).
-# `--fast` runs the fast tier instead: no engine, no PostgreSQL, no Ray (tests/README.md).
+# `--fast` runs the fast tier instead: no engine, no PostgreSQL, no Ray, no browser
+# (tests/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PODIUM_HOME="${PODIUM_HOME:-$PWD/.podium}"
@@ -11,8 +12,11 @@ export HF_HUB_OFFLINE=1
 
 if [[ "${1:-}" == "--fast" ]]; then
     shift
-    exec .venv/bin/python -m pytest -m "not engine and not postgres and not ray" "$@"
+    exec .venv/bin/python -m pytest -m "not engine and not postgres and not ray and not browser" "$@"
 fi
+
+# chromium for tests/console (a no-op once installed); without it those tests skip, saying so
+bash scripts/browser.sh >&2 || echo "scripts/browser.sh failed: tests/console will skip" >&2
 
 # a failing command substitution inside eval would be ignored; an assignment is not
 pg_env="$(bash scripts/postgres.sh)"

@@ -37,8 +37,12 @@ def instance_role(path: str) -> str | None:
 
 
 def admin_role(path: str) -> str | None:
-    """The control-plane API: every route but /health is administration."""
-    return None if path == "/health" else ADMIN
+    """The control-plane API: every route but /health and the console's files (/console/...:
+    a page and its script, no data; the page sends the key for what it reads) is
+    administration."""
+    if path == "/health" or path == "/console" or path.startswith("/console/"):
+        return None
+    return ADMIN
 
 
 def grpc_role(method: str) -> str | None:

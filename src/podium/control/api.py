@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from podium.auth import ApiKeyMiddleware, admin_role
 from podium.auth_keys import ADMIN, Access
+from podium.console import mount_console
 from podium.control.api_limits import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_PATH_CHARS,
@@ -187,6 +188,7 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None,
         return [event_summary(e)
                 for e in plane.store.list_events(model, limit=limit, before=before)]
 
+    mount_console(app)  # the web console at /console (its files; it reads the routes above)
     return app
 
 

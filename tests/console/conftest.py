@@ -1,0 +1,39 @@
+"""Headless Chromium (Debian's, installed by scripts/browser.sh) driven by Playwright."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[object]:
+    """A fresh Chromium context (its own profile directory); skipped without chromium."""
+    if not shutil.which(CHROMIUM):
+        pytest.skip("no /usr/bin/chromium: run scripts/browser.sh")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, args=ARGS, headless=True,
+            viewport={"width": 1280, "height": 860})
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the tests' screenshots go: PODIUM_CONSOLE_SHOTS (docs/img to refresh the docs'
+    pictures) or the test's own folder."""
+    folder = Path(os.environ.get("PODIUM_CONSOLE_SHOTS") or tmp_path / "shots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
