@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,9 +32,20 @@ def browser(tmp_path: Path) -> Iterator[object]:
 
 
 @pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    """Where the tests' screenshots go: PODIUM_CONSOLE_SHOTS (docs/img to refresh the docs'
-    pictures) or the test's own folder."""
+def shoot(tmp_path: Path) -> Callable[..., None]:
+    """`shoot(page, name, full_page=False)`: a screenshot into PODIUM_CONSOLE_SHOTS (docs/img
+    to refresh the docs' pictures) or the test's own folder, cut to 64 colours (small PNGs)."""
     folder = Path(os.environ.get("PODIUM_CONSOLE_SHOTS") or tmp_path / "shots")
     folder.mkdir(parents=True, exist_ok=True)
-    return folder
+
+    def take(page: Any, name: str, *, full_page: bool = False) -> None:
+        path = folder / f"{name}.png"
+        page.screenshot(path=str(path), full_page=full_page)
+        try:
+            from PIL import Image
+        except ImportError:
+            return
+        with Image.open(path) as image:
+            image.convert("RGB").quantize(colors=64).save(path, optimize=True)
+
+    return take

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ def call(u: Up, method: str, path: str, body: dict | None = None) -> Any:
 
 
 def test_an_operator_watches_deploys_and_rolls_back(up: Up, browser: Any,
-                                                    shots: Path) -> None:
+                                                    shoot: Callable[..., None]) -> None:
     from playwright.sync_api import expect
 
     page = browser.new_page()
@@ -69,7 +69,7 @@ def test_an_operator_watches_deploys_and_rolls_back(up: Up, browser: Any,
     expect(card).to_contain_text("latest: 1")
     expect(card.locator(".badge.ready")).to_have_count(1)
     expect(page.locator("#error")).to_be_hidden()
-    page.screenshot(path=str(shots / "console-overview.png"))
+    shoot(page, "console-overview")
 
     with Trickle(up.gateway, "echo", key=KEY):
         # a Red-Black deploy clicked through the model page: confirmed, sent with the key
@@ -83,7 +83,7 @@ def test_an_operator_watches_deploys_and_rolls_back(up: Up, browser: Any,
         # the stage timeline moves: 50% current, then 50% passed and 100% current, then done
         expect(page.locator('.stage.current[data-stage="1"]')).to_be_visible(timeout=60_000)
         expect(page.locator("#rollout-stage")).to_have_text("1/2")
-        page.screenshot(path=str(shots / "console-rollout-running.png"))
+        shoot(page, "console-rollout-running")
         expect(page.locator('.stage.current[data-stage="2"]')).to_be_visible(timeout=60_000)
         expect(page.locator('.stage.passed[data-stage="1"]')).to_be_visible()
         expect(page.locator("#rollout-status")).to_have_text("succeeded", timeout=60_000)
@@ -97,7 +97,7 @@ def test_an_operator_watches_deploys_and_rolls_back(up: Up, browser: Any,
         expect(version2.locator(".spark polyline")).to_have_count(3, timeout=15_000)
         wait(lambda: float(version2.locator(".rate").inner_text() or 0) > 0,
              what="v2's request rate on the model page")
-        page.screenshot(path=str(shots / "console-model.png"), full_page=True)
+        shoot(page, "console-model", full_page=True)
 
         # an unknown version: the API's message, word for word
         refused = httpx.post(up.api + "/v1/rollouts", headers=AUTH, timeout=10,
@@ -113,7 +113,7 @@ def test_an_operator_watches_deploys_and_rolls_back(up: Up, browser: Any,
         expect(page.locator("#rollout-status")).to_have_text("rolled_back", timeout=90_000)
         expect(page.locator("[data-reason]")).to_contain_text("analysis failed at 50%")
         expect(page.locator(".stage.failed")).to_have_count(1)
-        page.screenshot(path=str(shots / "console-rollback-reason.png"), full_page=True)
+        shoot(page, "console-rollback-reason", full_page=True)
 
     # roll back by hand: echo goes back to 1, asked with the key
     page.goto(up.api + "/console/#/model/echo")
@@ -131,7 +131,7 @@ def test_an_operator_watches_deploys_and_rolls_back(up: Up, browser: Any,
     rows = page.locator("table.events tbody tr")
     expect(rows.first).to_be_visible()
     expect(page.locator("table.events")).to_contain_text("echo@1")
-    page.screenshot(path=str(shots / "console-events.png"))
+    shoot(page, "console-events")
     page.fill("#event-model", "nothing-here")
     expect(rows).to_have_count(0)
 
@@ -140,7 +140,7 @@ def test_an_operator_watches_deploys_and_rolls_back(up: Up, browser: Any,
     page.goto(up.api + "/console/#/")
     expect(page.locator('[data-model="echo"] .split')).to_have_attribute(
         "data-split", "1 100%", timeout=30_000)
-    page.screenshot(path=str(shots / "console-phone.png"))
+    shoot(page, "console-phone")
     _report_polling_cpu(up, browser)
 
 

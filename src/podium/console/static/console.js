@@ -140,7 +140,7 @@ function regionTable(region, entry) {
     <td>${d.num_desired} <span class="muted">(${d.min_instances}..${d.max_instances})</span>
       ${d.num_desired === 0 ? `<span class="tag">scaled to zero</span>` : ""}</td>
     <td>${instanceBadges(d.instances)}</td></tr>`).join("");
-  return `<table><caption>region ${esc(region)}</caption><thead><tr><th>version</th><th>state</th>
+  return `<table class="versions"><caption>region ${esc(region)}</caption><thead><tr><th>version</th><th>state</th>
     <th>strategy</th><th>traffic</th><th>instances wanted</th><th>instances</th></tr></thead>
     <tbody>${rows}</tbody></table>`;
 }
@@ -158,6 +158,7 @@ const views = {
     fetch: () => api("/v1/status"),
     live(status) {
       const models = Object.entries(status.models);
+      fillList("model-names", models.map(([name]) => name));
       const running = status.rollouts.length
         ? `<ul class="plain">${status.rollouts.map((r) => `<li>${rolloutLink(r)}</li>`).join("")}</ul>`
         : `<p class="muted">no rollout running</p>`;
@@ -185,6 +186,7 @@ const views = {
       const m = status.models[name];
       if (!m) return `<h2>${esc(name)}</h2><p class="muted">not deployed</p>`;
       const versions = [...new Set(Object.values(m.regions).flatMap((e) => Object.keys(e.versions)))];
+      fillList("version-names", versions);
       const cols = versions.map((v) => {
         const s = series(name, v);
         const last = s.slice(-4);
@@ -361,6 +363,12 @@ async function poll() {
     }
   })();
   return polling;
+}
+
+function fillList(id, values) {
+  const list = document.getElementById(id);
+  const html = values.map((v) => `<option value="${esc(v)}">`).join("");
+  if (list && list.innerHTML !== html) list.innerHTML = html;
 }
 
 function names() {
