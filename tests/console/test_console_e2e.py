@@ -83,6 +83,9 @@ def test_an_operator_watches_deploys_and_rolls_back(up: Up, browser: Any,
         # the stage timeline moves: 50% current, then 50% passed and 100% current, then done
         expect(page.locator('.stage.current[data-stage="1"]')).to_be_visible(timeout=60_000)
         expect(page.locator("#rollout-stage")).to_have_text("1/2")
+        # the live split bar: half of the traffic on each version at the 50% stage
+        expect(page.locator(".split")).to_have_attribute("data-split", "1 50%, 2 50%",
+                                                         timeout=60_000)
         shoot(page, "console-rollout-running")
         expect(page.locator('.stage.current[data-stage="2"]')).to_be_visible(timeout=60_000)
         expect(page.locator('.stage.passed[data-stage="1"]')).to_be_visible()

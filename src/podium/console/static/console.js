@@ -116,7 +116,8 @@ function fmt(x, digits = 2) {
 // --- pieces ---
 
 function splitBar(model, splits) {
-  const entries = Object.entries(splits || {}).filter(([, w]) => w > 0);
+  const entries = Object.entries(splits || {}).filter(([, w]) => w > 0)
+    .sort(([a], [b]) => a.localeCompare(b, undefined, {numeric: true}));
   if (!entries.length) return `<p class="muted">no traffic split</p>`;
   const parts = entries.map(([version, weight], i) =>
     `<span class="seg c${i % 4}" style="width:${weight}%" data-version="${esc(version)}"
@@ -210,7 +211,13 @@ const views = {
   },
 
   rollout: {
-    fetch: (id) => api("/v1/rollouts/" + encodeURIComponent(id)),
+    fetch: async (id) => {
+      const [r, status] = await Promise.all([
+        api("/v1/rollouts/" + encodeURIComponent(id)), api("/v1/status")]);
+      const model = status.models[r.model];
+      const entry = model && ((r.region && model.regions[r.region]) || model);
+      return {...r, splits: entry ? entry.splits : {}};
+    },
     actions: () => `<div class="panel"><h2>Roll back</h2>
       <button type="button" id="rollback">Roll this model back</button></div>`,
     live(r) {
@@ -235,6 +242,7 @@ const views = {
           ${esc(r.strategy)}, stage <span id="rollout-stage">${esc(r.stage)}</span>,
           phase ${esc(r.phase)}, new version at ${r.weight_new}%${r.region ? `, region ${esc(r.region)}` : ""}</p>
         ${reason}
+        <h3>Traffic now</h3>${splitBar(r.model, r.splits)}
         <ol class="timeline" aria-label="stages">${track}</ol>
         <h3>Steps and analysis verdicts</h3><ol class="steps">${steps}</ol>`;
     },
