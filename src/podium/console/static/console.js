@@ -146,6 +146,17 @@ function regionTable(region, entry) {
     <tbody>${rows}</tbody></table>`;
 }
 
+function gatewayTable(gateways) {
+  if (!gateways) return "";
+  const rows = gateways.map((g) => `<tr><td>${esc(g.region ?? "")} ${esc(g.id)}</td><td>${esc(g.pid)}</td>
+    <td>${esc(g.http)}</td><td><span class="badge ${g.live ? "ready" : "failed"}">${g.live ? "live" : "silent"}</span>
+    <span class="badge ${g.in_sync ? "ready" : "starting"}">${g.in_sync ? "in sync" : "behind"}</span></td>
+    <td>${fmt(g.seen_s_ago, 1)} s ago</td><td>${esc(g.num_outcomes)}</td></tr>`).join("");
+  return `<h2>Gateways <span class="muted">(${gateways.length})</span></h2>
+    <table class="gateways"><thead><tr><th>gateway</th><th>pid</th><th>address</th><th>state</th>
+    <th>last heard</th><th>outcomes reported</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
 function rolloutLink(r) {
   return `<a href="#/rollout/${r.id}">rollout ${r.id}</a>: ${esc(r.model)}
     ${esc(r.from_version ?? "–")} → ${esc(r.to_version)}, <span class="status ${esc(r.status)}">${esc(r.status)}</span>,
@@ -156,7 +167,11 @@ function rolloutLink(r) {
 
 const views = {
   overview: {
-    fetch: () => api("/v1/status"),
+    fetch: async () => {
+      const [status, gateways] = await Promise.all([
+        api("/v1/status"), api("/v1/gateways").catch(() => null)]);  // none: no gateway routes
+      return {...status, gateways};
+    },
     live(status) {
       const models = Object.entries(status.models);
       fillList("model-names", models.map(([name]) => name));
@@ -169,7 +184,7 @@ const views = {
         ${splitBar(name, m.splits)}
         ${Object.entries(m.regions).map(([region, entry]) => regionTable(region, entry)).join("")}
       </article>`).join("");
-      return `<h2>Running rollouts</h2>${running}
+      return `<h2>Running rollouts</h2>${running}${gatewayTable(status.gateways)}
         <h2>Models <span class="muted">(${models.length})</span></h2>
         ${cards || `<p class="muted">nothing deployed yet</p>`}`;
     },
@@ -277,6 +292,9 @@ function deployForm(name) {
     <label>Min requests <input name="min_requests" type="number" min="0"></label>
     <label>Warm delay (ms) <input name="warm_delay_ms" type="number" min="0"></label>
     <label>Ready timeout (ms) <input name="ready_timeout_ms" type="number" min="0"></label>
+    <label>Max error rate increase <input name="max_error_rate_increase" type="number" min="0" step="any"></label>
+    <label>Max p99 ratio <input name="max_p99_ratio" type="number" min="0" step="any"></label>
+    <label>p99 slack (ms) <input name="p99_slack_ms" type="number" min="0" step="any"></label>
     </div></details></form>`;
 }
 
@@ -296,7 +314,9 @@ function wireActions(name) {
     const body = {model: name, version: f.get("version"), strategy: f.get("strategy")};
     if (f.get("stages")) body.stages = f.get("stages").split(",").map((s) => Number(s.trim()));
     for (const field of ["num_instances", "analysis_window_ms", "min_requests", "warm_delay_ms",
-      "ready_timeout_ms"]) if (f.get(field)) body[field] = Number(f.get(field));
+      "ready_timeout_ms", "max_error_rate_increase", "max_p99_ratio", "p99_slack_ms"]) {
+      if (f.get(field)) body[field] = Number(f.get(field));
+    }
     const r = await act(`Deploy ${name}@${body.version} (${body.strategy}${body.stages ? ", stages " + body.stages.join("/") + "%" : ""})?`,
       "/v1/rollouts", {method: "POST", body: JSON.stringify(body)});
     if (r) location.hash = "#/rollout/" + r.id;
