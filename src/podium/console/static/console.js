@@ -30,10 +30,12 @@ async function api(path, options = {}) {
   return (r.headers.get("content-type") || "").includes("json") ? JSON.parse(text) : text;
 }
 
-function showError(message) {
+// `from`: "poll" (cleared by the next good poll) or "action" (stays until the next action)
+function showError(message, from = "action") {
   const box = $("#error");
   box.textContent = message || "";
   box.hidden = !message;
+  box.dataset.from = from;
 }
 
 function ask(text) {
@@ -60,288 +62,18 @@ async function act(question, path, options) {
   }
 }
 
-// --- gateway figures from /metrics (Prometheus text) ---
-
-function parseMetrics(text) {
-  const totals = {};
-  const line = /^podium:gateway_(requests_total|request_seconds_count|request_seconds_sum)\{([^}]*)\} ([0-9.eE+-]+)/;
-  for (const row of text.split("\n")) {
-    const m = line.exec(row);
-    if (!m) continue;
-    const labels = Object.fromEntries([...m[2].matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
-    const id = labels.model + "\u0000" + labels.version;
-    const t = (totals[id] ||= {ok: 0, error: 0, count: 0, sum: 0});
-    const value = Number(m[3]);
-    if (m[1] === "requests_total") t[labels.outcome === "error" ? "error" : "ok"] += value;
-    else if (m[1] === "request_seconds_count") t.count += value;
-    else t.sum += value;
-  }
-  return totals;
-}
-
-function series(model, version) {
-  // per interval between two samples: requests/s, error fraction, mean latency in ms
-  const id = model + "\u0000" + version;
-  const out = [];
-  for (let i = 1; i < samples.length; i++) {
-    const a = samples[i - 1].totals[id] || {ok: 0, error: 0, count: 0, sum: 0};
-    const b = samples[i].totals[id];
-    if (!b) continue;
-    const dt = (samples[i].t - samples[i - 1].t) / 1000;
-    const n = b.count - a.count;
-    const errors = b.error - a.error;
-    out.push({t: samples[i].t, rate: n / dt, errors: n > 0 ? errors / n : 0,
-              mean: n > 0 ? 1000 * (b.sum - a.sum) / n : null});
-  }
-  return out;
-}
-
-function spark(points, field, label) {
-  const values = points.map((p) => p[field]).filter((v) => v !== null);
-  if (values.length < 2) return `<svg class="spark" role="img" aria-label="${esc(label)}: not enough samples yet"></svg>`;
-  const max = Math.max(...values, 1e-9);
-  const t0 = points[0].t;
-  const span = Math.max(points[points.length - 1].t - t0, 1);
-  const xy = points.filter((p) => p[field] !== null)
-    .map((p) => `${(100 * (p.t - t0) / span).toFixed(1)},${(28 - 26 * p[field] / max).toFixed(1)}`);
-  return `<svg class="spark" viewBox="0 0 100 30" preserveAspectRatio="none" role="img"
-    aria-label="${esc(label)} over the last ${Math.round(span / 1000)} s, peak ${fmt(max)}">
-    <polyline points="${xy.join(" ")}" /></svg>`;
-}
-
-function fmt(x, digits = 2) {
-  return x === null || x === undefined || Number.isNaN(x) ? "–" : Number(x).toFixed(digits);
-}
-
-// --- pieces ---
-
-function splitBar(model, splits) {
-  const entries = Object.entries(splits || {}).filter(([, w]) => w > 0)
-    .sort(([a], [b]) => a.localeCompare(b, undefined, {numeric: true}));
-  if (!entries.length) return `<p class="muted">no traffic split</p>`;
-  const parts = entries.map(([version, weight], i) =>
-    `<span class="seg c${i % 4}" style="width:${weight}%" data-version="${esc(version)}"
-      title="${esc(version)}: ${weight}%">${esc(version)} ${weight}%</span>`);
-  const text = entries.map(([v, w]) => `${v} ${w}%`).join(", ");
-  return `<div class="split" role="img" aria-label="traffic split of ${esc(model)}: ${esc(text)}"
-    data-split="${esc(text)}">${parts.join("")}</div>`;
-}
-
-function instanceBadges(instances) {
-  if (!instances.length) return `<span class="muted">none</span>`;
-  return instances.map((i) => `<span class="badge ${esc(i.state)}"
-    title="instance ${i.id}, pid ${i.pid ?? "–"}, port ${i.http_port ?? "–"}, restarts ${i.num_restarts}">
-    ${esc(i.state)}</span>`).join(" ");
-}
-
-function regionTable(region, entry) {
-  const rows = Object.entries(entry.versions).map(([version, d]) => `<tr>
-    <td>${esc(version)}${entry.aliases.latest === version ? ` <span class="tag">latest</span>` : ""}</td>
-    <td>${esc(d.state)}</td><td>${esc(d.strategy)}</td><td>${entry.splits[version] ?? 0}%</td>
-    <td>${d.num_desired} <span class="muted">(${d.min_instances}..${d.max_instances})</span>
-      ${d.num_desired === 0 ? `<span class="tag">scaled to zero</span>` : ""}</td>
-    <td>${instanceBadges(d.instances)}</td></tr>`).join("");
-  return `<table class="versions"><caption>region ${esc(region)}</caption><thead><tr><th>version</th><th>state</th>
-    <th>strategy</th><th>traffic</th><th>instances wanted</th><th>instances</th></tr></thead>
-    <tbody>${rows}</tbody></table>`;
-}
-
-function gatewayTable(gateways) {
-  if (!gateways) return "";
-  const rows = gateways.map((g) => `<tr><td>${esc(g.region ?? "")} ${esc(g.id)}</td><td>${esc(g.pid)}</td>
-    <td>${esc(g.http)}</td><td><span class="badge ${g.live ? "ready" : "failed"}">${g.live ? "live" : "silent"}</span>
-    <span class="badge ${g.in_sync ? "ready" : "starting"}">${g.in_sync ? "in sync" : "behind"}</span></td>
-    <td>${fmt(g.seen_s_ago, 1)} s ago</td><td>${esc(g.num_outcomes)}</td></tr>`).join("");
-  return `<h2>Gateways <span class="muted">(${gateways.length})</span></h2>
-    <table class="gateways"><thead><tr><th>gateway</th><th>pid</th><th>address</th><th>state</th>
-    <th>last heard</th><th>outcomes reported</th></tr></thead><tbody>${rows}</tbody></table>`;
-}
-
-function rolloutLink(r) {
-  return `<a href="#/rollout/${r.id}">rollout ${r.id}</a>: ${esc(r.model)}
-    ${esc(r.from_version ?? "–")} → ${esc(r.to_version)}, <span class="status ${esc(r.status)}">${esc(r.status)}</span>,
-    stage ${esc(r.stage)}, phase ${esc(r.phase)}, new at ${r.weight_new}%`;
-}
-
-// --- views ---
-
-const views = {
-  overview: {
-    fetch: async () => {
-      const [status, gateways] = await Promise.all([
-        api("/v1/status"), api("/v1/gateways").catch(() => null)]);  // none: no gateway routes
-      return {...status, gateways};
-    },
-    live(status) {
-      const models = Object.entries(status.models);
-      fillList("model-names", models.map(([name]) => name));
-      const running = status.rollouts.length
-        ? `<ul class="plain">${status.rollouts.map((r) => `<li>${rolloutLink(r)}</li>`).join("")}</ul>`
-        : `<p class="muted">no rollout running</p>`;
-      const cards = models.map(([name, m]) => `<article class="card" data-model="${esc(name)}">
-        <h3><a href="#/model/${esc(name)}">${esc(name)}</a>
-          <span class="muted">latest: ${esc(m.aliases.latest ?? "–")}</span></h3>
-        ${splitBar(name, m.splits)}
-        ${Object.entries(m.regions).map(([region, entry]) => regionTable(region, entry)).join("")}
-      </article>`).join("");
-      return `<h2>Running rollouts</h2>${running}${gatewayTable(status.gateways)}
-        <h2>Models <span class="muted">(${models.length})</span></h2>
-        ${cards || `<p class="muted">nothing deployed yet</p>`}`;
-    },
-  },
-
-  model: {
-    fetch: async (name) => {
-      const [status, rollouts] = await Promise.all([
-        api("/v1/status"), api("/v1/rollouts?model=" + encodeURIComponent(name))]);
-      return {status, rollouts, name};
-    },
-    actions: (name) => deployForm(name) + scaleForm(name) + `<div class="panel">
-      <h2>Roll back</h2><button type="button" id="rollback">Roll ${esc(name)} back</button></div>`,
-    live({status, rollouts, name}) {
-      const m = status.models[name];
-      if (!m) return `<h2>${esc(name)}</h2><p class="muted">not deployed</p>`;
-      const versions = [...new Set(Object.values(m.regions).flatMap((e) => Object.keys(e.versions)))];
-      fillList("version-names", versions);
-      const cols = versions.map((v) => {
-        const s = series(name, v);
-        const last = s.slice(-4);
-        const n = last.reduce((a, p) => a + p.rate, 0) / (last.length || 1);
-        const err = last.length ? last.reduce((a, p) => a + p.errors, 0) / last.length : null;
-        const means = last.map((p) => p.mean).filter((x) => x !== null);
-        const mean = means.length ? means.reduce((a, b) => a + b, 0) / means.length : null;
-        return `<article class="card version" data-version="${esc(v)}">
-          <h3>${esc(v)} <span class="muted">${m.splits[v] ?? 0}% of traffic</span></h3>
-          <dl><dt>requests/s</dt><dd class="rate">${fmt(n)}</dd>${spark(s, "rate", "requests per second")}
-          <dt>error rate</dt><dd class="errors">${err === null ? "–" : fmt(100 * err, 1) + "%"}</dd>${spark(s, "errors", "error rate")}
-          <dt>mean latency</dt><dd class="latency">${mean === null ? "–" : fmt(mean, 1) + " ms"}</dd>${spark(s, "mean", "mean latency")}
-          </dl></article>`;
-      }).join("");
-      return `<h2>${esc(name)} <span class="muted">latest: ${esc(m.aliases.latest ?? "–")}</span></h2>
-        ${splitBar(name, m.splits)}
-        <div class="grid">${cols}</div>
-        ${Object.entries(m.regions).map(([region, entry]) => regionTable(region, entry)).join("")}
-        <h2>Rollouts</h2><ul class="plain">${rollouts.map((r) => `<li>${rolloutLink(r)}</li>`).join("")}</ul>`;
-    },
-  },
-
-  rollout: {
-    fetch: async (id) => {
-      const [r, status] = await Promise.all([
-        api("/v1/rollouts/" + encodeURIComponent(id)), api("/v1/status")]);
-      const model = status.models[r.model];
-      const entry = model && ((r.region && model.regions[r.region]) || model);
-      return {...r, splits: entry ? entry.splits : {}};
-    },
-    actions: () => `<div class="panel"><h2>Roll back</h2>
-      <button type="button" id="rollback">Roll this model back</button></div>`,
-    live(r) {
-      view.model = r.model;
-      const stages = r.config.stages || [100];
-      const current = Number(String(r.stage).split("/")[0]) - 1;
-      const done = r.status !== "running";
-      const track = stages.map((pct, i) => {
-        const state = done ? (r.status === "succeeded" ? "passed" : (i <= current ? "failed" : "skipped"))
-          : (i < current ? "passed" : (i === current ? "current" : "pending"));
-        return `<li class="stage ${state}" data-stage="${i + 1}"${state === "current" ? ` aria-current="step"` : ""}>
-          <strong>${pct}%</strong> <span>${state}</span></li>`;
-      }).join("");
-      const steps = r.steps.map((s) => `<li class="step ${/analysis (passed|failed)/.test(s.note) ? "verdict" : ""}">
-        <span class="muted">#${s.seq} +${((s.at_ms - r.steps[0].at_ms) / 1000).toFixed(1)} s</span>
-        <strong>${esc(s.phase)}</strong> ${esc(s.note)}</li>`).join("");
-      const reason = r.reason ? `<p class="reason" data-reason><strong>${
-        r.status === "succeeded" ? "note" : "rollback reason"}:</strong> ${esc(r.reason)}</p>` : "";
-      return `<h2 id="rollout-title">Rollout ${r.id}: <a href="#/model/${esc(r.model)}">${esc(r.model)}</a>
-          ${esc(r.from_version ?? "–")} → ${esc(r.to_version)}</h2>
-        <p><span class="status ${esc(r.status)}" id="rollout-status">${esc(r.status)}</span>
-          ${esc(r.strategy)}, stage <span id="rollout-stage">${esc(r.stage)}</span>,
-          phase ${esc(r.phase)}, new version at ${r.weight_new}%${r.region ? `, region ${esc(r.region)}` : ""}</p>
-        ${reason}
-        <h3>Traffic now</h3>${splitBar(r.model, r.splits)}
-        <ol class="timeline" aria-label="stages">${track}</ol>
-        <h3>Steps and analysis verdicts</h3><ol class="steps">${steps}</ol>`;
-    },
-  },
-
-  events: {
-    fetch: async () => {
-      const model = ($("#event-model") || {}).value || "";
-      return api("/v1/events?limit=200" + (model ? "&model=" + encodeURIComponent(model) : ""));
-    },
-    actions: () => `<form class="panel row" id="event-filter" onsubmit="return false">
-      <label for="event-model">Model</label>
-      <input id="event-model" list="model-names" placeholder="all models"></form>`,
-    live: (events) => `<h2>Events</h2><table class="events"><thead><tr><th>time</th><th>kind</th>
-      <th>model</th><th>message</th></tr></thead><tbody>${events.map((e) => `<tr>
-      <td>${esc(e.at.replace("T", " ").slice(0, 19))}</td><td>${esc(e.kind)}</td>
-      <td>${e.model ? `<a href="#/model/${esc(e.model)}">${esc(e.model)}</a>` : ""}</td>
-      <td>${esc(e.message)}</td></tr>`).join("")}</tbody></table>`,
-  },
-};
-
-function deployForm(name) {
-  return `<form class="panel" id="deploy"><h2>Deploy</h2><div class="row">
-    <label>Version <input name="version" required list="version-names"></label>
-    <label>Strategy <select name="strategy"><option value="red-black">red-black</option>
-      <option value="versioned">versioned</option></select></label>
-    <label>Stages (%) <input name="stages" placeholder="10,50,100"></label>
-    <label>Instances <input name="num_instances" type="number" min="1" max="64"></label>
-    <button type="submit" class="primary">Deploy ${esc(name)}</button></div>
-    <details><summary>Analysis settings (blank: the plane's defaults)</summary><div class="row">
-    <label>Analysis window (ms) <input name="analysis_window_ms" type="number" min="0"></label>
-    <label>Min requests <input name="min_requests" type="number" min="0"></label>
-    <label>Warm delay (ms) <input name="warm_delay_ms" type="number" min="0"></label>
-    <label>Ready timeout (ms) <input name="ready_timeout_ms" type="number" min="0"></label>
-    <label>Max error rate increase <input name="max_error_rate_increase" type="number" min="0" step="any"></label>
-    <label>Max p99 ratio <input name="max_p99_ratio" type="number" min="0" step="any"></label>
-    <label>p99 slack (ms) <input name="p99_slack_ms" type="number" min="0" step="any"></label>
-    </div></details></form>`;
-}
-
-function scaleForm(name) {
-  return `<form class="panel" id="scale"><h2>Scale</h2><div class="row">
-    <label>Version <input name="version" required list="version-names"></label>
-    <label>Min <input name="min_instances" type="number" min="0" max="64" required></label>
-    <label>Max <input name="max_instances" type="number" min="0" max="64" required></label>
-    <button type="submit">Scale ${esc(name)}</button></div></form>`;
-}
-
-function wireActions(name) {
-  const deploy = $("#deploy");
-  if (deploy) deploy.addEventListener("submit", async (ev) => {
-    ev.preventDefault();
-    const f = new FormData(deploy);
-    const body = {model: name, version: f.get("version"), strategy: f.get("strategy")};
-    if (f.get("stages")) body.stages = f.get("stages").split(",").map((s) => Number(s.trim()));
-    for (const field of ["num_instances", "analysis_window_ms", "min_requests", "warm_delay_ms",
-      "ready_timeout_ms", "max_error_rate_increase", "max_p99_ratio", "p99_slack_ms"]) {
-      if (f.get(field)) body[field] = Number(f.get(field));
-    }
-    const r = await act(`Deploy ${name}@${body.version} (${body.strategy}${body.stages ? ", stages " + body.stages.join("/") + "%" : ""})?`,
-      "/v1/rollouts", {method: "POST", body: JSON.stringify(body)});
-    if (r) location.hash = "#/rollout/" + r.id;
-  });
-  const scale = $("#scale");
-  if (scale) scale.addEventListener("submit", async (ev) => {
-    ev.preventDefault();
-    const f = new FormData(scale);
-    const body = {min_instances: Number(f.get("min_instances")), max_instances: Number(f.get("max_instances"))};
-    await act(`Scale ${name}@${f.get("version")} to ${body.min_instances}..${body.max_instances} instances?`,
-      `/v1/deployments/${encodeURIComponent(name)}/${encodeURIComponent(f.get("version"))}/scaling`,
-      {method: "PUT", body: JSON.stringify(body)});
-  });
-  const rollback = $("#rollback");
-  if (rollback) rollback.addEventListener("click", async () => {
-    const model = name || view.model;
-    const r = await act(`Roll ${model} back to its previous version?`,
-      `/v1/models/${encodeURIComponent(model)}/rollback`, {method: "POST"});
-    if (r) location.hash = "#/rollout/" + r.id;
-  });
-  const filter = $("#event-model");
-  if (filter) filter.addEventListener("input", () => poll());
-}
-
 // --- routing and polling ---
+
+function render(html) {
+  // a keyboard user's focus on a link survives the re-render (same href, same place)
+  const live = $("#live");
+  const focused = live.contains(document.activeElement) && document.activeElement.getAttribute("href");
+  live.innerHTML = html;
+  if (focused) {
+    const again = [...live.querySelectorAll("a[href]")].find((a) => a.getAttribute("href") === focused);
+    if (again) again.focus();
+  }
+}
 
 function route() {
   const [, name = "", arg = ""] = location.hash.split("/").map(decodeURIComponent);
@@ -377,15 +109,14 @@ async function poll() {
       const [data] = await Promise.all([current.fetch(current.arg), sample()]);
       if (view !== current) return;
       const html = current.live(data);
-      if (html !== lastHtml) $("#live").innerHTML = html;  // unchanged: focus stays put
+      if (html !== lastHtml) render(html);
       lastHtml = html;
       $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
       $("#key-state").textContent = sessionStorage.getItem(KEY) ? "key set" : "";
       if (!window.podiumFirstRender) window.podiumFirstRender = performance.now();
       if ($("#error").dataset.from === "poll") showError("");
     } catch (e) {
-      showError(e.message + (e.message.startsWith("401") ? " — type the admin key above" : ""));
-      $("#error").dataset.from = "poll";
+      showError(e.message + (e.message.startsWith("401") ? " — type the admin key above" : ""), "poll");
     } finally {
       polling = null;
     }
