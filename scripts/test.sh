@@ -16,6 +16,7 @@ if [[ "${1:-}" == "--fast" ]]; then
 fi
 
 # chromium for tests/console (a no-op once installed); without it those tests skip, saying so
+# (in CI, CI=true, they fail instead: a skipped real-path test would hide the gap)
 bash scripts/browser.sh >&2 || echo "scripts/browser.sh failed: tests/console will skip" >&2
 
 # a failing command substitution inside eval would be ignored; an assignment is not
