@@ -30,9 +30,8 @@ def main() -> int:
     ap.add_argument("--min-candidates", type=int, default=20)
     ap.add_argument("--max-candidates", type=int, default=100)
     opts = ap.parse_args()
-    from podium.constraints.admission import validate_constraint
-    from podium.constraints.precompile import ConstraintPrecompiler
-    from podium.constraints.store import FormStore
+    from podium.constraints import ConstraintPrecompiler, validate_constraint
+    from podium.constraints.compile.store import FormStore
     from podium.metrics.server import REGISTRY
     from podium.package.defaults import default_model_dir
 

@@ -246,8 +246,8 @@ def answer_lengths(requests: list[list[str]], rng: random.Random) -> list[int]:
     """For `matched`: the tokens of a valid answer to each request (a JSON array of 3 to 5 of
     its candidates, as `distinct_items` writes it) plus its end of sequence: what the podium
     mode generates, asked of the engine with no constraint."""
-    from podium.constraints.distinct import render
-    from podium.constraints.vocab import TokenizerInfo
+    from podium.constraints import TokenizerInfo
+    from podium.constraints.compile.distinct import render
     from podium.package.defaults import default_model_dir
 
     tok = TokenizerInfo.from_pretrained(str(default_model_dir()))

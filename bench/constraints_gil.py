@@ -45,9 +45,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=100)
     opts = ap.parse_args()
-    from podium.constraints.admission import validate_constraint
-    from podium.constraints.precompile import ConstraintPrecompiler
-    from podium.constraints.store import FormStore
+    from podium.constraints import ConstraintPrecompiler, validate_constraint
+    from podium.constraints.compile.store import FormStore
     from podium.package.defaults import default_model_dir
 
     rng = random.Random(0)

@@ -43,7 +43,7 @@ BATCH, VOCAB, CATALOG = 256, 49_152, 50_000
 
 
 def _spec(rng: random.Random, catalog: list[str], n: int) -> dict[str, Any]:
-    from podium.constraints.admission import validate_constraint
+    from podium.constraints import validate_constraint
 
     return validate_constraint({"type": "distinct_items", "items": rng.sample(catalog, n),
                                 "min": 3, "max": 5})
@@ -73,8 +73,7 @@ def _processor(model: str) -> Any:
 def _params(spec: dict[str, Any], key: str) -> Any:
     from vllm import SamplingParams
 
-    from podium.constraints.admission import to_vllm_xargs
-    from podium.constraints.precompile import KEY_XARGS
+    from podium.constraints import KEY_XARGS, to_vllm_xargs
 
     return SamplingParams(extra_args={**to_vllm_xargs(spec), KEY_XARGS: key})
 
@@ -143,7 +142,7 @@ def main() -> None:
         own = tempfile.mkdtemp(prefix="podium-bench-", dir=constraint_cache_dir().parent)
         os.environ["PODIUM_CONSTRAINT_CACHE"] = own
         atexit.register(shutil.rmtree, own, ignore_errors=True)
-    from podium.constraints.precompile import ConstraintPrecompiler
+    from podium.constraints import ConstraintPrecompiler
 
     rng = random.Random(0)
     catalog = make_titles(CATALOG)

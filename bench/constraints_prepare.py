@@ -40,8 +40,8 @@ def _catalogs(size: int, runs: int) -> list[list[str]]:
 
 
 def podium(model: str, catalogs: list[list[str]]) -> tuple[list[float], float]:
-    from podium.constraints.compiler import ConstraintCompiler
-    from podium.constraints.vocab import TokenizerInfo
+    from podium.constraints import TokenizerInfo
+    from podium.constraints.compile.compiler import ConstraintCompiler
 
     compiler = ConstraintCompiler(TokenizerInfo.from_pretrained(model))
     compiler.compile({"type": "choice", "choices": ["warm", "up"]})  # imports, first call

@@ -61,7 +61,7 @@ class PerRequest:
     """Baseline (a): one Python object per request, called once per row per step."""
 
     def __init__(self, constraint: Any, eos: tuple[int, ...], handle: int) -> None:
-        from podium.constraints.base import TableConstraint
+        from podium.constraints import TableConstraint
 
         self.c, self.eos = constraint, torch.tensor(eos)
         self.table = constraint.table if isinstance(constraint, TableConstraint) else None
@@ -108,7 +108,7 @@ def bench_one(kind: str, spec: dict[str, Any], model: str, tok: Any, batch: int,
     from vllm import SamplingParams
     from vllm.v1.sample.logits_processor.interface import BatchUpdate
 
-    from podium.constraints.admission import to_vllm_xargs
+    from podium.constraints import to_vllm_xargs
     from podium.constraints.processor import ConstraintLogitsProcessor
 
     config = SimpleNamespace(model_config=SimpleNamespace(tokenizer=model,
@@ -175,8 +175,7 @@ def main() -> None:
     args.model = args.model or str(default_model_dir())
     torch.set_num_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from podium.constraints.admission import validate_constraint
-    from podium.constraints.vocab import TokenizerInfo
+    from podium.constraints import TokenizerInfo, validate_constraint
 
     tok = TokenizerInfo.from_pretrained(args.model)
     specs = {

@@ -29,7 +29,7 @@ def smol_dtype(smol_dir: Path) -> str:
 
 @pytest.fixture(scope="session")
 def tok(smol_dir: Path):
-    from podium.constraints.vocab import TokenizerInfo
+    from podium.constraints.compile.vocab import TokenizerInfo
 
     return TokenizerInfo.from_pretrained(str(smol_dir))
 
@@ -45,6 +45,6 @@ def constraint_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def precompiler(smol_dir: Path):
     """What the frontend compiles requests with, for the default model's tokenizer."""
-    from podium.constraints.precompile import ConstraintPrecompiler
+    from podium.constraints.compile.precompile import ConstraintPrecompiler
 
     return ConstraintPrecompiler(str(smol_dir), 49152)

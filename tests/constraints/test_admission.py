@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from podium.constraints.admission import XARGS_KEY, to_vllm_xargs, validate_constraint
+from podium.constraints.spec.admission import XARGS_KEY, to_vllm_xargs, validate_constraint
 from podium.errors import InvalidArgument
 from podium.errors.render import kind_of
 

@@ -7,10 +7,10 @@ import random
 import numpy as np
 import pytest
 
-from podium.constraints import batch_kernels
-from podium.constraints.base import TableConstraint
-from podium.constraints.batch import PYTHON, ConstraintBatch
-from podium.constraints.table import DEAD, TokenTable
+from podium.constraints import kernels
+from podium.constraints.compile.base import TableConstraint
+from podium.constraints.compile.table import DEAD, TokenTable
+from podium.constraints.engine.batch import PYTHON, ConstraintBatch
 
 EOS = (0,)
 # 0 -a-> 1 -b-> 2 (accepting, no way on); 0 -c-> 3 (accepting, -a-> 2); 4: a dead end
@@ -102,13 +102,13 @@ def test_many_specs_step_in_one_compiled_call_each(monkeypatch: pytest.MonkeyPat
     assert batch.num_forms == 64
     calls = {"advance": 0, "allowed": 0}
     for name in calls:
-        real = getattr(batch_kernels, name)
+        real = getattr(kernels, name)
 
         def counted(*args, _real=real, _name=name):
             calls[_name] += 1
             return _real(*args)
 
-        monkeypatch.setattr(batch_kernels, name, counted)
+        monkeypatch.setattr(kernels, name, counted)
     slots = np.arange(65)
     for _step in range(6):
         rows, tokens = batch.allowed(slots)

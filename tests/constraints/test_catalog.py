@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from podium.constraints import vocab
-from podium.constraints.admission import validate_constraint
-from podium.constraints.precompile import ConstraintPrecompiler
-from podium.constraints.store import FormStore
-from podium.constraints.vocab import TokenizerInfo
+from podium.constraints.compile import vocab
+from podium.constraints.compile.precompile import ConstraintPrecompiler
+from podium.constraints.compile.store import FormStore
+from podium.constraints.compile.vocab import TokenizerInfo
+from podium.constraints.spec.admission import validate_constraint
 from podium.errors import PackageError
 from podium.package import catalog
 from podium.package.catalog import read_catalog

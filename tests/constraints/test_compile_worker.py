@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from podium.constraints import compile_process
-from podium.constraints.admission import validate_constraint
-from podium.constraints.precompile import ConstraintPrecompiler
-from podium.constraints.store import FormStore
+from podium.constraints.compile import process as compile_process
+from podium.constraints.compile.precompile import ConstraintPrecompiler
+from podium.constraints.compile.store import FormStore
+from podium.constraints.spec.admission import validate_constraint
 from podium.errors import InvalidArgument
 from podium.metrics.server import REGISTRY
 from tests.support.catalog import make_titles
@@ -139,7 +139,7 @@ async def test_a_worker_that_dies_mid_compile_loses_no_request(
 
 async def test_plugin_types_and_unencodable_specs_stay_in_the_server(
         compiler: ConstraintPrecompiler, monkeypatch: pytest.MonkeyPatch) -> None:
-    from podium.constraints import registry
+    from podium.constraints.spec import registry
 
     await compiler.compile(_spec(20))
     await _ready(compiler)

@@ -19,7 +19,7 @@ import pytest
 import regex
 
 from podium.constraints import engine_logits_processors
-from podium.constraints.admission import to_vllm_xargs, validate_constraint
+from podium.constraints.spec.admission import to_vllm_xargs, validate_constraint
 from tests.support.catalog import make_titles
 
 pytestmark = pytest.mark.engine
@@ -65,7 +65,7 @@ def _params(precompiler: Any, spec: dict[str, Any], max_tokens: int,
     """What admission hands the engine: the spec compiled, its form's key in the xargs."""
     from vllm import SamplingParams
 
-    from podium.constraints.precompile import KEY_XARGS
+    from podium.constraints.compile.precompile import KEY_XARGS
 
     normalized = validate_constraint(spec)
     key = precompiler.compile_now(normalized).key

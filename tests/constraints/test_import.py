@@ -29,7 +29,7 @@ def test_importing_the_package_and_the_processor_loads_no_numba() -> None:
         c.validate_constraint({"type": "choice", "choices": ["a"]})
         c.validate_constraint({"type": "regex", "pattern": "[0-9]+"})
         c.validate_constraint({"type": "distinct_items", "items": ["a", "b"]})
-        import podium.constraints.processor
+        import podium.constraints.processor  # the entry point's path: engine.processor
         print(json.dumps(sorted(m for m in ("numba", "llvmlite") if m in sys.modules)))
     """)
     assert loaded == []
@@ -45,7 +45,7 @@ def test_a_script_importing_podium_at_the_top_runs_a_constrained_request(
         import json
         from podium.constraints import engine_logits_processors, to_vllm_xargs
         from podium.constraints import validate_constraint
-        from podium.constraints.processor import ConstraintLogitsProcessor  # noqa: F401
+        from podium.constraints.engine.processor import ConstraintLogitsProcessor  # noqa: F401
         from vllm import LLM, SamplingParams
 
         if __name__ == "__main__":

@@ -15,11 +15,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podium.constraints.choice import ChoiceConstraint
-from podium.constraints.compiler import ConstraintCompiler
-from podium.constraints.distinct import CLOSE, OPEN, SEPARATOR, DistinctItemsConstraint, render
-from podium.constraints.regex import RegexConstraint
-from podium.constraints.vocab import TokenizerInfo
+from podium.constraints.compile.choice import ChoiceConstraint
+from podium.constraints.compile.compiler import ConstraintCompiler
+from podium.constraints.compile.distinct import (
+    CLOSE,
+    OPEN,
+    SEPARATOR,
+    DistinctItemsConstraint,
+    render,
+)
+from podium.constraints.compile.regex import RegexConstraint
+from podium.constraints.compile.vocab import TokenizerInfo
 from tests.support.catalog import make_titles
 from tests.support.walk import Walker
 
@@ -172,7 +178,7 @@ def test_distinct_items_forbids_repeats_and_bounds(tok: TokenizerInfo) -> None:
 
 def test_distinct_items_state_is_per_request(tok: TokenizerInfo) -> None:
     """Two requests sharing one compiled constraint do not see each other's used items."""
-    from podium.constraints.batch import ConstraintBatch
+    from podium.constraints.engine.batch import ConstraintBatch
 
     c = DistinctItemsConstraint(["Alien", "Heat"], 2, 2, tok)
     batch = ConstraintBatch(tok.eos_token_ids)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from podium.constraints.masking import keep_only
+from podium.constraints.engine.masking import keep_only
 
 
 def _expected(logits: torch.Tensor, rows: np.ndarray, keep_rows: np.ndarray,

@@ -18,10 +18,10 @@ from podium.constraints import (
     load_constraint_plugins,
     validate_constraint,
 )
-from podium.constraints.compiler import ConstraintCompiler
-from podium.constraints.processor import ConstraintLogitsProcessor
-from podium.constraints.registry import constraint_type
-from podium.constraints.vocab import TokenizerInfo
+from podium.constraints.compile.compiler import ConstraintCompiler
+from podium.constraints.compile.vocab import TokenizerInfo
+from podium.constraints.engine.processor import ConstraintLogitsProcessor
+from podium.constraints.spec.registry import constraint_type
 from podium.errors import InvalidArgument
 from tests.support.walk import Walker
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 from vllm import SamplingParams
 
-from podium.constraints.admission import validate_constraint
-from podium.constraints.precompile import KEY_XARGS, ConstraintPrecompiler
-from podium.constraints.processor import ConstraintLogitsProcessor
+from podium.constraints.compile.precompile import KEY_XARGS, ConstraintPrecompiler
+from podium.constraints.engine.processor import ConstraintLogitsProcessor
+from podium.constraints.spec.admission import validate_constraint
 from podium.frontends.openai import COMPILE_HEADER
 from tests.support.catalog import make_titles
 from tests.support.openai_instance import CHAT, ContextBackend, client_for, openai_app
@@ -81,7 +81,7 @@ def _refuse_at_compile(spec: dict[str, Any], tok: Any) -> Any:
 
 async def test_a_spec_that_cannot_compile_is_a_400_before_the_engine(
         smol_dir: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from podium.constraints import registry
+    from podium.constraints.spec import registry
 
     # a type whose specs validate but whose compile refuses them (as a plugin's may)
     broken = registry.ConstraintType("refuses", lambda spec: dict(spec), _refuse_at_compile)
@@ -101,7 +101,7 @@ async def test_a_spec_that_cannot_compile_is_a_400_before_the_engine(
 
 def test_a_spec_not_compiled_at_admission_is_compiled_in_the_engine_and_counted(
         smol_dir: Any) -> None:
-    from podium.constraints.admission import to_vllm_xargs
+    from podium.constraints.spec.admission import to_vllm_xargs
 
     proc = _processor(smol_dir)
     spec = validate_constraint({"type": "choice", "choices": ["Heat", "Alien"]})
@@ -150,7 +150,7 @@ def test_the_host_directory_is_trimmed_beside_the_compiles_oldest_first(
         smol_dir: Any, tmp_path: Any) -> None:
     """Past its byte budget the directory drops its oldest forms; the scan runs in its own
     thread, not inside a request's compile, and only once the directory may be over budget."""
-    from podium.constraints.store import FormStore
+    from podium.constraints.compile.store import FormStore
 
     store = FormStore(tmp_path / "forms", max_dir_bytes=64 << 10)
     compiler = ConstraintPrecompiler(str(smol_dir), 49152, store=store)
@@ -171,9 +171,9 @@ def test_the_host_directory_is_scanned_only_when_it_may_be_over_budget(tmp_path:
     once what it wrote since could take the directory past its budget."""
     import numpy as np
 
-    from podium.constraints import store as store_module
-    from podium.constraints.compiled import FIELDS, TABLE, CompiledForm
-    from podium.constraints.store import FormStore
+    from podium.constraints.compile import store as store_module
+    from podium.constraints.compile.form import FIELDS, TABLE, CompiledForm
+    from podium.constraints.compile.store import FormStore
 
     def form(i: int) -> CompiledForm:
         arrays = {name: np.zeros(2 if name == "offsets" else 0, dtype=dtype)

@@ -18,8 +18,8 @@ import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor.interface import BatchUpdate, MoveDirectionality
 
-from podium.constraints.processor import ConstraintLogitsProcessor
-from podium.constraints.vocab import TokenizerInfo
+from podium.constraints.compile.vocab import TokenizerInfo
+from podium.constraints.engine.processor import ConstraintLogitsProcessor
 from tests.support.constraint_sim import SPECS, Oracle, Req, V2Sim, params
 from tests.support.constraint_sim import config as _config
 

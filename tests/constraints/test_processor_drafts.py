@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from podium.constraints.vocab import TokenizerInfo
+from podium.constraints.compile.vocab import TokenizerInfo
 from tests.support.constraint_sim import SPECS, Oracle, Req, V2Sim, config, params
 
 PROMPT_LEN = 20

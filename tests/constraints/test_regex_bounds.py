@@ -9,10 +9,10 @@ import interegular
 import interegular.fsm
 import pytest
 
-from podium.constraints import regex, regex_dfa
-from podium.constraints.admission import validate_constraint
-from podium.constraints.builtins import BUILTIN_TYPES
-from podium.constraints.regex_dfa import TooManyStates, character_dfa
+from podium.constraints.compile import regex, regex_dfa
+from podium.constraints.compile.regex_dfa import TooManyStates, character_dfa
+from podium.constraints.spec.admission import validate_constraint
+from podium.constraints.spec.builtins import BUILTIN_TYPES
 from podium.errors import InvalidArgument
 
 EXPONENTIAL = "[ab]*a[ab]{20}"  # the n-th letter from the end: 2**21 states

@@ -52,7 +52,7 @@ def test_a_plugin_taking_a_built_in_name_is_refused_naming_it(choice_plugin: Pat
 def test_built_ins_load_even_when_a_plugin_registers_first(choice_plugin: Path) -> None:
     result = _run("""
         from podium.constraints import register_constraint_type, validate_constraint
-        from podium.constraints.registry import constraint_type_names
+        from podium.constraints.spec.registry import constraint_type_names
         import podium_choice_plugin
         try:
             register_constraint_type(podium_choice_plugin.CHOICE)  # before anything else
@@ -72,7 +72,7 @@ def test_built_ins_load_even_when_a_plugin_registers_first(choice_plugin: Path) 
 
 def test_registering_a_new_name_works_and_twice_is_refused() -> None:
     from podium.constraints import ConstraintType, register_constraint_type
-    from podium.constraints.registry import _TYPES, constraint_type
+    from podium.constraints.spec.registry import _TYPES, constraint_type
 
     ct = ConstraintType("test_only_digits", lambda s: s, lambda s, t: None)
     try:

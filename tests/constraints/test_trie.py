@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podium.constraints.choice import trie
-from podium.constraints.vocab import TokenRuns
+from podium.constraints.compile.choice import trie
+from podium.constraints.compile.vocab import TokenRuns
 
 SEQUENCES = st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=7), max_size=40)
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 from vllm import SamplingParams
 
-from podium.constraints.admission import to_vllm_xargs, validate_constraint
-from podium.constraints.compiler import ConstraintCompiler
-from podium.constraints.precompile import KEY_XARGS
-from podium.constraints.processor import ConstraintLogitsProcessor
-from podium.constraints.vocab import TokenizerInfo
+from podium.constraints.compile.compiler import ConstraintCompiler
+from podium.constraints.compile.precompile import KEY_XARGS
+from podium.constraints.compile.vocab import TokenizerInfo
+from podium.constraints.engine.processor import ConstraintLogitsProcessor
+from podium.constraints.spec.admission import to_vllm_xargs, validate_constraint
 from tests.support.catalog import make_titles
 from tests.support.walk import Walker
 

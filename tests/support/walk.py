@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from podium.constraints.base import Constraint
-from podium.constraints.batch import ConstraintBatch
+from podium.constraints.compile.base import Constraint
+from podium.constraints.engine.batch import ConstraintBatch
 
 
 class Walker:

@@ -1,15 +1,177 @@
-"""Compiled loops over a batch's rows, for the per-step hot path of token tables.
+"""The compiled loops of constraints (numba): the ONE kernel set, for compile and engine alike.
 
-Each kernel is one pass over the rows in machine code (numba, already an engine dependency),
-without the GIL: what a chain of a dozen numpy calls did with temporaries, a loop does in
-place. Compiled on first use and cached beside this file, so an engine pays the compile
-(about a second) once per installation, not per process.
+- the batch step (``advance``, ``allowed``, ``restart``): one pass over every slot of a batch,
+  each slot with its own compiled form (:mod:`podium.constraints.compile.form`), whatever the
+  number of distinct forms among them. This is the only step implementation of the built-in
+  constraint types: the engine's batch runs it, and so does a built-in constraint object asked
+  directly (:class:`~podium.constraints.compile.base.FormConstraint`). A slot refers to its
+  form by a form id: the form's arrays sit at that index of typed lists (one list per field),
+  and its scalars in a row of ``meta``. A ``distinct_items`` slot also owns its ``alive``
+  counts (unused items below each node);
+- ``edge_index``: the same edge search for a plugin's :class:`~podium.constraints.compile.table.
+  TokenTable` (the object path);
+- ``keep_only_rows``: the mask on CPU logits; ``trie_nodes``: the trie a ``choice`` compiles to.
+
+Each kernel is one pass in machine code without the GIL. Compiled on first use and cached
+beside this file, so an engine pays the compile (about a second a kernel) once per
+installation, not per process; :func:`warm` compiles them all (``scripts/install.sh``).
+This module sits below ``compile`` and ``engine`` (both use it), so neither imports the
+other for its loops; its path is also the one ``scripts/install.sh`` warms.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-from numba import njit
+from numba import njit, types
+
+# columns of meta: the form's start state, its after-item state, min/max items, kind
+START, AFTER_ITEM, MIN_ITEMS, MAX_ITEMS, KIND = range(5)
+META_COLUMNS = 5
+DISTINCT_KIND = 1
+"""``meta[f, KIND]`` of a ``distinct_items`` form (``compile.form.DISTINCT``)."""
+
+# distinct_items edge guards (see podium.constraints.compile.distinct)
+PLAIN, ITEM, SEP, CLOSE = 0, 1, 2, 3
+
+LIST_TYPES = {
+    "offsets": types.int32[::1], "tokens": types.int32[::1], "targets": types.int32[::1],
+    "accepting": types.boolean[::1], "guard": types.int8[::1],
+    "item_of_node": types.int32[::1], "path_offsets": types.int32[::1],
+    "path_nodes": types.int32[::1], "base_alive": types.int32[::1],
+}
+"""The numba type of each field of a compiled form (``compile.form.FIELDS``), as the typed
+lists the batch kernels take hold them: one list per field, one entry per form."""
+
+
+def meta_row(form: Any) -> tuple[int, int, int, int, int]:
+    """A compiled form's row of ``meta`` (columns ``START`` .. ``KIND``)."""
+    return form.start, form.after_item, form.min_items, form.max_items, form.kind
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _edge(offsets: np.ndarray, tokens: np.ndarray, s: int, q: int) -> int:  # pragma: no cover
+    lo, hi = offsets[s], offsets[s + 1]
+    end = hi
+    while lo < hi:  # a state's tokens are sorted
+        mid = (lo + hi) >> 1
+        if tokens[mid] < q:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < end and tokens[lo] == q else -1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _permits(guard: int, target: int, alive: np.ndarray, used: int, min_items: int,
+             max_items: int) -> bool:  # pragma: no cover - compiled
+    if guard == ITEM:
+        return alive[target] > 0
+    if guard == SEP:
+        return used < max_items
+    if guard == CLOSE:
+        return used >= min_items
+    return True
+
+
+@njit(nogil=True, cache=True)
+def advance(slots, query, form, state, count, consumed, last_token, meta, offsets_l, tokens_l,
+            targets_l, guard_l, item_of_node_l, path_offsets_l, path_nodes_l,
+            alive_l) -> None:  # pragma: no cover - compiled
+    """Every slot takes its token: next state (-1 where not allowed), item bookkeeping."""
+    for i in range(len(slots)):
+        s, q = slots[i], query[i]
+        f, st = form[s], state[s]
+        consumed[s] += 1
+        last_token[s] = q
+        if st < 0 or q < 0:
+            state[s] = -1
+            continue
+        e = _edge(offsets_l[f], tokens_l[f], st, q)
+        if e < 0:
+            state[s] = -1
+            continue
+        target = targets_l[f][e]
+        g = guard_l[f][e]
+        if g != PLAIN and not _permits(g, target, alive_l[s], count[s], meta[f, MIN_ITEMS],
+                                       meta[f, MAX_ITEMS]):
+            state[s] = -1
+            continue
+        if meta[f, KIND] == DISTINCT_KIND:
+            item = item_of_node_l[f][target]
+            if item >= 0:  # an item is complete: use it up along its whole path
+                po, pn, alive = path_offsets_l[f], path_nodes_l[f], alive_l[s]
+                for j in range(po[item], po[item + 1]):
+                    alive[pn[j]] -= 1
+                count[s] += 1
+                target = meta[f, AFTER_ITEM]
+        state[s] = target
+
+
+@njit(nogil=True, cache=True)
+def allowed(slots, form, state, count, meta, offsets_l, tokens_l, targets_l, accepting_l,
+            guard_l, alive_l, eos):  # pragma: no cover - compiled
+    """Allowed ``(position into slots, token)`` pairs, each row's tokens ascending: its state's
+    permitted edges, EOS merged in where the state accepts; EOS alone where nothing is
+    permitted (complete, or a dead state). ``eos`` must be sorted."""
+    total = 0
+    for i in range(len(slots)):
+        s = slots[i]
+        st = state[s]
+        if st >= 0:
+            off = offsets_l[form[s]]
+            total += off[st + 1] - off[st]
+        total += len(eos)
+    rows = np.empty(total, dtype=np.int64)
+    out = np.empty(total, dtype=np.int64)
+    k = 0
+    for i in range(len(slots)):
+        s = slots[i]
+        st = state[s]
+        first = k
+        j = 0
+        acc = False
+        if st >= 0:
+            f = form[s]
+            off, tok, tgt, guard = offsets_l[f], tokens_l[f], targets_l[f], guard_l[f]
+            acc = accepting_l[f][st]
+            mn, mx = meta[f, MIN_ITEMS], meta[f, MAX_ITEMS]
+            for e in range(off[st], off[st + 1]):
+                g = guard[e]
+                if g != PLAIN and not _permits(g, tgt[e], alive_l[s], count[s], mn, mx):
+                    continue
+                t = tok[e]
+                while acc and j < len(eos) and eos[j] < t:
+                    rows[k] = i
+                    out[k] = eos[j]
+                    j += 1
+                    k += 1
+                rows[k] = i
+                out[k] = t
+                k += 1
+        if acc or k == first:
+            while j < len(eos):
+                rows[k] = i
+                out[k] = eos[j]
+                j += 1
+                k += 1
+    return rows[:k], out[:k]
+
+
+@njit(nogil=True, cache=True)
+def restart(slots, form, state, count, consumed, last_token, meta, base_alive_l,
+            alive_l) -> None:  # pragma: no cover - compiled
+    """Put every slot back at its form's start (history to be replayed from scratch)."""
+    for i in range(len(slots)):
+        s = slots[i]
+        f = form[s]
+        state[s] = meta[f, START]
+        count[s] = 0
+        consumed[s] = 0
+        last_token[s] = -1
+        if meta[f, KIND] == DISTINCT_KIND:
+            alive_l[s][:] = base_alive_l[f]
 
 
 @njit(nogil=True, cache=True)
@@ -19,72 +181,8 @@ def edge_index(offsets: np.ndarray, tokens: np.ndarray, states: np.ndarray,
     out = np.empty(len(states), dtype=np.int64)
     for i in range(len(states)):
         s, q = states[i], query[i]
-        out[i] = -1
-        if s < 0 or q < 0:
-            continue
-        lo, hi = offsets[s], offsets[s + 1]
-        while lo < hi:  # the tokens of one state are sorted
-            mid = (lo + hi) >> 1
-            if tokens[mid] < q:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < offsets[s + 1] and tokens[lo] == q:
-            out[i] = lo
+        out[i] = _edge(offsets, tokens, s, q) if s >= 0 and q >= 0 else -1
     return out
-
-
-@njit(nogil=True, cache=True)
-def step(offsets: np.ndarray, tokens: np.ndarray, targets: np.ndarray, states: np.ndarray,
-         query: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """The state each ``(states[i], query[i])`` edge leads to, or -1 where none leaves."""
-    edges = edge_index(offsets, tokens, states, query)
-    out = np.empty(len(states), dtype=np.int64)
-    for i in range(len(states)):
-        out[i] = targets[edges[i]] if edges[i] >= 0 else -1
-    return out
-
-
-@njit(nogil=True, cache=True)
-def accepting_of(accepting: np.ndarray, states: np.ndarray) -> np.ndarray:  # pragma: no cover
-    """Whether each row's state accepts (False for a negative state)."""
-    out = np.zeros(len(states), dtype=np.bool_)
-    for i in range(len(states)):
-        if states[i] >= 0:
-            out[i] = accepting[states[i]]
-    return out
-
-
-@njit(nogil=True, cache=True)
-def table_allowed(offsets: np.ndarray, tokens: np.ndarray, accepting: np.ndarray,
-                  states: np.ndarray,
-                  eos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
-    """Every row's allowed ``(row, token)`` pairs under one token table: its state's tokens,
-    plus ``eos`` where the state accepts; ``eos`` alone where no token leaves (or no state).
-    Rows come in order, each with its tokens ascending (``eos`` must be sorted)."""
-    total = 0
-    for i in range(len(states)):
-        s = states[i]
-        n = offsets[s + 1] - offsets[s] if s >= 0 else 0
-        total += n + (len(eos) if n == 0 or accepting[s] else 0)
-    rows = np.empty(total, dtype=np.int64)
-    out = np.empty(total, dtype=np.int64)
-    k = 0
-    for i in range(len(states)):
-        s = states[i]
-        lo = hi = 0
-        if s >= 0:
-            lo, hi = offsets[s], offsets[s + 1]
-        with_eos = hi == lo or accepting[s]
-        e, j = lo, 0  # merge the state's sorted tokens with the sorted EOS ids
-        while e < hi or (with_eos and j < len(eos)):
-            take_eos = with_eos and j < len(eos) and (e == hi or eos[j] < tokens[e])
-            rows[k] = i
-            out[k] = eos[j] if take_eos else tokens[e]
-            j += take_eos
-            e += not take_eos
-            k += 1
-    return rows, out
 
 
 @njit(nogil=True, cache=True)
@@ -117,74 +215,6 @@ def keep_only_rows(logits: np.ndarray, rows: np.ndarray, keep_rows: np.ndarray,
             gap = max(gap, t + 1)  # a token kept twice leaves an empty gap
         if gap < width:
             logits[r, gap:] = -np.inf
-
-
-# distinct_items edge guards (see podium.constraints.distinct)
-PLAIN, ITEM, SEP, CLOSE = 0, 1, 2, 3
-
-
-@njit(nogil=True, cache=True)
-def _permits(guard: int, target: int, h: int, alive: np.ndarray, used: int, min_items: int,
-             max_items: int) -> bool:  # pragma: no cover - compiled
-    if guard == ITEM:
-        return alive[h, target] > 0
-    if guard == SEP:
-        return used < max_items
-    if guard == CLOSE:
-        return used >= min_items
-    return True
-
-
-@njit(nogil=True, cache=True)
-def distinct_allowed(offsets: np.ndarray, tokens: np.ndarray, targets: np.ndarray,
-                     guard: np.ndarray, alive: np.ndarray, count: np.ndarray,
-                     handles: np.ndarray, states: np.ndarray, min_items: int,
-                     max_items: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
-    """``distinct_items``' allowed ``(row, token)`` pairs: each row's edges its guards pass."""
-    total = 0
-    for i in range(len(states)):
-        if states[i] >= 0:
-            total += offsets[states[i] + 1] - offsets[states[i]]
-    rows = np.empty(total, dtype=np.int64)
-    out = np.empty(total, dtype=np.int64)
-    k = 0
-    for i in range(len(states)):
-        s, h = states[i], handles[i]
-        if s < 0:
-            continue
-        for e in range(offsets[s], offsets[s + 1]):
-            if _permits(guard[e], targets[e], h, alive, count[h], min_items, max_items):
-                rows[k] = i
-                out[k] = tokens[e]
-                k += 1
-    return rows[:k], out[:k]
-
-
-@njit(nogil=True, cache=True)
-def distinct_advance(offsets: np.ndarray, tokens: np.ndarray, targets: np.ndarray,
-                     guard: np.ndarray, alive: np.ndarray, count: np.ndarray,
-                     item_of_node: np.ndarray, path_offsets: np.ndarray,
-                     path_nodes: np.ndarray, after_item: int, handles: np.ndarray,
-                     states: np.ndarray, query: np.ndarray, min_items: int,
-                     max_items: int) -> np.ndarray:  # pragma: no cover - compiled
-    """``distinct_items``' step: the next state of each row (-1 where its token is not
-    allowed); a completed item is used up along its whole path, in place."""
-    edges = edge_index(offsets, tokens, states, query)
-    out = np.empty(len(states), dtype=np.int64)
-    for i in range(len(states)):
-        e, h = edges[i], handles[i]
-        if e < 0 or not _permits(guard[e], targets[e], h, alive, count[h], min_items,
-                                 max_items):
-            out[i] = -1
-            continue
-        out[i] = targets[e]
-        item = item_of_node[out[i]]
-        if item >= 0:
-            for j in range(path_offsets[item], path_offsets[item + 1]):
-                alive[h, path_nodes[j]] -= 1
-            count[h] += 1
-            out[i] = after_item
-    return out
 
 
 @njit(nogil=True, cache=True)
@@ -228,16 +258,18 @@ def trie_nodes(offsets: np.ndarray, flat: np.ndarray, order: np.ndarray, width: 
 
 def warm() -> None:
     """Compile (or load from the cache) every kernel now, e.g. at install time."""
+    from numba import typed
+
     empty = np.zeros(0, dtype=np.int64)
     one = np.zeros(2, dtype=np.int64)
+    li = {name: typed.List([np.zeros(1, dtype=t.dtype.name)]) for name, t in LIST_TYPES.items()}
+    meta = np.zeros((1, META_COLUMNS), dtype=np.int64)
+    advance(empty, empty, empty, empty, empty, empty, empty, meta, li["offsets"], li["tokens"],
+            li["targets"], li["guard"], li["item_of_node"], li["path_offsets"],
+            li["path_nodes"], li["base_alive"])
+    allowed(empty, empty, empty, empty, meta, li["offsets"], li["tokens"], li["targets"],
+            li["accepting"], li["guard"], li["base_alive"], empty)
+    restart(empty, empty, empty, empty, empty, empty, meta, li["base_alive"], li["base_alive"])
     edge_index(one, empty, empty, empty)
-    step(one, empty, empty, empty, empty)
-    accepting_of(np.zeros(1, dtype=np.bool_), empty)
-    table_allowed(one, empty, np.zeros(1, dtype=np.bool_), empty, empty)
-    alive = np.zeros((1, 1), dtype=np.int32)
-    distinct_allowed(one, empty, empty, np.zeros(0, dtype=np.int8), alive, empty, empty, empty,
-                     0, 0)
-    distinct_advance(one, empty, empty, np.zeros(0, dtype=np.int8), alive, empty, empty, one,
-                     empty, 0, empty, empty, empty, 0, 0)
     keep_only_rows(np.zeros((1, 1), dtype=np.float32), empty, empty, empty)
     trie_nodes(np.zeros(1, dtype=np.int64), empty, empty, 0, 0)

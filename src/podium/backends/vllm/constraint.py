@@ -26,7 +26,7 @@ async def precompile(xargs: dict[str, Any] | None, engine: Any) -> float | None:
     took, or None without a constraint (or without an engine: the test doubles)."""
     if not xargs or engine is None:
         return None
-    from podium.constraints.precompile import precompile_xargs
+    from podium.constraints import precompile_xargs
 
     return await precompile_xargs(xargs, engine.model_config)
 
@@ -34,7 +34,7 @@ async def precompile(xargs: dict[str, Any] | None, engine: Any) -> float | None:
 async def prepare_catalog(root: Path, name: str, engine: Any) -> None:
     """The package's constraint catalog `name` read, checked and tokenized where this
     instance compiles constraints (``ConstraintPrecompiler.prepare``)."""
-    from podium.constraints.precompile import precompiler_for
+    from podium.constraints import precompiler_for
     from podium.package.catalog import FIELD, read_catalog
     from podium.package.paths import named_path
 

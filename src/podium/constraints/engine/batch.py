@@ -11,9 +11,9 @@ history's current length, so every case the engine produces falls out of one rul
 - fewer tokens than consumed, or a different last token (preemption, discarded tokens):
   reset the state machine and replay the history as it now is.
 
-Every slot with a compiled form (:mod:`podium.constraints.compiled`: ``choice``, ``regex``,
+Every slot with a compiled form (:mod:`podium.constraints.compile.form`: ``choice``, ``regex``,
 ``distinct_items``, plain-table plugins) is advanced and queried by one compiled call per step
-for the whole batch (:mod:`podium.constraints.batch_kernels`), however many distinct specs it
+for the whole batch (:mod:`podium.constraints.kernels`), however many distinct specs it
 holds. Only plugin constraints with their own Python state are called per distinct constraint.
 """
 
@@ -26,10 +26,10 @@ from collections.abc import Callable
 import numpy as np
 from numba import typed, types
 
-from podium.constraints import batch_kernels as bk
-from podium.constraints.base import Constraint
-from podium.constraints.compiled import DISTINCT, FIELDS, CompiledForm
-from podium.constraints.table import DEAD
+from podium.constraints import kernels as bk
+from podium.constraints.compile.base import Constraint
+from podium.constraints.compile.form import DISTINCT, FIELDS, CompiledForm
+from podium.constraints.compile.table import DEAD
 
 FetchTokens = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``fetch(positions, indices)``: output token ``indices[i]`` of the i-th synced slot
@@ -38,12 +38,6 @@ FetchTokens = Callable[[np.ndarray, np.ndarray], np.ndarray]
 EMPTY, PYTHON = -1, -2
 """``form`` of a slot holding no constrained request; of one held by a Python constraint."""
 
-_LIST_TYPES = {
-    "offsets": types.int32[::1], "tokens": types.int32[::1], "targets": types.int32[::1],
-    "accepting": types.boolean[::1], "guard": types.int8[::1],
-    "item_of_node": types.int32[::1], "path_offsets": types.int32[::1],
-    "path_nodes": types.int32[::1], "base_alive": types.int32[::1],
-}
 _NO_ALIVE = np.zeros(0, dtype=np.int32)
 
 
@@ -52,13 +46,15 @@ _LOWERED: weakref.WeakKeyDictionary[Constraint, CompiledForm | None] = \
 
 
 def _lowered(constraint: Constraint, eos: np.ndarray) -> CompiledForm | None:
-    """The compact form of a constraint object, made once per object."""
-    from podium.constraints.compiled import lower
-
+    """The compact form of a constraint object, made once per object (None: it keeps the
+    object path)."""
     if constraint not in _LOWERED:
-        vocab = getattr(getattr(constraint, "table", None), "vocab_size", 0)
-        _LOWERED[constraint] = lower(constraint, key=f"object:{uuid.uuid4().hex}",
-                                     vocab_size=vocab, eos_token_ids=tuple(eos.tolist()))
+        # the width the object knows: a plugin's table, a built-in's form
+        owner = getattr(constraint, "table", None) or getattr(constraint, "form", None)
+        vocab = getattr(owner, "vocab_size", 0)
+        _LOWERED[constraint] = constraint.lower(key=f"object:{uuid.uuid4().hex}",
+                                                vocab_size=vocab,
+                                                eos_token_ids=tuple(eos.tolist()))
     return _LOWERED[constraint]
 
 
@@ -68,7 +64,7 @@ class ConstraintBatch:
     def __init__(self, eos_token_ids: tuple[int, ...], capacity: int = 8) -> None:
         self.eos = np.sort(np.asarray(eos_token_ids, dtype=np.int64))  # sorted: see allowed
         # compiled forms by id: their arrays at that index of one typed list per field
-        self._lists = {name: typed.List.empty_list(t) for name, t in _LIST_TYPES.items()}
+        self._lists = {name: typed.List.empty_list(t) for name, t in bk.LIST_TYPES.items()}
         self._empty = {name: np.zeros(0, dtype=dtype) for name, dtype in FIELDS.items()}
         self.meta = np.zeros((0, bk.META_COLUMNS), dtype=np.int64)
         self._fid: dict[str, int] = {}  # form key -> form id
@@ -155,8 +151,7 @@ class ConstraintBatch:
         else:
             for name, lst in self._lists.items():
                 lst[fid] = form.arrays[name]
-        self.meta[fid] = (form.start, form.after_item, form.min_items, form.max_items,
-                          form.kind)
+        self.meta[fid] = bk.meta_row(form)
         self._forms[fid] = form
         self._fid[form.key] = fid
         return fid

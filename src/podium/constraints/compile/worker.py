@@ -4,8 +4,8 @@ The server's event loop holds its GIL for most of every step it serves, so a com
 its threads waits for that GIL at every release. Here the compile has a GIL of its own:
 measured (``bench/constraints_gil.py``), a 500-candidate spec that compiles in 2.1 ms alone took
 107 ms (p50) in a server thread beside one busy Python thread, and 11.8 ms here.
-:class:`~podium.constraints.compile_process.CompileProcess` starts this module as
-``python -m podium.constraints.compile_worker`` and speaks to it over its standard streams, one
+:class:`~podium.constraints.compile.process.CompileProcess` starts this module as
+``python -m podium.constraints.compile.worker`` and speaks to it over its standard streams, one
 msgspec JSON message a line:
 
 - worker → server, once, when it is ready (its catalogs tokenized):
@@ -18,7 +18,7 @@ msgspec JSON message a line:
   n, "seconds": s}``), or ``{"id": n, "error": message, "param": field}`` for a spec or catalog
   that is refused (the request's 400), or ``{"id": n, "fault": text}`` for a fault of ours.
 
-The worker compiles with :class:`~podium.constraints.precompile.ConstraintPrecompiler` (the
+The worker compiles with :class:`~podium.constraints.compile.precompile.ConstraintPrecompiler` (the
 host's store), so a form it publishes is the one the server's own threads would have made. It
 compiles in the thread that reads its input, in arrival order: a hand-over to a pool thread
 was one more wake-up per compile, on a host whose cores the engine keeps busy. A late
@@ -45,7 +45,7 @@ from podium.errors import InvalidArgument, PackageError
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m podium.constraints.compile_worker")
+    ap = argparse.ArgumentParser(prog="python -m podium.constraints.compile.worker")
     ap.add_argument("--tokenizer", required=True, help="the model's tokenizer folder")
     ap.add_argument("--vocab-size", type=int, required=True, help="the model's logits width")
     ap.add_argument("--directory", required=True, help="the host's compiled-form directory")
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
     from podium.constraints import kernels
-    from podium.constraints.precompile import ConstraintPrecompiler
-    from podium.constraints.store import FormStore
+    from podium.constraints.compile.precompile import ConstraintPrecompiler
+    from podium.constraints.compile.store import FormStore
 
     compiler = ConstraintPrecompiler(args.tokenizer, args.vocab_size,
                                      store=FormStore(Path(args.directory)), process=False,
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             if "catalog" in message:  # in a pool thread: compiles go on meanwhile
                 future = compiler.run(_remember, tok, [Path(message["catalog"])])
             elif message["spec"].get("type") == "regex":
-                # may take seconds (bounded in podium.constraints.regex): in a pool thread,
+                # may take seconds (bounded in podium.constraints.compile.regex): in a pool thread,
                 # so the candidate sets behind it do not wait for it
                 future = compiler.submit(message["spec"])
             else:  # here: a hand-over to a pool thread is one more wake-up on a busy host

@@ -4,7 +4,7 @@ The frontend admits a spec (``admit_constraint``: validation, 400 on a bad one),
 :func:`precompile_xargs`: the spec is compiled against the model's tokenizer, lowered to its
 compact form, published to the host's :class:`FormStore`, and the request's extra arguments gain
 the form's key. A server compiles built-in types in a worker process of its own
-(:mod:`podium.constraints.compile_process`: the server's GIL is its event loop's), and in a
+(:mod:`podium.constraints.compile.process`: the server's GIL is its event loop's), and in a
 small thread pool until that worker is ready, for plugin types, and with
 ``PODIUM_CONSTRAINT_COMPILER=thread``. The engine's processor adopts the form by key and
 never compiles. Identical specs share one form (and one compile, even when they arrive together).
@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from podium.constraints.admission import XARGS_KEY
+from podium.constraints.spec.admission import XARGS_KEY
 from podium.errors import InvalidArgument, PackageError
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class ConstraintPrecompiler:
         """`process`: compile built-in types in a worker process (None: as
         ``PODIUM_CONSTRAINT_COMPILER`` says); `observe`: record each compile's own time in this
         process's metrics (the worker leaves that to its server)."""
-        from podium.constraints.store import FormStore
+        from podium.constraints.compile.store import FormStore
 
         self.tokenizer_path, self.vocab_size = tokenizer, vocab_size
         self.store = store if store is not None else FormStore()
@@ -67,7 +67,7 @@ class ConstraintPrecompiler:
             process = constraint_compiler() == "process"
         self._worker: Any = None
         if process:
-            from podium.constraints.compile_process import CompileProcess
+            from podium.constraints.compile.process import CompileProcess
 
             self._worker = CompileProcess(tokenizer, vocab_size, self.store.directory)
         self._asked: dict[str, list[asyncio.Future[Precompiled]]] = {}  # the worker's, by key
@@ -83,7 +83,7 @@ class ConstraintPrecompiler:
         """The tokenizer and its fingerprint, loaded on first use."""
         with self._lock:
             if self._tok is None:
-                from podium.constraints.vocab import TokenizerInfo
+                from podium.constraints.compile.vocab import TokenizerInfo
 
                 tok = TokenizerInfo.from_pretrained(self.tokenizer_path, self.vocab_size)
                 self._fingerprint = _fingerprint(tok)
@@ -122,7 +122,7 @@ class ConstraintPrecompiler:
     @staticmethod
     async def _worker_remembers(worker: Any, catalog: Path) -> bool:
         """Whether the worker now holds `catalog`: it started with it, or learned it."""
-        from podium.constraints.compile_process import WorkerGone
+        from podium.constraints.compile.process import WorkerGone
 
         if worker.starts == 0:
             worker.catalogs.append(catalog)  # the start reads it before it says ready
@@ -167,7 +167,7 @@ class ConstraintPrecompiler:
     async def _compile_off_loop(self, normalized: dict[str, Any]) -> Precompiled:
         sent = self._for_worker(normalized)
         if sent is not None:
-            from podium.constraints.compile_process import WorkerGone
+            from podium.constraints.compile.process import WorkerGone
 
             try:
                 return await self._in_worker(*sent, normalized["type"])
@@ -188,7 +188,7 @@ class ConstraintPrecompiler:
 
     async def _in_worker(self, canonical: str, data: bytes, kind: str) -> Precompiled:
         """The form's key from the worker; identical specs in flight share one compile."""
-        from podium.constraints.store import form_key
+        from podium.constraints.compile.store import form_key
 
         worker = self._worker
         key = form_key(worker.fingerprint, canonical)
@@ -211,7 +211,7 @@ class ConstraintPrecompiler:
 
     def _answered(self, key: str, kind: str, answer: Any) -> None:
         """The worker's answer for `key`, handed to every request waiting on it."""
-        from podium.constraints.compile_process import WorkerGone
+        from podium.constraints.compile.process import WorkerGone
 
         waiters = self._asked.pop(key, [])
         result: Precompiled | BaseException
@@ -240,7 +240,7 @@ class ConstraintPrecompiler:
         with self._lock:
             fp = self._fingerprint
         if fp is not None:
-            from podium.constraints.store import form_key
+            from podium.constraints.compile.store import form_key
 
             key = form_key(fp, canonical)
             if self.store.get(key) is not None:
@@ -263,9 +263,8 @@ class ConstraintPrecompiler:
             self._inflight.pop(key, None)
 
     def _compile(self, normalized: dict[str, Any], canonical: str) -> Precompiled:
-        from podium.constraints.compiled import lower
-        from podium.constraints.registry import constraint_type
-        from podium.constraints.store import form_key
+        from podium.constraints.compile.store import form_key
+        from podium.constraints.spec.registry import constraint_type
 
         tok, fp = self.load_tokenizer()
         key = form_key(fp, canonical)
@@ -279,8 +278,8 @@ class ConstraintPrecompiler:
         tok.tokenized_here()  # counted from here
         try:
             constraint = ct.compile(normalized, tok)
-            form = lower(constraint, key=key, vocab_size=tok.vocab_size,
-                         eos_token_ids=tok.eos_token_ids)
+            form = constraint.lower(key=key, vocab_size=tok.vocab_size,
+                                    eos_token_ids=tok.eos_token_ids)
         except InvalidArgument:
             raise
         except Exception as exc:  # a string the tokenizer cannot produce, a plugin's verdict
@@ -326,7 +325,7 @@ def _canonical(normalized: dict[str, Any]) -> str:
 @cache
 def _builtin_names() -> frozenset[str]:
     """Types the worker process compiles; a plugin's compile stays in the server's threads."""
-    from podium.constraints.builtins import BUILTIN_TYPES
+    from podium.constraints.spec.builtins import BUILTIN_TYPES
 
     return frozenset(ct.name for ct in BUILTIN_TYPES)
 

@@ -2,7 +2,7 @@
 
 A constraint type is two functions: ``validate`` turns a request's spec into a normalized
 JSON-able dict (raising ``ValueError`` with a message that names the problem), and
-``compile`` turns a normalized spec into a :class:`~podium.constraints.base.Constraint`
+``compile`` turns a normalized spec into a :class:`~podium.constraints.compile.base.Constraint`
 for a tokenizer. Register one in code with :func:`register_constraint_type`, or ship it in a
 package with an entry point::
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 
-from podium.constraints.builtins import BUILTIN_TYPES
-from podium.constraints.constraint_type import ConstraintType
+from podium.constraints.spec.builtins import BUILTIN_TYPES
+from podium.constraints.spec.types import ConstraintType
 
 ENTRY_POINT_GROUP = "podium.constraints"
 log = logging.getLogger(__name__)

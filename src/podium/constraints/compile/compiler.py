@@ -7,8 +7,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from podium.constraints.base import Constraint
-from podium.constraints.vocab import TokenizerInfo
+from podium.constraints.compile.base import Constraint
+from podium.constraints.compile.vocab import TokenizerInfo
 
 
 class ConstraintCompiler:
@@ -40,8 +40,8 @@ class ConstraintCompiler:
         return constraint
 
     def _compile(self, spec: dict[str, Any]) -> Constraint:
-        from podium.constraints.admission import validate_constraint
-        from podium.constraints.registry import constraint_type, ensure_plugins_loaded
+        from podium.constraints.spec.admission import validate_constraint
+        from podium.constraints.spec.registry import constraint_type, ensure_plugins_loaded
 
         ensure_plugins_loaded()
         # the spec came through the engine: validate again rather than trust its sender

@@ -6,9 +6,11 @@ A spec is compiled once, off the engine (in the frontend's compile pool), to a
 serializes to one buffer (a JSON header plus 64-byte-aligned raw arrays), so the engine process
 reads a file and takes array views: no tokenizer, no trie walk, no validation.
 
-Every table-backed constraint lowers to this form (``choice``, ``regex``, ``distinct_items`` and
-plugins that are a plain :class:`~podium.constraints.base.TableConstraint`); a plugin with its
-own Python state does not (:func:`lower` returns None) and keeps the per-constraint path.
+Every built-in constraint *is* its form (:class:`~podium.constraints.compile.base.FormConstraint`:
+``choice``, ``regex``, ``distinct_items``), and a plugin that is a plain
+:class:`~podium.constraints.compile.base.TableConstraint` lowers to one; a plugin with its own
+Python state does not (its ``lower`` returns None) and keeps the per-constraint object path.
+A constraint lowers itself (``Constraint.lower``): nothing here reads its insides.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # the base classes import numba; this module is read by the engine's
+if TYPE_CHECKING:  # the table imports numba; this module is read by the engine's
     # processor, which must not load it at import (docs/constraints.md)
-    from podium.constraints.base import Constraint
+    from podium.constraints.compile.table import TokenTable
 
 TABLE, DISTINCT = 0, 1
 """Form kinds: a plain token table; a ``distinct_items`` table with guards and item paths."""
@@ -38,7 +40,7 @@ FIELDS: dict[str, type] = {
 
 @dataclass(eq=False)
 class CompiledForm:
-    """One compiled constraint, ready for :class:`~podium.constraints.batch.ConstraintBatch`."""
+    """One compiled constraint, ready for the engine's batch (``engine.batch.ConstraintBatch``)."""
 
     key: str
     """Content hash of (tokenizer, normalized spec): identical specs share one form."""
@@ -104,43 +106,21 @@ def from_buffer(buf: bytearray | memoryview) -> CompiledForm:
         compile_seconds=header["compile_seconds"], meta=header["meta"])
 
 
-def lower(constraint: Constraint, *, key: str, vocab_size: int,
-          eos_token_ids: tuple[int, ...]) -> CompiledForm | None:
-    """The compact form of a compiled constraint; None for a plugin with its own state."""
-    from podium.constraints.distinct import DistinctItemsConstraint
-
-    common = {"key": key, "vocab_size": vocab_size, "eos_token_ids": tuple(eos_token_ids)}
-    if isinstance(constraint, DistinctItemsConstraint):
-        c, t = constraint, constraint.table
-        arrays = _arrays(t.offsets, t.tokens, t.targets, t.accepting, c._guard,
-                         c._item_of_node, c._path_offsets, c._path_nodes, c._base_alive)
-        return CompiledForm(kind=DISTINCT, arrays=arrays, start=t.start,
-                            after_item=c._after_item, min_items=c.min_items,
-                            max_items=c.max_items, **common)
-    if not _is_plain_table(constraint):
-        return None
-    t = constraint.table  # type: ignore[attr-defined]
-    empty = np.zeros(0, dtype=np.int32)
-    arrays = _arrays(t.offsets, t.tokens, t.targets, t.accepting,
-                     np.zeros(t.num_edges, dtype=np.int8), empty, empty, empty, empty)
-    return CompiledForm(kind=TABLE, arrays=arrays, start=t.start, **common)
-
-
-def _arrays(*values: np.ndarray) -> dict[str, np.ndarray]:
-    if values[0].size and int(values[0][-1]) >= 2**31:
+def form_arrays(**fields: np.ndarray) -> dict[str, np.ndarray]:
+    """The ``FIELDS`` of a form in their dtypes (C-contiguous); a field not given is empty."""
+    offsets = fields["offsets"]
+    if offsets.size and int(offsets[-1]) >= 2**31:
         raise ValueError("constraint too large: more than 2**31 token edges")
-    return {name: np.ascontiguousarray(v, dtype=dtype)
-            for (name, dtype), v in zip(FIELDS.items(), values, strict=True)}
+    return {name: np.ascontiguousarray(fields.get(name, np.zeros(0)), dtype=dtype)
+            for name, dtype in FIELDS.items()}
 
 
-def _is_plain_table(constraint: Constraint) -> bool:
-    """A constraint that is only its table (TableConstraint's own methods, not overridden)."""
-    from podium.constraints.base import TableConstraint
-
-    if not isinstance(constraint, TableConstraint):
-        return False
-    cls = type(constraint)
-    own = (cls.advance, cls.allowed, cls.is_accepting, cls.start)
-    base = (TableConstraint.advance, TableConstraint.allowed, TableConstraint.is_accepting,
-            TableConstraint.start)
-    return own == base
+def table_form(table: TokenTable, *, key: str = "", vocab_size: int | None = None,
+               eos_token_ids: tuple[int, ...] = ()) -> CompiledForm:
+    """The compiled form of a plain token table (no guards, no per-request state)."""
+    t = table
+    arrays = form_arrays(offsets=t.offsets, tokens=t.tokens, targets=t.targets,
+                         accepting=t.accepting, guard=np.zeros(t.num_edges, dtype=np.int8))
+    return CompiledForm(key=key, kind=TABLE, arrays=arrays, start=t.start,
+                        vocab_size=t.vocab_size if vocab_size is None else vocab_size,
+                        eos_token_ids=tuple(eos_token_ids))

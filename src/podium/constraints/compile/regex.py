@@ -8,7 +8,7 @@ still reachable count as alive, so decoding can never steer into a dead end.
 ``b`` after ``a`` in ``a(bc)?``, so its tables reject strings of the language.)
 
 Both stages are bounded, so a hostile pattern costs a refusal, not a core: the DFA's states
-(:data:`~podium.constraints.regex_dfa.MAX_REGEX_STATES`) and the table's token steps
+(:data:`~podium.constraints.compile.regex_dfa.MAX_REGEX_STATES`) and the table's token steps
 (:data:`MAX_REGEX_WORK`).
 """
 
@@ -18,10 +18,11 @@ from collections import deque
 
 import numpy as np
 
-from podium.constraints.base import TableConstraint
-from podium.constraints.regex_dfa import TooManyStates, character_dfa
-from podium.constraints.table import TokenTable
-from podium.constraints.vocab import TokenizerInfo
+from podium.constraints.compile.base import FormConstraint
+from podium.constraints.compile.form import table_form
+from podium.constraints.compile.regex_dfa import TooManyStates, character_dfa
+from podium.constraints.compile.table import TokenTable
+from podium.constraints.compile.vocab import TokenizerInfo
 
 MAX_REGEX_WORK = 100_000_000
 """Token steps the table may take: each DFA state's walk counts every vocabulary token at each
@@ -134,9 +135,9 @@ def _live(fsm) -> set:
     return live
 
 
-class RegexConstraint(TableConstraint):
-    """Output a string that fully matches ``pattern``."""
+class RegexConstraint(FormConstraint):
+    """Output a string that fully matches ``pattern``: its token table as a compiled form."""
 
     def __init__(self, pattern: str, tok: TokenizerInfo) -> None:
         self.pattern = pattern
-        super().__init__(compile_regex(pattern, tok))
+        super().__init__(table_form(compile_regex(pattern, tok)))

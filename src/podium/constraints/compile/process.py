@@ -1,4 +1,4 @@
-"""The server's side of the constraint compile worker (:mod:`podium.constraints.compile_worker`).
+"""The server's side of the constraint compile worker (:mod:`podium.constraints.compile.worker`).
 
 One :class:`CompileProcess` per tokenizer in a server process. It is spoken to from the event
 loop only: a request's spec goes down the worker's input as one line, and the answer line is
@@ -82,7 +82,7 @@ class CompileProcess:
     @property
     def command(self) -> list[str]:
         catalogs = [arg for path in self.catalogs for arg in ("--catalog", str(path))]
-        return [sys.executable, "-m", "podium.constraints.compile_worker", *self._args,
+        return [sys.executable, "-m", "podium.constraints.compile.worker", *self._args,
                 *catalogs]
 
     async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from podium.constraints.constraint_type import ConstraintType
+from podium.constraints.spec.types import ConstraintType
 
 if TYPE_CHECKING:  # base loads numba, which must wait for vLLM's worker (docs/constraints.md)
-    from podium.constraints.base import Constraint
-    from podium.constraints.vocab import TokenizerInfo
+    from podium.constraints.compile.base import Constraint
+    from podium.constraints.compile.vocab import TokenizerInfo
 
 MAX_CHOICES = 100_000
 MAX_PATTERN_CHARS = 10_000
@@ -95,7 +95,7 @@ def validate_regex(spec: dict[str, Any]) -> dict[str, Any]:
     import interegular
 
     # parsed only: admission runs on the event loop, and building the DFA may take seconds
-    # (bounded in podium.constraints.regex, which the compile does off the loop)
+    # (bounded in podium.constraints.compile.regex, which the compile does off the loop)
     try:
         # the DFA builder supports a subset of Python regex (no lookarounds, backrefs)
         interegular.parse_pattern(pattern)
@@ -106,25 +106,25 @@ def validate_regex(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _compile_choice(spec: dict[str, Any], tok: TokenizerInfo) -> Constraint:
-    from podium.constraints.choice import ChoiceConstraint
+    from podium.constraints.compile.choice import ChoiceConstraint
 
     return ChoiceConstraint(spec["choices"], tok)
 
 
 def _compile_distinct(spec: dict[str, Any], tok: TokenizerInfo) -> Constraint:
-    from podium.constraints.distinct import DistinctItemsConstraint
+    from podium.constraints.compile.distinct import DistinctItemsConstraint
 
     return DistinctItemsConstraint(spec["items"], spec["min"], spec["max"], tok)
 
 
 def _compile_regex(spec: dict[str, Any], tok: TokenizerInfo) -> Constraint:
-    from podium.constraints.regex import RegexConstraint
+    from podium.constraints.compile.regex import RegexConstraint
     from podium.errors import InvalidArgument
 
     try:
         return RegexConstraint(spec["pattern"], tok)
     except Exception as exc:  # a pattern matching nothing, one past the bounds of
-        # podium.constraints.regex, a construct the parser took but the DFA cannot hold
+        # podium.constraints.compile.regex, a construct the parser took but the DFA cannot hold
         raise InvalidArgument(f"constraint (regex) cannot be compiled: {exc}",
                               param="constraint.pattern") from None
 

@@ -1,10 +1,11 @@
 """Token tables: a state machine over token ids compiled to sorted arrays.
 
 A table holds, for every state, the sorted tokens that leave it and where each one goes
-(compressed sparse rows). Both questions the decoding loop asks are answered for a whole batch
-by one compiled loop (:mod:`podium.constraints.kernels`): ``step`` (where does each row go after
-its sampled token) is a binary search in the row's state's sorted tokens; ``tokens_of`` (which
-tokens may each row take now) is one ragged gather.
+(compressed sparse rows). A constraint compiles to one (``choice``, ``regex``; ``distinct_items``
+adds guards) and is then stepped as its compiled form (:mod:`podium.constraints.compile.form`) by
+the batch kernels. The table's own queries serve its compile and a plugin's object path
+(:class:`~podium.constraints.compile.base.TableConstraint` subclasses): ``step`` is the kernels'
+edge search (:func:`podium.constraints.kernels.edge_index`), ``tokens_of`` one ragged gather.
 """
 
 from __future__ import annotations
@@ -82,8 +83,11 @@ class TokenTable:
 
     def step(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """The state each row reaches after its token; ``DEAD`` where the token has no edge."""
-        return kernels.step(self.offsets, self.tokens, self.targets, as_i64(states),
-                            as_i64(tokens))
+        edges = self.edge_index(states, tokens)
+        out = np.full(len(edges), DEAD, dtype=np.int64)
+        hit = edges >= 0
+        out[hit] = self.targets[edges[hit]]
+        return out
 
     def walk(self, tokens: Iterable[int], state: int | None = None) -> int:
         """The state reached after a whole token sequence (``DEAD`` once it leaves)."""
@@ -95,15 +99,23 @@ class TokenTable:
         return s
 
     def tokens_of(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The tokens each row may take now, flattened: ``(row_position, token)``."""
-        return kernels.table_allowed(self.offsets, self.tokens, self.accepting, as_i64(states),
-                                     _NO_EOS)
+        """The tokens each row may take now, flattened: ``(row_position, token)``, each row's
+        tokens ascending."""
+        states = as_i64(states)
+        rows = np.flatnonzero(states != DEAD)
+        lo = self.offsets[states[rows]]
+        counts = self.offsets[states[rows] + 1] - lo
+        # edge k of row r is lo[r] + k: the flat positions, less each row's start, plus lo
+        starts = np.cumsum(counts) - counts
+        edges = np.arange(int(counts.sum())) + np.repeat(lo - starts, counts)
+        return np.repeat(rows, counts), self.tokens[edges].astype(np.int64)
 
     def is_accepting(self, states: np.ndarray) -> np.ndarray:
-        return kernels.accepting_of(self.accepting, as_i64(states))
-
-
-_NO_EOS = np.zeros(0, dtype=np.int64)  # tokens_of lists a state's own tokens only
+        states = as_i64(states)
+        out = np.zeros(len(states), dtype=bool)
+        live = states != DEAD
+        out[live] = self.accepting[states[live]]
+        return out
 
 
 def as_i64(a: np.ndarray) -> np.ndarray:

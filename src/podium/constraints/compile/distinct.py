@@ -6,6 +6,10 @@ tokens), and each request additionally keeps, for every trie node, how many of i
 items lie below it. An edge into a node with none left is masked; finishing an item
 subtracts one along that item's path. Each segment (``[``, ``, ``, ``]``, every item) is
 tokenized on its own, so the output is their concatenation, byte for byte.
+
+The constraint is its compiled form (kind ``DISTINCT``): the table, a guard per edge, the item
+each node completes and every item's path; the batch kernels step it
+(:mod:`podium.constraints.kernels`).
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import json
 import numpy as np
 
 from podium.constraints import kernels
-from podium.constraints.base import Constraint
-from podium.constraints.choice import trie
-from podium.constraints.table import TokenTable, as_i64
-from podium.constraints.vocab import TokenizerInfo, TokenRuns
+from podium.constraints.compile.base import FormConstraint
+from podium.constraints.compile.choice import trie
+from podium.constraints.compile.form import DISTINCT, CompiledForm, form_arrays
+from podium.constraints.compile.table import TokenTable
+from podium.constraints.compile.vocab import TokenizerInfo, TokenRuns
 
 OPEN, SEPARATOR, CLOSE = "[", ", ", "]"
 _PLAIN, _ITEM, _SEP, _CLOSE = kernels.PLAIN, kernels.ITEM, kernels.SEP, kernels.CLOSE  # guards
@@ -29,7 +34,7 @@ def render(items: list[str]) -> str:
     return OPEN + SEPARATOR.join(json.dumps(i, ensure_ascii=False) for i in items) + CLOSE
 
 
-class DistinctItemsConstraint(Constraint):
+class DistinctItemsConstraint(FormConstraint):
     """Output a JSON array of ``min_items..max_items`` distinct strings from ``items``."""
 
     def __init__(self, items: list[str], min_items: int, max_items: int,
@@ -40,12 +45,10 @@ class DistinctItemsConstraint(Constraint):
         self.max_items = min(max_items, len(items))
         item_runs = tok.encode_runs(items, quoted=True)  # each as its JSON string literal
         open_seq, sep_seq, close_seq = tok.encode_exact([OPEN, SEPARATOR, CLOSE])
-        self._build(item_runs, open_seq, sep_seq, close_seq, tok.vocab_size)
-        self._alive = np.zeros((0, self.table.num_states), dtype=np.int32)
-        self._count = np.zeros(0, dtype=np.int64)
+        super().__init__(self._build(item_runs, open_seq, sep_seq, close_seq, tok.vocab_size))
 
     def _build(self, item_runs: TokenRuns, open_seq: list[int], sep_seq: list[int],
-               close_seq: list[int], vocab_size: int) -> None:
+               close_seq: list[int], vocab_size: int) -> CompiledForm:
         edges: list[tuple[int, int, int, int]] = []  # (source, token, target, guard)
         n = 0
 
@@ -76,45 +79,17 @@ class DistinctItemsConstraint(Constraint):
             np.stack([np.full(int(roots.sum()), item_start), tokens[roots], children[roots],
                       item[roots]], axis=1)])
         n += len(children)
-        self.table = TokenTable.from_edges(n, arr[:, :3], [done], start, vocab_size)
-        self._guard = np.zeros(self.table.num_edges, dtype=np.int8)
-        self._guard[self.table.edge_index(arr[:, 0], arr[:, 1])] = arr[:, 3]
-        self._after_item = after_item
+        table = TokenTable.from_edges(n, arr[:, :3], [done], start, vocab_size)
+        guard = np.zeros(table.num_edges, dtype=np.int8)
+        guard[table.edge_index(arr[:, 0], arr[:, 1])] = arr[:, 3]
         leaves = nodes[offsets[1:] - 1]
-        self._item_of_node = np.full(n, -1, dtype=np.int64)
-        self._item_of_node[leaves] = np.arange(len(item_runs))
-        self._path_offsets = offsets
-        self._path_nodes = nodes
-        self._base_alive = np.bincount(self._path_nodes, minlength=n).astype(np.int32)
-
-    def _ensure(self, handles: np.ndarray) -> None:
-        need = int(handles.max()) + 1 if len(handles) else 0
-        if need > len(self._count):
-            cap = max(need, 2 * len(self._count), 8)
-            alive = np.zeros((cap, self.table.num_states), dtype=np.int32)
-            alive[: len(self._alive)] = self._alive
-            count = np.zeros(cap, dtype=np.int64)
-            count[: len(self._count)] = self._count
-            self._alive, self._count = alive, count
-
-    def start(self, handles: np.ndarray) -> np.ndarray:
-        self._ensure(handles)
-        self._alive[handles] = self._base_alive
-        self._count[handles] = 0
-        return np.full(len(handles), self.table.start, dtype=np.int64)
-
-    def advance(self, handles: np.ndarray, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        t = self.table
-        return kernels.distinct_advance(
-            t.offsets, t.tokens, t.targets, self._guard, self._alive, self._count,
-            self._item_of_node, self._path_offsets, self._path_nodes, self._after_item,
-            as_i64(handles), as_i64(states), as_i64(tokens), self.min_items, self.max_items)
-
-    def allowed(self, handles: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        t = self.table
-        return kernels.distinct_allowed(t.offsets, t.tokens, t.targets, self._guard,
-                                        self._alive, self._count, as_i64(handles), as_i64(states),
-                                        self.min_items, self.max_items)
-
-    def is_accepting(self, handles: np.ndarray, states: np.ndarray) -> np.ndarray:
-        return self.table.is_accepting(states)
+        item_of_node = np.full(n, -1, dtype=np.int64)
+        item_of_node[leaves] = np.arange(len(item_runs))
+        arrays = form_arrays(
+            offsets=table.offsets, tokens=table.tokens, targets=table.targets,
+            accepting=table.accepting, guard=guard, item_of_node=item_of_node,
+            path_offsets=offsets, path_nodes=nodes,
+            base_alive=np.bincount(nodes, minlength=n))  # unused items below each node
+        return CompiledForm(key="", kind=DISTINCT, arrays=arrays, start=table.start,
+                            after_item=after_item, min_items=self.min_items,
+                            max_items=self.max_items, vocab_size=vocab_size)

@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from podium.constraints.compiled import CompiledForm, from_buffer
+from podium.constraints.compile.form import CompiledForm, from_buffer
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from podium.constraints import kernels
-from podium.constraints.base import TableConstraint
-from podium.constraints.table import TokenTable
-from podium.constraints.vocab import TokenizerInfo, TokenRuns
+from podium.constraints.compile.base import FormConstraint
+from podium.constraints.compile.form import table_form
+from podium.constraints.compile.table import TokenTable
+from podium.constraints.compile.vocab import TokenizerInfo, TokenRuns
 
 
 def trie(runs: TokenRuns, first: int) -> tuple[np.ndarray, ...]:
@@ -56,10 +57,10 @@ def build_trie(runs: TokenRuns, vocab_size: int) -> tuple[TokenTable, np.ndarray
     return table, ends
 
 
-class ChoiceConstraint(TableConstraint):
-    """Output exactly one of ``choices``."""
+class ChoiceConstraint(FormConstraint):
+    """Output exactly one of ``choices``: the trie's table as a compiled form."""
 
     def __init__(self, choices: list[str], tok: TokenizerInfo) -> None:
         self.choices = choices
         table, _ = build_trie(tok.encode_runs(choices), tok.vocab_size)
-        super().__init__(table)
+        super().__init__(table_form(table))

@@ -46,7 +46,7 @@ def validate_constraint(spec: object) -> dict[str, Any]:
     the offending field, e.g. ``constraint.min``): unknown type, empty candidate set,
     ``min > max``, invalid regex, wrong types.
     """
-    from podium.constraints.registry import constraint_type, constraint_type_names
+    from podium.constraints.spec.registry import constraint_type, constraint_type_names
 
     if not isinstance(spec, dict):
         raise InvalidArgument(

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # base loads numba, which must wait for vLLM's worker (docs/constraints.md)
-    from podium.constraints.base import Constraint
-    from podium.constraints.vocab import TokenizerInfo
+    from podium.constraints.compile.base import Constraint
+    from podium.constraints.compile.vocab import TokenizerInfo
 
 
 @dataclass(frozen=True)
