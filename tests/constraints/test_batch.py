@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from podium.constraints import kernels
-from podium.constraints.compile.base import TableConstraint
+from podium.constraints.compile.base import FormConstraint, TableConstraint
+from podium.constraints.compile.form import table_form
 from podium.constraints.compile.table import DEAD, TokenTable
 from podium.constraints.engine.batch import PYTHON, ConstraintBatch
 
@@ -162,3 +163,27 @@ def test_peek_steps_copies_through_drafts_and_leaves_the_slots_as_they_were() ->
     for now, was in zip((batch.state, batch.consumed), before[:2], strict=True):
         assert np.array_equal(now[: len(was)], was)
     assert _pairs(batch, np.array([0, 1])) == {(0, 5), (0, 7), (1, 5), (1, 7)}
+
+
+def test_a_built_ins_own_methods_step_its_form_as_the_table_would() -> None:
+    """A FormConstraint asked directly (one handle a slot, the batch kernels) against the
+    plugin object path over the same table (the table's own numpy queries)."""
+    rng = random.Random(3)
+    table = _random_table(rng)
+    form, plain = FormConstraint(table_form(table)), TableConstraint(table)
+    handles = np.array([4, 0, 9])
+    states = form.start(handles)
+    assert states.tolist() == plain.start(handles).tolist() == [table.start] * 3
+    for _step in range(8):
+        rows, tokens = form.allowed(handles, states)
+        prow, ptok = plain.allowed(handles, states)
+        assert sorted(zip(rows.tolist(), tokens.tolist(), strict=True)) == sorted(
+            zip(prow.tolist(), ptok.tolist(), strict=True))
+        assert (form.is_accepting(handles, states) == plain.is_accepting(handles, states)).all()
+        picks = np.array([rng.choice([*tokens[rows == i].tolist(), 1]) for i in range(3)])
+        nxt = form.advance(handles, states, picks)
+        assert nxt.tolist() == plain.advance(handles, states, picks).tolist()
+        states = nxt
+    lowered = form.lower(key="k", vocab_size=table.vocab_size, eos_token_ids=EOS)
+    assert lowered.key == "k" and lowered.arrays["tokens"] is form.form.arrays["tokens"]
+    assert GeneralTable(table).lower(key="k", vocab_size=10, eos_token_ids=EOS) is None

@@ -228,3 +228,24 @@ def _regex(pattern: str, tok: TokenizerInfo) -> RegexConstraint:
     if pattern not in _REGEX_CACHE:
         _REGEX_CACHE[pattern] = RegexConstraint(pattern, tok)
     return _REGEX_CACHE[pattern]
+
+
+def test_distinct_items_own_methods_agree_with_the_batch(tok: TokenizerInfo) -> None:
+    """Asked directly, a built-in steps its form in the batch kernels, each handle on its own:
+    two handles walking different arrays see what a batch slot with that history sees."""
+    c = DistinctItemsConstraint(["Alien", "Heat", "Up"], 1, 3, tok)
+    eos = set(tok.eos_token_ids)
+    walks = [_segments(tok, ["Heat", "Alien"]), _segments(tok, ["Up", "Heat", "Alien"])]
+    handles = np.array([0, 1])
+    states = c.start(handles)
+    for step in range(max(map(len, walks))):
+        rows, toks = c.allowed(handles, states)
+        accepting = c.is_accepting(handles, states)
+        for i, walk in enumerate(walks):
+            mine = set(toks[rows == i].tolist())
+            own = mine | (eos if accepting[i] or not mine else set())
+            w = Walker(c, tok.eos_token_ids)
+            w.history = walk[:step] if step <= len(walk) else walk
+            assert own == w.allowed(), (i, step)
+        picks = np.array([w[step] if step < len(w) else 0 for w in walks])
+        states = c.advance(handles, states, picks)
