@@ -20,8 +20,11 @@ from tests.support.openai_instance import (
     CHAT,
     COMPLETIONS,
     CONTEXT,
+    DETOKENIZE,
     EMBEDDINGS,
     GOOD,
+    INVOCATIONS,
+    TOKENIZE,
     assert_good,
     backend_for,
     client_for,
@@ -191,6 +194,35 @@ CASES = {
                                        logit_bias={"5": 1000}),
     # tools, embeddings fields
     "embeddings-dimensions-a-string": embeddings("dimensions", "dimensions", dimensions="4"),
+    # /tokenize, /detokenize, /invocations (vLLM's routes outside /v1)
+    "tokenize-prompt-a-number": Bad(TOKENIZE, {"prompt": 5}, 400, "prompt", ("prompt",)),
+    "tokenize-neither-prompt-nor-messages": Bad(TOKENIZE, {"model": "fake-llm"}, 400,
+                                                "prompt", ("prompt",)),
+    "tokenize-chat-template": Bad(TOKENIZE, {"messages": USER, "chat_template": "{{ x }}"},
+                                  400, "chat_template", ("chat_template", "package")),
+    "tokenize-return-token-strs-a-string": Bad(TOKENIZE, {"prompt": "a",
+                                                          "return_token_strs": "yes"},
+                                               400, "return_token_strs", ("return_token_strs",)),
+    "tokenize-continue-and-generation-prompt": Bad(
+        TOKENIZE, {"messages": USER, "continue_final_message": True,
+                   "add_generation_prompt": True}, 400, None, ("continue_final_message",)),
+    "tokenize-unknown-field": Bad(TOKENIZE, {"prompt": "a", "frobnicate": 1}, 400,
+                                  "frobnicate", ("frobnicate",)),
+    "tokenize-model-a-number": Bad(TOKENIZE, {"prompt": "a", "model": 5}, 400, "model",
+                                   ("model",)),
+    "detokenize-token-minus-1": Bad(DETOKENIZE, {"tokens": [1, -1]}, 400, "tokens",
+                                    ("tokens[1]", "(got -1)")),
+    "detokenize-token-2**40": Bad(DETOKENIZE, {"tokens": [2**40]}, 400, "tokens",
+                                  (str(2**40),)),
+    "detokenize-tokens-a-string": Bad(DETOKENIZE, {"tokens": "abc"}, 400, "tokens",
+                                      ("tokens",)),
+    "invocations-no-known-shape": Bad(INVOCATIONS, {"text": "hi"}, 400, None,
+                                      ("/invocations", "messages or prompt or input")),
+    "invocations-chat-temperature-a-string": Bad(
+        INVOCATIONS, {"messages": USER, "temperature": "hot"}, 400, "temperature",
+        ("temperature",)),
+    "invocations-completions-unknown-field": Bad(
+        INVOCATIONS, {"prompt": "hi", "frobnicate": 1}, 400, "frobnicate", ("frobnicate",)),
 }
 """Each of these failed this test before the OpenAI validation layer (`json_body`,
 `openai_types`, `openai_limits`): a 5xx, a 200 reaching vLLM, or a 4xx naming neither the field
@@ -255,7 +287,8 @@ def _assert_refused(r: Any, case: Bad) -> None:
 
 def test_the_table_covers_each_route() -> None:
     assert len(CASES) >= 30
-    assert {case.path for case in CASES.values()} == {CHAT, COMPLETIONS, EMBEDDINGS}
+    assert {case.path for case in CASES.values()} == {CHAT, COMPLETIONS, EMBEDDINGS, TOKENIZE,
+                                                      DETOKENIZE, INVOCATIONS}
 
 
 async def test_a_100_kb_header_is_a_431_and_the_server_keeps_serving() -> None:

@@ -18,10 +18,13 @@ from podium.server.instance import Instance
 from tests.support.fake_backends import FakeLlmBackend, add_ready
 
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
+TOKENIZE, DETOKENIZE = "/tokenize", "/detokenize"
 USER = [{"role": "user", "content": "hello"}]
 BASE = {CHAT: {"model": "fake-llm", "messages": USER},
         COMPLETIONS: {"model": "fake-llm", "prompt": "hello"},
-        EMBEDDINGS: {"model": "fake-llm", "input": "hello"}}
+        EMBEDDINGS: {"model": "fake-llm", "input": "hello"},
+        TOKENIZE: {"model": "fake-llm", "prompt": "hello"},
+        DETOKENIZE: {"model": "fake-llm", "tokens": [1, 2]}}
 
 
 class FakeServing:
@@ -40,6 +43,7 @@ class FakeServing:
         return SimpleNamespace(model_dump=lambda **_: {"object": "fake", "choices": []})
 
     create_chat_completion = create_completion = __call__ = _answer
+    create_tokenize = create_detokenize = _answer
 
 
 def _client() -> tuple[httpx.AsyncClient, FakeServing]:
@@ -47,7 +51,8 @@ def _client() -> tuple[httpx.AsyncClient, FakeServing]:
     backend, serving = FakeLlmBackend(), FakeServing()
     backend.state = SimpleNamespace(openai_serving_chat=serving,
                                     openai_serving_completion=serving,
-                                    serving_embedding=serving)
+                                    serving_embedding=serving,
+                                    serving_tokenization=serving)
     add_ready(instance.repository, backend)
     instance.booted = True
     transport = httpx.ASGITransport(app=build_app(instance))
@@ -89,6 +94,13 @@ SAMPLES: dict[str, dict[str, Any]] = {
                  **{name: {name: value, **(value if isinstance(value, dict) and name in value
                                            else {}), "messages": USER, "input": None}
                     for name, value in CHAT_TEMPLATE.items()}},
+    TOKENIZE: {"model": "fake-llm", "prompt": "hi", "add_special_tokens": False,
+               "return_token_strs": True, "messages": {"messages": USER, "prompt": None},
+               "tools": {"tools": TOOLS, "messages": USER, "prompt": None},
+               **{name: {name: value, **(value if isinstance(value, dict) and name in value
+                                         else {}), "messages": USER, "prompt": None}
+                  for name, value in CHAT_TEMPLATE.items()}},
+    DETOKENIZE: {"model": "fake-llm", "tokens": [5, 6]},
 }
 """A valid value per honoured field; a dict of several fields where one needs another (the
 field's own value, by its own name), `None` dropping a base field."""
@@ -101,7 +113,8 @@ def _body(path: str, field: str) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
 
-NAMES = {CHAT: "chat", COMPLETIONS: "completions", EMBEDDINGS: "embeddings"}
+NAMES = {CHAT: "chat", COMPLETIONS: "completions", EMBEDDINGS: "embeddings",
+         TOKENIZE: "tokenize", DETOKENIZE: "detokenize"}
 HONOURED_CASES = [pytest.param(path, field, id=f"{NAMES[path]}-{field}")
                   for path in HONOURED for field in sorted(HONOURED[path])]
 
@@ -131,9 +144,16 @@ def _declared(path: str) -> set[str]:
         EmbeddingChatRequest,
         EmbeddingCompletionRequest,
     )
+    from vllm.entrypoints.serve.tokenize.protocol import (
+        DetokenizeRequest,
+        TokenizeChatRequest,
+        TokenizeCompletionRequest,
+    )
 
     models = {CHAT: [ChatCompletionRequest], COMPLETIONS: [CompletionRequest],
-              EMBEDDINGS: [EmbeddingChatRequest, EmbeddingCompletionRequest]}[path]
+              EMBEDDINGS: [EmbeddingChatRequest, EmbeddingCompletionRequest],
+              TOKENIZE: [TokenizeChatRequest, TokenizeCompletionRequest],
+              DETOKENIZE: [DetokenizeRequest]}[path]
     return {name for model in models for name in model.model_fields}
 
 

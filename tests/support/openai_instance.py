@@ -13,14 +13,19 @@ from podium.server.instance import Instance
 from tests.support.fake_backends import FakeLlmBackend, add_ready
 
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
+TOKENIZE, DETOKENIZE, INVOCATIONS = "/tokenize", "/detokenize", "/invocations"
 CONTEXT = 2048
 GOOD = {CHAT: {"model": "fake-llm", "messages": [{"role": "user", "content": "hello"}]},
         COMPLETIONS: {"model": "fake-llm", "prompt": "hello"},
-        EMBEDDINGS: {"model": "fake-llm", "input": "hello"}}
+        EMBEDDINGS: {"model": "fake-llm", "input": "hello"},
+        # `model` is optional on these, as in `vllm serve`: the one model served answers
+        TOKENIZE: {"prompt": "hello"},
+        DETOKENIZE: {"tokens": [1, 2]},
+        INVOCATIONS: {"messages": [{"role": "user", "content": "hello"}]}}
 
 
 class FakeServing:
-    """vLLM's three serving objects in one, answering what an engine would."""
+    """vLLM's serving objects in one, answering what an engine would."""
 
     def __init__(self) -> None:
         self.requests: list[Any] = []
@@ -31,6 +36,7 @@ class FakeServing:
             {"index": 0, "text": "ok"}]})
 
     create_chat_completion = create_completion = __call__ = _answer
+    create_tokenize = create_detokenize = _answer
 
 
 class ContextBackend(FakeLlmBackend):
@@ -54,13 +60,14 @@ def backend_for(**manifest: Any) -> ContextBackend:
 
 
 def openai_app(backend: FakeLlmBackend | None = None, **config: Any) -> tuple[Any, FakeServing]:
-    """The instance's ASGI app with one ready fake LLM behind all three routes."""
+    """The instance's ASGI app with one ready fake LLM behind every OpenAI route."""
     instance = Instance(ServerConfig(grpc_port=-1, **config))
     backend = backend or ContextBackend()
     serving = FakeServing()
     backend.state = SimpleNamespace(openai_serving_chat=serving,
                                     openai_serving_completion=serving,
-                                    serving_embedding=serving)
+                                    serving_embedding=serving,
+                                    serving_tokenization=serving)
     add_ready(instance.repository, backend)
     instance.booted = True
     return build_app(instance), serving

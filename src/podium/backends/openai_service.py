@@ -23,13 +23,20 @@ class OpenAIRoute:
     name: str
     path: str
     task: str
-    """`generate` or `embed`: the models that serve it."""
+    """`generate`, `embed` or `any`: the models that serve it."""
+    model_optional: bool = False
+    """True where vLLM's request model makes `model` optional and Podium follows: without
+    it the request goes to the one model served (a 400 naming `model` when there are more)."""
 
 
 CHAT = OpenAIRoute("chat_completions", "/v1/chat/completions", "generate")
 COMPLETIONS = OpenAIRoute("completions", "/v1/completions", "generate")
 EMBEDDINGS = OpenAIRoute("embeddings", "/v1/embeddings", "embed")
-ROUTES = (CHAT, COMPLETIONS, EMBEDDINGS)
+TOKENIZE = OpenAIRoute("tokenize", "/tokenize", "any", model_optional=True)
+DETOKENIZE = OpenAIRoute("detokenize", "/detokenize", "any", model_optional=True)
+ROUTES = (CHAT, COMPLETIONS, EMBEDDINGS, TOKENIZE, DETOKENIZE)
+INVOCATIONS = OpenAIRoute("invocations", "/invocations", "any", model_optional=True)
+"""vLLM's SageMaker-style route: the body's shape picks CHAT, COMPLETIONS or EMBEDDINGS."""
 
 
 @dataclass

@@ -155,9 +155,13 @@ def grpc_status(problem: Problem) -> tuple[str, str]:
 BODIES = {"openai": openai_body, "kserve": kserve_body, "control": control_body}
 
 
+OPENAI_OUTSIDE_V1 = ("/tokenize", "/detokenize", "/invocations")
+"""The OpenAI API's paths outside /v1, as `vllm serve` has them."""
+
+
 def instance_shape(path: str) -> Shape:
     """The shape an instance (or the gateway in front of it) answers on `path`."""
-    return "openai" if path.startswith("/v1") else "kserve"
+    return "openai" if path.startswith("/v1") or path in OPENAI_OUTSIDE_V1 else "kserve"
 
 
 def json_error(shape: Shape, exc: BaseException, request_id: str | None = None

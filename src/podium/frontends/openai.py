@@ -1,5 +1,7 @@
 """The OpenAI-compatible API: /v1/models, /v1/chat/completions, /v1/completions,
-/v1/embeddings, each model's `OpenAIService` (`Backend.openai`) behind them.
+/v1/embeddings, and as `vllm serve` has them /tokenize, /detokenize and /invocations (the
+body's shape picks chat, completions or embeddings), each model's `OpenAIService`
+(`Backend.openai`) behind them.
 
 The request path, top to bottom: read a JSON object within the body limits (`json_body`) →
 lease the model (404, 503) → the model's service, or a 400 saying which route to use →
@@ -19,6 +21,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from podium.backends.openai_service import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    INVOCATIONS,
     ROUTES,
     OpenAIAnswer,
     OpenAIRoute,
@@ -56,7 +62,7 @@ def create_router(repository: ModelRepository, *, limits: BodyLimits) -> APIRout
                            param="model")
         return _model_card(entry)
 
-    for route in ROUTES:
+    for route in (*ROUTES, INVOCATIONS):
         router.add_api_route(route.path, _handler(repository, route, limits),
                              methods=["POST"], name=f"openai_{route.name}")
     return router
@@ -67,6 +73,8 @@ def _handler(repository: ModelRepository, route: OpenAIRoute, limits: BodyLimits
         request_log.annotate(protocol="openai", endpoint=route.path)
         body = await read_json_object(request, limits)
         model_id = body.get("model")
+        if model_id is None and route.model_optional:
+            model_id = _only_model(repository)
         if not isinstance(model_id, str) or not model_id:
             raise InvalidArgument("field 'model' is required and must be a string naming a "
                                   "served model (see GET /v1/models)", param="model")
@@ -74,9 +82,10 @@ def _handler(repository: ModelRepository, route: OpenAIRoute, limits: BodyLimits
         stack = AsyncExitStack()
         entry = await stack.enter_async_context(repository.lease(name, version))
         try:
-            service = _service(entry, route, model_id)
+            target = _invoked(entry, body) if route is INVOCATIONS else route
+            service = _service(entry, target, model_id)
             body["model"] = name
-            call = await service.admit(route, body)
+            call = await service.admit(target, body)
             stack.enter_context(track_in_flight("openai", route.path, name, entry.version))
             # a client that leaves before the answer (or a stream's start) aborts the
             # generation: vLLM's serving objects do not watch the connection themselves
@@ -88,6 +97,34 @@ def _handler(repository: ModelRepository, route: OpenAIRoute, limits: BodyLimits
 
     handle.__name__ = f"openai_{route.name}"
     return handle
+
+
+def _only_model(repository: ModelRepository) -> str:
+    """The name of the one model served over the OpenAI API, or a 400 naming `model`."""
+    names = sorted({e.name for e in repository.ready_entries() if e.backend.openai})
+    if len(names) == 1:
+        return names[0]
+    served = f"this instance serves {', '.join(names)}" if names else \
+        "this instance serves no model over the OpenAI API"
+    raise InvalidArgument(f"field 'model' is required here: {served}; name one (see GET "
+                          "/v1/models)", param="model")
+
+
+_INVOCATION_SHAPES = (("messages", CHAT), ("prompt", COMPLETIONS), ("input", EMBEDDINGS),
+                      ("messages", EMBEDDINGS))
+"""/invocations: the first route whose key the body holds and the model serves (chat before
+completions before embeddings, as `vllm serve` tries them)."""
+
+
+def _invoked(entry: ModelEntry, body: dict[str, Any]) -> OpenAIRoute:
+    service = entry.backend.openai
+    for key, route in _INVOCATION_SHAPES:
+        if key in body and (service is None or service.serves(route)):
+            return route
+    keys = [key for key, route in _INVOCATION_SHAPES if service is None or service.serves(route)]
+    raise InvalidArgument(f"POST /invocations found no endpoint for this body: model "
+                          f"{entry.name!r} takes a body with {' or '.join(dict.fromkeys(keys))}"
+                          " (a chat completion, a completion or an embedding request)")
 
 
 def split_model_id(model_id: str) -> tuple[str, str | None]:

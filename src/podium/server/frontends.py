@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from starlette.routing import BaseRoute
 
 from podium.errors import NotFound, Unavailable
+from podium.errors.render import OPENAI_OUTSIDE_V1
 from podium.package.manifest import FRONTEND_MODES
 
 EMBEDDED, STANDALONE = FRONTEND_MODES
@@ -76,7 +77,7 @@ class Frontends:
         if self._gate:
             return
         before = len(self.app.router.routes)
-        for path in ("/v1", "/v1/{path:path}"):
+        for path in ("/v1", "/v1/{path:path}", *OPENAI_OUTSIDE_V1):
             self.app.add_api_route(path, self._refuse, methods=_METHODS,
                                    include_in_schema=False)
         self._gate = self.app.router.routes[before:]

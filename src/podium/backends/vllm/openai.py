@@ -1,5 +1,5 @@
 """The vLLM backend's OpenAI API: vLLM's own serving objects (`OpenAIServingChat`,
-`OpenAIServingCompletion`, the embeddings one) behind Podium's checks.
+`OpenAIServingCompletion`, the embeddings one, `ServingTokenization`) behind Podium's checks.
 
 `admit`: the body validated as the strict subclass of vLLM's request model
 (`openai_request`), the constraint compiled. `run`: vLLM's serving
@@ -20,7 +20,9 @@ from podium.backends.limits import InstanceLimits
 from podium.backends.openai_service import (
     CHAT,
     COMPLETIONS,
+    DETOKENIZE,
     EMBEDDINGS,
+    TOKENIZE,
     OpenAIAnswer,
     OpenAICall,
     OpenAIRoute,
@@ -32,7 +34,9 @@ from podium.errors import BackendDead, PodiumError
 
 _SERVING = {CHAT: ("openai_serving_chat", "create_chat_completion"),
             COMPLETIONS: ("openai_serving_completion", "create_completion"),
-            EMBEDDINGS: ("serving_embedding", None)}  # None: the object itself is called
+            EMBEDDINGS: ("serving_embedding", None),  # None: the object itself is called
+            TOKENIZE: ("serving_tokenization", "create_tokenize"),
+            DETOKENIZE: ("serving_tokenization", "create_detokenize")}
 """Per route, vLLM's serving object (an attribute of its app state) and the method called."""
 
 

@@ -34,6 +34,9 @@ HONOURED: dict[str, frozenset[str]] = {
         "model", "input", "messages", "encoding_format", "dimensions", "embed_dtype",
         "endianness", "truncate_prompt_tokens", "truncation_side", "add_special_tokens",
         "use_activation", "request_id", "cache_salt"},
+    "/tokenize": _CHAT_TEMPLATE | {"model", "prompt", "messages", "add_special_tokens",
+                                   "return_token_strs", "tools"},
+    "/detokenize": frozenset({"model", "tokens"}),
 }
 """Fields passed to vLLM with effect, by endpoint."""
 

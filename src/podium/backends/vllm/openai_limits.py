@@ -30,7 +30,7 @@ def check_limits(path: str, body: dict[str, Any], limits: InstanceLimits, *,
         _check_strings(name, body.get(name), limits)
     _check_count("stop_token_ids", body.get("stop_token_ids"), limits.max_stop_strings,
                  "--max-stop-strings")
-    for name in ("stop_token_ids", "allowed_token_ids", "prompt", "input"):
+    for name in ("stop_token_ids", "allowed_token_ids", "prompt", "input", "tokens"):
         _check_token_ids(name, body.get(name))
     for name in ("top_logprobs", "prompt_logprobs") + (("logprobs",) if path ==
                                                        "/v1/completions" else ()):

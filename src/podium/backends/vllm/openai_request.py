@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ConfigDict, ValidationError, ValidationInfo, model_validator
 
 from podium.backends.limits import InstanceLimits
-from podium.backends.openai_service import CHAT, COMPLETIONS, OpenAIRoute
+from podium.backends.openai_service import CHAT, COMPLETIONS, DETOKENIZE, TOKENIZE, OpenAIRoute
 from podium.backends.vllm import constraint
 from podium.backends.vllm.openai_fields import check_fields
 from podium.backends.vllm.openai_limits import check_limits
@@ -93,7 +93,19 @@ def _check(base: type, data: dict[str, Any], request: RequestContext) -> dict[st
 
 
 def request_model(route: OpenAIRoute, body: dict[str, Any]) -> type:
-    """vLLM's request model for `route` (embeddings: its chat form when `messages` is sent)."""
+    """vLLM's request model for `route` (embeddings, tokenize: the chat form when `messages`
+    is sent)."""
+    if route is TOKENIZE:
+        from vllm.entrypoints.serve.tokenize.protocol import (
+            TokenizeChatRequest,
+            TokenizeCompletionRequest,
+        )
+
+        return TokenizeChatRequest if "messages" in body else TokenizeCompletionRequest
+    if route is DETOKENIZE:
+        from vllm.entrypoints.serve.tokenize.protocol import DetokenizeRequest
+
+        return DetokenizeRequest
     if route is CHAT:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
