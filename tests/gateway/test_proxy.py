@@ -81,6 +81,17 @@ def test_openai_model_at_version_routes_and_strips_the_version(front: Front) -> 
     assert (r.json()["version"], r.json()["body"]) == ("1", {"model": "iris", "prompt": "hi"})
 
 
+@pytest.mark.parametrize("path", ["/tokenize", "/detokenize", "/invocations"])
+def test_vllms_routes_outside_v1_route_by_their_model(front: Front, path: str) -> None:
+    """`vllm serve`'s /tokenize, /detokenize and /invocations go through the gateway like /v1:
+    by the body's `model` (which the gateway needs: it serves many models)."""
+    r = front.client.post(path, json={"model": "iris@2", "prompt": "hi"})
+    body = r.json()
+    assert (body["path"], body["version"], body["body"]["model"]) == (path, "2", "iris")
+    r = front.client.post(path, json={"prompt": "hi"})
+    assert r.status_code == 400 and "field 'model' is required" in r.json()["error"]["message"]
+
+
 def test_weighted_split_is_exact_and_changes_live(front: Front) -> None:
     front.table.set_split("iris", {"1": 90, "2": 10})
     got = Counter(front.client.post("/v2/models/iris/infer", json={}).json()["version"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from podium.edge.inflate import inflate
 from podium.errors import InvalidArgument, NotFound
+from podium.errors.render import OPENAI_OUTSIDE_V1
 from podium.gateway.limits import DEFAULT_MAX_BODY_BYTES
 from podium.gateway.prefix_key import PrefixKey, kserve_key, openai_key
 from podium.routes.table import Endpoint
@@ -60,12 +61,13 @@ def route_of(method: str, path: str, body: bytes, *, content_encoding: str = "",
         prefix = kserve_key(match["rest"], body) if method == "POST" and not content_encoding \
             else None
         return RequestRoute(match["model"], match["version"], body, "kserve", prefix=prefix)
-    if path.startswith("/v1/") and method == "POST":
+    if (path.startswith("/v1/") or path in OPENAI_OUTSIDE_V1) and method == "POST":
         plain = inflate(body, content_encoding, max_body_bytes)
         route = _openai(path, plain)
         return RequestRoute(route.model, route.version, route.body, route.kind,
                             inflated=plain is not body, prefix=route.prefix)
-    raise NotFound(f"{method} {path} is not routed by the gateway; use /v1 (OpenAI) or "
+    raise NotFound(f"{method} {path} is not routed by the gateway; use /v1 (OpenAI), "
+                   f"{', '.join(OPENAI_OUTSIDE_V1)} (vLLM's, with 'model') or "
                    "/v2/models/{model} (KServe v2)", param="path")
 
 
