@@ -67,7 +67,10 @@ def _server_pid() -> int | None:
         server = int(os.environ.get(PARENT_ENV, ""))
     except ValueError:
         return None
-    if server == os.getpid() or server != os.getppid():
+    parent = os.getppid()
+    # an engine core forked from the server's preloader (podium.preload) has that as parent
+    preloader = os.environ.get("PODIUM_ENGINE_PRELOADER")
+    if server == os.getpid() or (server != parent and preloader != str(parent)):
         return None  # the server itself, or a worker (its parent is the engine core)
     return server
 
