@@ -13,10 +13,15 @@ import importlib.util
 import os
 from collections.abc import Mapping
 
-LOAD_TIME = ("LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "MALLOC_", "PYTHON", "TORCH", "NUMEXPR_",
-             "CUDA_", "HIP_", "ROCR_")
-"""Prefixes of variables read when a library loads or a module is imported: an engine core
-forked from the preloader has the preloader's, whatever its environment says afterwards."""
+LOAD_TIME = ("LD_PRELOAD", "OMP_", "GOMP_", "KMP_", "MKL_", "MALLOC_", "PYTHON",
+             "TORCHINDUCTOR_COMPILE_THREADS", "TORCHINDUCTOR_CPP_DYNAMIC_THREADS",
+             "NUMEXPR_MAX_THREADS", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+"""Names (and prefixes) of variables read when a library loads or a module is imported: an
+engine core forked from the preloader has the preloader's, whatever its environment says
+afterwards. Not among them: variables that importing vLLM itself sets in both processes alike
+(`LD_LIBRARY_PATH`, by OpenCV's import: the dynamic loader reads it only when a process
+starts, so it matters to the processes each execs, which get the server's value), and those
+read at use (`TORCHINDUCTOR_CACHE_DIR`, `VLLM_*`)."""
 
 
 def engine_env(base: Mapping[str, str]) -> dict[str, str]:

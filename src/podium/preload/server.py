@@ -29,7 +29,9 @@ def start() -> str:
     """Start the preloader (returns at once; it imports vLLM in the background). One line
     saying what happened, for the boot log."""
     global _server, _env
-    if os.environ.get(PRELOAD_ENV, "1") == "0":
+    from podium import env
+
+    if not env.preload():
         return f"off ({PRELOAD_ENV}=0)"
     from podium.engine import installed_engine
 
