@@ -8,8 +8,8 @@ import: the engine core is a `spawn`ed interpreter (~13 s here), and its worker 
   "start preloader"): a multiprocessing fork server whose interpreter imports vLLM's engine
   core, executor and CPU worker (`podium.preload.warm`) while the server imports vLLM's
   serving layer beside it, on the other core.
-- The engine core is forked from it (`engine_context`, around vLLM's `AsyncLLM` start), and
-  its worker is forked from the engine core (both have vLLM imported already).
+- The engine core is forked from it (`engine_context`, around vLLM's `AsyncLLM` start); its
+  worker is still spawned, as vLLM does on CPU (`podium.preload.process.WORKER_METHOD`).
 
 No state of the preloader leaks into the engine (`podium.preload.process`):
 
@@ -23,7 +23,7 @@ No state of the preloader leaks into the engine (`podium.preload.process`):
   usual way (spawn), with a warning naming them.
 - **threads**: the preloader only imports; importing torch creates no OpenMP or intra-op
   pool, so the fork takes a single-threaded process (tests check the preloader has one
-  thread), and the worker binds its OpenMP threads itself as under spawn.
+  thread); the spawned worker binds its OpenMP threads itself, as before.
 
 A preloader that is gone (crashed, killed) or cannot be reached is bypassed with a warning:
 the engine core is spawned as without it. ``PODIUM_PRELOAD=0`` turns it off. The engine

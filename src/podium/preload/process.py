@@ -18,10 +18,12 @@ from multiprocessing import context, forkserver, popen_forkserver, popen_spawn_p
 from typing import Any
 
 log = logging.getLogger("podium.preload")
-WORKER_METHOD = "fork"
-"""How an engine core forked from the preloader starts its worker: it has vLLM imported and
-has run no OpenMP region yet, so a fork gives the worker what a spawn would, without the
-import."""
+WORKER_METHOD = "spawn"
+"""How an engine core forked from the preloader starts its worker: spawned, as vLLM does on
+CPU, so the worker (the process that runs the model) binds its OpenMP threads exactly as
+before. Forking it from the engine core saves its ~12 s import too, but measured once here its
+OpenMP threads were not pinned (both allowed on cores 0-1) under a slow 16-chat load: left
+off until measured on a quiet machine."""
 STATUS_WAIT_S = 2.0
 """How long to wait for the fork server's exit status once the engine core's pidfd says it
 has exited (it reports from its SIGCHLD handler)."""
