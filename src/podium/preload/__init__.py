@@ -21,9 +21,9 @@ No state of the preloader leaks into the engine (`podium.preload.process`):
   preloader starts with the values vLLM's CPU platform sets for its engine core
   (`podium.preload.environment`), and an engine whose values differ from those is started the
   usual way (spawn), with a warning naming them.
-- **threads**: the preloader only imports; importing torch creates no OpenMP or intra-op
-  pool, so the fork takes a single-threaded process (tests check the preloader has one
-  thread); the spawned worker binds its OpenMP threads itself, as before.
+- **threads**: the preloader only imports (importing vLLM leaves a few native threads; a fork
+  copies only the forking one); the engine core forked from it does not run the model, and
+  its worker, which does, is spawned and binds its OpenMP threads itself, as before.
 
 A preloader that is gone (crashed, killed) or cannot be reached is bypassed with a warning:
 the engine core is spawned as without it. ``PODIUM_PRELOAD=0`` turns it off. The engine
