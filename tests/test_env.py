@@ -13,7 +13,9 @@ from podium import env
 
 SOURCES = Path(__file__).resolve().parent.parent / "src" / "podium"
 OPERATIONS = SOURCES.parent.parent / "docs" / "operations.md"
-HANDSHAKES = {("engine_patches/lifecycle.py", "PODIUM_ENGINE_PARENT")}
+HANDSHAKES = {("engine_patches/lifecycle.py", "PODIUM_ENGINE_PARENT"),
+              ("engine_patches/lifecycle.py", "PODIUM_ENGINE_PRELOADER"),
+              ("preload/server.py", "PODIUM_ENGINE_PRELOADER")}
 """Not configuration: the server tells its own engine core process its pid."""
 NOT_VARIABLES = {"PODIUM_OWNED"}
 """Names in the code that look like variables and are not (a dict of sampling fields)."""

@@ -106,3 +106,8 @@ def force_offline() -> None:
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", kv_cache_gib())
+
+
+def preload() -> bool:
+    """PODIUM_PRELOAD: ``0`` turns the engine preloader off (`podium.preload`); on otherwise."""
+    return os.environ.get("PODIUM_PRELOAD", "1") != "0"

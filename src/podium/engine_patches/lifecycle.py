@@ -67,7 +67,10 @@ def _server_pid() -> int | None:
         server = int(os.environ.get(PARENT_ENV, ""))
     except ValueError:
         return None
-    if server == os.getpid() or server != os.getppid():
+    parent = os.getppid()
+    # an engine core forked from the server's preloader (podium.preload) has that as parent
+    preloader = os.environ.get("PODIUM_ENGINE_PRELOADER")
+    if server == os.getpid() or (server != parent and preloader != str(parent)):
         return None  # the server itself, or a worker (its parent is the engine core)
     return server
 
@@ -88,12 +91,28 @@ def _wait_gone(server: int) -> None:
     try:
         fd = os.pidfd_open(server)
     except (AttributeError, OSError):  # no pidfds (an old kernel): ask once a second
-        while os.getppid() == server:
+        while _server_there(server):
             time.sleep(1.0)
         return
     try:
-        if os.getppid() != server:
+        if not _server_there(server):
             return  # it went before the pidfd was open (and the pid may be reused)
         select.select([fd], [], [])  # readable once the process has exited
     finally:
         os.close(fd)
+
+
+def _server_there(server: int) -> bool:
+    """The server still runs: it is this process's parent, or (an engine core forked from the
+    server's preloader, whose parent is the preloader) the pid still exists."""
+    if os.getppid() == server:
+        return True
+    if os.environ.get("PODIUM_ENGINE_PRELOADER") is None:
+        return False
+    try:
+        os.kill(server, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,7 +1,9 @@
 """The boot sequence of an instance, one step per line, each logged with its duration:
 
     open packages (safe unpack) → mount frontends (embedded or standalone, from the packages)
-    → check engine (only when a vLLM package is served) → resolve weights from cache
+    → start preloader, check engine (only when a vLLM package is served; the preloader
+    imports the engine for its engine cores beside the check, `podium.preload`)
+    → resolve weights from cache
     → load plugins → wipe metrics directory → start each engine (vLLM; warm-up included) or
     load each model → open the gRPC port → ready
 
@@ -40,6 +42,7 @@ async def boot(instance: Instance) -> None:
         packages = await _step(instance, "open packages", _open_packages, instance)
         await _step(instance, "mount frontends", _mount_frontends, instance, packages)
         if any(isinstance(p.manifest, VllmManifest) for p in packages):
+            await _step(instance, "start preloader", _start_preloader)
             await _step(instance, "check engine", _check_engine,
                         instance.frontends == EMBEDDED)
         await _step(instance, "resolve weights", _resolve_weights, packages)
@@ -133,6 +136,12 @@ async def _mount_frontends(instance: Instance, packages: list[Package]) -> str:
         await instance.mount_frontends(mode)
     instance.frontends = mode
     return describe(mode)
+
+
+def _start_preloader() -> str:
+    from podium.preload import start
+
+    return start()
 
 
 def _check_engine(openai: bool) -> str:

@@ -107,12 +107,15 @@ def _start_engine(args: Namespace) -> Any:
         config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
     except Exception as exc:  # vLLM validates args here: name the problem, don't half-serve
         raise BootError(f"vLLM rejected the engine configuration: {exc}") from exc
-    return AsyncLLM.from_vllm_config(
-        vllm_config=config,
-        usage_context=UsageContext.OPENAI_API_SERVER,
-        enable_log_requests=False,
-        disable_log_stats=False,
-    )
+    from podium.preload import engine_context
+
+    with engine_context():  # the engine core forks from the preloader when one runs
+        return AsyncLLM.from_vllm_config(
+            vllm_config=config,
+            usage_context=UsageContext.OPENAI_API_SERVER,
+            enable_log_requests=False,
+            disable_log_stats=False,
+        )
 
 
 def _engine_version() -> str:
