@@ -5,9 +5,12 @@ Off unless `PODIUM_TEST_ENGINE_LOG=FILE` is set: then a thread polls the process
 `AsyncLLM` or `LLM`: a `podium serve` of an LLM or embedder, a `podium up` instance, a Ray
 actor, an in-process probe) that descends from this run (this process, or a process whose
 environment carries the run's token, is among its ancestors), and appends one line per new
-engine to FILE: `<test node id>\t<pid>`. An engine core lives for the whole boot (tens of
-seconds), so none is missed. The token is set in `os.environ` before any test runs, so every
-process the run spawns inherits it; engines of other runs on the machine are not counted.
+engine to FILE: `<test node id>\t<pid>`. An engine core forked from Podium's preloader keeps
+the preloader's process name, so it is found by its worker (`VLLM::Worker...`, which vLLM
+always spawns and titles): the worker's parent is the engine core. An engine core lives for
+the whole boot (tens of seconds), so none is missed. The token is set in `os.environ` before
+any test runs, so every process the run spawns inherits it; engines of other runs on the
+machine are not counted.
 
     PODIUM_TEST_ENGINE_LOG=/tmp/engines.txt python -m pytest tests -m engine
     cut -f1 /tmp/engines.txt | sort | uniq -c
@@ -23,6 +26,7 @@ from pathlib import Path
 LOG_ENV = "PODIUM_TEST_ENGINE_LOG"
 TOKEN_ENV = "PODIUM_TEST_ENGINE_RUN"
 TITLE = "VLLM::EngineCore"
+WORKER = "VLLM::Worker"
 
 
 class EngineCounter:
@@ -53,18 +57,29 @@ class EngineCounter:
         import psutil
 
         marker = f"{TOKEN_ENV}={self.token}".encode()
-        for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-            pid = proc.info["pid"]
-            title = " ".join(proc.info["cmdline"] or [])
-            if pid in self.seen or not (title.startswith(TITLE)
-                                        or (proc.info["name"] or "").startswith(TITLE[:15])):
+        for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
+            engine = self._engine_pid(proc.info)
+            if engine is None or engine in self.seen:
                 continue
             if not self._ours(proc, marker):
                 continue
+            pid = engine
             self.seen.add(pid)
             with self.log.open("a") as out:
                 out.write(f"{self.current}\t{pid}\n")
 
+
+    @staticmethod
+    def _engine_pid(info: dict) -> int | None:
+        """The engine core's pid when `info` is an engine core (titled by vLLM) or its worker
+        (whose parent is the engine core, titled or forked from the preloader)."""
+        title = " ".join(info["cmdline"] or [])
+        name = info["name"] or ""
+        if title.startswith(TITLE) or name.startswith(TITLE[:15]):
+            return info["pid"]
+        if title.startswith(WORKER) or name.startswith(WORKER):
+            return info["ppid"]
+        return None
 
     @staticmethod
     def _ours(proc, marker: bytes) -> bool:  # type: ignore[no-untyped-def]

@@ -32,11 +32,15 @@ def gateway_counts(gateway: str) -> Counter[tuple[str, str]]:
 
 
 def engine_core(pid: int) -> psutil.Process:
-    """The vLLM engine core process under the instance `pid`."""
+    """The vLLM engine core process under the instance `pid`: titled `VLLM::EngineCore` when
+    vLLM spawned it, or (forked from Podium's preloader, whose name it keeps) the parent of the
+    engine's worker, which vLLM always spawns and titles `VLLM::Worker`."""
     for child in psutil.Process(pid).children(recursive=True):
         try:
             if "EngineCore" in child.name() or "EngineCore" in " ".join(child.cmdline()):
                 return child
+            if child.name().startswith("VLLM::Worker") and child.parent() is not None:
+                return child.parent()
         except psutil.NoSuchProcess:
             continue
     raise AssertionError(f"no EngineCore process under instance pid {pid}")
