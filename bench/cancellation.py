@@ -35,7 +35,7 @@ def measure(kind: str, port: int, rounds: int, num_clients: int) -> list[float]:
         from tests.support.servers import Served
 
         from podium.gateway.proxy import Gateway
-        from podium.gateway.routing import Endpoint
+        from podium.routes.table import Endpoint
 
         gateway = Gateway(max_attempts=1)
         gateway.table.add_endpoint(MODEL, "1", Endpoint("llm-1", client_url))

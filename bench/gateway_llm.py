@@ -37,7 +37,7 @@ def run_gateway(http_port: int, upstream: str) -> None:
 
     from podium.gateway.health import run_health_checks
     from podium.gateway.proxy import Gateway
-    from podium.gateway.routing import Endpoint
+    from podium.routes.table import Endpoint
 
     gateway = Gateway()
     gateway.table.add_endpoint(MODEL, "1", Endpoint(f"{MODEL}-1", upstream))

@@ -45,7 +45,7 @@ def run_gateway(http_port: int, grpc_port: int, upstream_http: str, upstream_grp
 
     from podium.gateway.grpc_proxy import GrpcGateway
     from podium.gateway.proxy import Gateway
-    from podium.gateway.routing import Endpoint
+    from podium.routes.table import Endpoint
 
     gateway = Gateway()
     gateway.table.add_endpoint("xgb-example", "1", Endpoint("xgb-1", upstream_http,

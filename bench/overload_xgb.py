@@ -95,7 +95,7 @@ def run_gateway(http_port: int, upstream: str, bound: int, shed: str) -> None:
     from podium.gateway.limits import GatewayLimits
     from podium.gateway.process import KEEP_ALIVE_S
     from podium.gateway.proxy import Gateway
-    from podium.gateway.routing import Endpoint
+    from podium.routes.table import Endpoint
 
     limits = GatewayLimits(max_in_flight_per_instance=bound)
     gateway = Gateway(limits=limits)

@@ -61,7 +61,7 @@ def run_gateway(http_port: int, policy: str, upstreams: list[str]) -> None:
     from podium.gateway.health import run_health_checks
     from podium.gateway.prefix_router import PrefixPolicy
     from podium.gateway.proxy import Gateway
-    from podium.gateway.routing import Endpoint
+    from podium.routes.table import Endpoint
 
     gateway = Gateway(prefix=PrefixPolicy() if policy == "prefix" else None)
     for n, url in enumerate(upstreams):

@@ -26,7 +26,7 @@ from podium.control import region_rollout, rollout
 from podium.control.actions import Action, MoveAlias, Scale
 from podium.control.rollout import Observation, RolloutState
 from podium.control.rollout_config import RolloutConfig
-from podium.gateway.stats import VersionHealth
+from podium.routes.stats import VersionHealth
 
 MAX_PER_CELL = 64
 

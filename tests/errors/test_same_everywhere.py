@@ -14,9 +14,9 @@ from podium.errors import PodiumError
 from podium.frontends.kserve_grpc import create_server
 from podium.gateway.grpc_proxy import GrpcGateway
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import RouteTable
-from podium.gateway.stats import VersionStats
 from podium.repository import ModelEntry
+from podium.routes.stats import VersionStats
+from podium.routes.table import RouteTable
 from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance

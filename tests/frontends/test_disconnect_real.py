@@ -15,7 +15,7 @@ import pytest
 from tritonclient.grpc import service_pb2_grpc
 
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import Endpoint
+from podium.routes.table import Endpoint
 from tests.conftest import API_KEY, LLM
 from tests.support.grpc_servers import GrpcFront
 from tests.support.harness import RunningInstance

@@ -17,7 +17,7 @@ import pytest
 from podium.gateway.http_server import bounded_head_protocol
 from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import Endpoint
+from podium.routes.table import Endpoint
 from tests.support.servers import Served, upstream
 
 MiB = 1 << 20

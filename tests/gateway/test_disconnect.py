@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import Endpoint
+from podium.routes.table import Endpoint
 from tests.support.grpc_servers import GrpcFront
 from tests.support.kserve_instance import LLM, Instance
 from tests.support.leaving import (

@@ -16,7 +16,7 @@ from podium.gateway.early_shed import EarlyShed
 from podium.gateway.http_server import bounded_head_protocol
 from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import Endpoint, RouteTable
+from podium.routes.table import Endpoint, RouteTable
 from tests.support.polling import metric_sample
 from tests.support.servers import Served, upstream
 

@@ -11,8 +11,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
-from podium.gateway.routing import Endpoint, RouteTable
 from podium.gateway.wire import read_name_version
+from podium.routes.table import Endpoint, RouteTable
 from tests.support.grpc_servers import GrpcFront, Instance, echo_table
 from tests.support.servers import closed_port_url
 

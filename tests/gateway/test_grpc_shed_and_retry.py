@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from podium.gateway.grpc_proxy import SERVICE
-from podium.gateway.routing import Endpoint, RouteTable
+from podium.routes.table import Endpoint, RouteTable
 from tests.support.grpc_servers import GrpcFront, Instance
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from podium.gateway.metrics import render
-from podium.gateway.routing import Endpoint, RouteTable
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.table import Endpoint, RouteTable
 
 
 def families(text: str) -> dict[str, list]:

@@ -10,7 +10,7 @@ import pytest
 
 from podium.gateway.prefix_router import PrefixPolicy
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import Endpoint
+from podium.routes.table import Endpoint
 from tests.support.servers import Served, upstream
 
 PIRATE = "You are a pirate. Answer every question in pirate speech, briefly. " * 10

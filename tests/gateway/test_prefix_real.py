@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import Endpoint
+from podium.routes.table import Endpoint
 from tests.conftest import API_KEY, LLM
 from tests.support.harness import RunningInstance, running_instance
 from tests.support.polling import eventually

@@ -9,7 +9,7 @@ import pytest
 from podium.errors import InvalidArgument
 from podium.gateway.prefix_key import BLOCK_CHARS, PrefixKey
 from podium.gateway.prefix_router import AFFINITY, COLD, YIELDED, PrefixPolicy, PrefixRouter
-from podium.gateway.routing import Endpoint, RouteTable
+from podium.routes.table import Endpoint, RouteTable
 
 BOUND = 16
 SLACK = 4

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import Endpoint
+from podium.routes.table import Endpoint
 from tests.support.polling import eventually
 from tests.support.servers import Dropper, Served, Truncator, closed_port_url, upstream
 

@@ -7,8 +7,8 @@ import pytest
 from podium.errors import Overloaded, Unavailable
 from podium.gateway.admission import Admission, declared_bound
 from podium.gateway.retry import Attempts, Target
-from podium.gateway.routing import Endpoint, RouteTable
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.table import Endpoint, RouteTable
 
 BOUND = 2
 

@@ -8,7 +8,8 @@ import asyncio
 import httpx
 
 from podium.gateway.follow import ControlFollower
-from podium.gateway.route_sync import (
+from podium.routes.stats import Outcome
+from podium.routes.sync import (
     ENCODER,
     REPORT_DECODER,
     EndpointSpec,
@@ -18,8 +19,7 @@ from podium.gateway.route_sync import (
     TableFollower,
     snapshot,
 )
-from podium.gateway.routing import Endpoint, RouteTable
-from podium.gateway.stats import Outcome
+from podium.routes.table import Endpoint, RouteTable
 
 
 def _answer(generation: int, *, draining: bool = False, healthy: bool = True,
@@ -151,7 +151,7 @@ def test_reports_shrink_until_the_control_api_takes_them() -> None:
 def test_the_other_gateways_counts_fill_the_bound_and_steer_balancing() -> None:
     from podium.errors import Overloaded
     from podium.gateway.admission import Admission
-    from podium.gateway.stats import VersionStats
+    from podium.routes.stats import VersionStats
 
     table = RouteTable()
     follower = TableFollower(table)

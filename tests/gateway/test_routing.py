@@ -10,7 +10,7 @@ import pytest
 
 from podium.errors import NotFound, Unavailable
 from podium.gateway.health import check_once
-from podium.gateway.routing import Endpoint, RouteTable
+from podium.routes.table import Endpoint, RouteTable
 from tests.support.servers import Served, closed_port_url, upstream
 
 

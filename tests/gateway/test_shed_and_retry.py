@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import Endpoint
+from podium.routes.table import Endpoint
 from tests.support.polling import eventually, metric_sample
 from tests.support.servers import Dropper, RawServer, Served, upstream
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from podium.gateway.stats import Outcome, VersionStats
+from podium.routes.stats import Outcome, VersionStats
 
 
 @pytest.fixture

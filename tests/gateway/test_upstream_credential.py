@@ -14,7 +14,7 @@ from podium.auth import ApiKeyMiddleware
 from podium.gateway.grpc_proxy import _metadata
 from podium.gateway.health import run_health_checks
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import Endpoint, RouteTable
+from podium.routes.table import Endpoint, RouteTable
 from tests.support.servers import Served, upstream
 
 CREDENTIAL = "internal-credential"

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from podium.gateway.proxy import Gateway
-from podium.gateway.route_sync import SyncAnswer, TableFollower, snapshot
-from podium.gateway.routing import Endpoint, RouteTable
+from podium.routes.sync import SyncAnswer, TableFollower, snapshot
+from podium.routes.table import Endpoint, RouteTable
 from tests.support.servers import Served, upstream
 
 

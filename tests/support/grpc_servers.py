@@ -13,8 +13,8 @@ import httpx
 
 from podium.control.runtime.local import serve_command
 from podium.gateway.grpc_proxy import GrpcGateway
-from podium.gateway.routing import Endpoint, RouteTable
-from podium.gateway.stats import VersionStats
+from podium.routes.stats import VersionStats
+from podium.routes.table import Endpoint, RouteTable
 from tests.support.ports import free_port
 
 

@@ -19,7 +19,7 @@ from podium.control.runtime.base import Runtime
 from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store
 from podium.gateway.proxy import Gateway
-from podium.gateway.routing import RouteTable
+from podium.routes.table import RouteTable
 from tests.support.servers import Served
 
 NAMES = ("a", "b")
