@@ -97,8 +97,10 @@ async def test_grpc_refuses_unary_and_streaming_calls_then_serves(
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert "authorization: Bearer <key>" in err.value.details()
     call = stream(metadata=metadata)
-    await call.write(b"x")
     with pytest.raises(grpc.aio.AioRpcError) as err:
+        # The server refuses at the call's start; whether the client's write lands
+        # before that refusal arrives is a race, so the refusal may surface at either.
+        await call.write(b"x")
         await call.read()
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     live = channel.unary_unary("/inference.GRPCInferenceService/ServerLive")
