@@ -132,24 +132,34 @@ class ControlPlane:
 
     def status(self) -> dict[str, Any]:
         """Per model and region: versions with instances, splits and aliases (the model's first
-        region also at the top, as a single-region plane shows it), plus running rollouts."""
-        models: dict[str, dict[str, Any]] = {}
-        instances = self.store.list_instances()
+        region also at the top, as a single-region plane shows it), plus running rollouts.
+        Read in a fixed handful of queries whatever the number of deployments."""
+        deployments, split_rows, alias_rows, instances = self.store.routing_rows()
         order = {name: i for i, name in enumerate(self.store.region_names())}
-        deployments = sorted(self.store.list_deployments(),
-                             key=lambda d: (d.model, order.get(d.region, len(order)), d.id))
-        for dep in deployments:
+        splits: dict[tuple[str, str], dict[str, int]] = {}
+        for split in split_rows:
+            splits.setdefault((split.model, split.region), {})[split.version] = split.weight
+        aliases: dict[tuple[str, str], dict[str, str]] = {}
+        for alias in alias_rows:
+            aliases.setdefault((alias.model, alias.region), {})[alias.alias] = alias.version
+        by_deployment: dict[int, list[dict[str, Any]]] = {}
+        for _m, _v, i in instances:
+            by_deployment.setdefault(i.deployment_id, []).append({
+                "id": i.id, "state": i.state, "http_port": i.http_port,
+                "grpc_port": i.grpc_port, "pid": i.pid, "num_restarts": i.num_restarts})
+        models: dict[str, dict[str, Any]] = {}
+        for dep in sorted(deployments,
+                          key=lambda d: (d.model, order.get(d.region, len(order)), d.id)):
             regions = models.setdefault(dep.model, {"regions": {}})["regions"]
-            entry = regions.setdefault(dep.region, {
-                "splits": self.store.splits(dep.model, dep.region),
-                "aliases": self.store.aliases(dep.model, dep.region), "versions": {}})
+            entry = regions.get(dep.region)
+            if entry is None:
+                key = (dep.model, dep.region)
+                entry = regions[dep.region] = {"splits": splits.get(key, {}),
+                                               "aliases": aliases.get(key, {}), "versions": {}}
             entry["versions"][dep.version] = {
                 "strategy": dep.strategy, "state": dep.state, "num_desired": dep.num_desired,
                 "min_instances": dep.min_instances, "max_instances": dep.max_instances,
-                "instances": [{"id": i.id, "state": i.state, "http_port": i.http_port,
-                               "grpc_port": i.grpc_port, "pid": i.pid,
-                               "num_restarts": i.num_restarts}
-                              for _m, _v, i in instances if i.deployment_id == dep.id]}
+                "instances": by_deployment.get(dep.id, [])}
         for entry in models.values():
             entry.update(next(iter(entry["regions"].values())))
         running = [rollout_summary(r) for r in self.store.list_rollouts(status="running")]

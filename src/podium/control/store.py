@@ -229,6 +229,21 @@ class Store(RolloutTables):
                 AliasRow.model == model, AliasRow.region == self._region(region)))
             return {r.alias: r.version for r in rows}
 
+    def routing_rows(self) -> tuple[list[DeploymentRow], list[TrafficSplitRow], list[AliasRow],
+                                    list[tuple[str, str, InstanceRow]]]:
+        """Every deployment, split, alias and live instance, read in one transaction (three
+        queries beside the deployments' whatever the count: what `status` shows)."""
+        with self.session() as s:
+            deployments = list(s.scalars(select(DeploymentRow).order_by(DeploymentRow.model,
+                                                                        DeploymentRow.id)))
+            splits = list(s.scalars(select(TrafficSplitRow)))
+            aliases = list(s.scalars(select(AliasRow)))
+            instances = s.execute(select(DeploymentRow.model, DeploymentRow.version, InstanceRow)
+                                  .join(InstanceRow.deployment)
+                                  .where(InstanceRow.state != "stopped")
+                                  .order_by(InstanceRow.id)).all()
+            return deployments, splits, aliases, [(m, v, i) for m, v, i in instances]
+
     def desired_actions(self) -> list[Action]:
         """The whole desired world (every region) as idempotent actions: re-applied after a
         restart."""
