@@ -169,6 +169,16 @@ def create_app(plane: ControlPlane, *, api_key: str | None = None,
     def rollout(rollout_id: RolloutId) -> dict[str, Any]:
         return plane.rollout(rollout_id)
 
+    @app.post("/v1/rollouts/{rollout_id}/pause")
+    def pause(rollout_id: RolloutId) -> dict[str, Any]:
+        """Hold a running rollout at its current stage: no step, no analysis until resumed."""
+        return rollout_summary(plane.pause(rollout_id))
+
+    @app.post("/v1/rollouts/{rollout_id}/resume")
+    def resume(rollout_id: RolloutId) -> dict[str, Any]:
+        """Continue a paused rollout where it stood (its timers moved on by the pause)."""
+        return rollout_summary(plane.resume(rollout_id))
+
     @app.post("/v1/models/{model}/rollback")
     def rollback(model: ModelName) -> dict[str, Any]:
         return rollout_summary(plane.store.get_rollout(plane.rollback(model)))

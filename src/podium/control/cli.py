@@ -1,5 +1,5 @@
 """`podium up | gateway | announce | deploy | scale | status | regions | gateways | rollouts |
-rollback | events`: the control plane's CLI.
+rollout pause|resume | rollback | events`: the control plane's CLI.
 
 Every command but `up` is a client of the REST API (PODIUM_CONTROL_URL, default
 http://127.0.0.1:8080). A rejected request prints the API's message and exits 2; an API that
@@ -110,6 +110,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda a: _show(a, "GET", "/v1/events", params={
         "limit": str(a.limit), **({"model": a.model} if a.model else {}),
         **({"before": str(a.before)} if a.before is not None else {})}))
+
+    p = subparsers.add_parser("rollout", help="pause or resume a running rollout")
+    actions = p.add_subparsers(dest="action", required=True, metavar="pause|resume")
+    for action, text in (("pause", "hold rollout ID at its stage (no step, no analysis)"),
+                         ("resume", "continue paused rollout ID where it stood")):
+        q = actions.add_parser(action, help=text)
+        q.add_argument("rollout_id", type=int, metavar="ID", help="as `podium rollouts` lists")
+        _api_arg(q)
+        q.set_defaults(func=lambda a: _show(a, "POST",
+                                            f"/v1/rollouts/{a.rollout_id}/{a.action}"))
 
     p = subparsers.add_parser("rollback", help="roll MODEL back")
     p.add_argument("model")

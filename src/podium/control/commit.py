@@ -38,11 +38,12 @@ class Commit:
         self.store = store
         self.world = world
 
-    def step(self, rollout_id: int, decision: Decision[RegionRollout], now_ms: int) -> None:
-        """One rollout step: its state, actions and event in one transaction, then the
-        actions."""
+    def step(self, rollout_id: int, decision: Decision[RegionRollout], now_ms: int, *,
+             kind: str | None = None) -> None:
+        """One rollout step: its state, actions and event (of `kind`, default
+        `rollout.PHASE`) in one transaction, then the actions."""
         def write() -> list[Action]:
-            self.store.record_step(rollout_id, decision, now_ms)
+            self.store.record_step(rollout_id, decision, now_ms, kind=kind)
             return decision.actions
         self._write_then_act(write)
 

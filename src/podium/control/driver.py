@@ -14,7 +14,7 @@ from podium.control.commit import Commit, World
 from podium.control.rollout import LATEST
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import RolloutRecord, Store
-from podium.errors import InvalidArgument
+from podium.errors import Conflict, InvalidArgument
 
 
 class RolloutDriver:
@@ -69,6 +69,26 @@ class RolloutDriver:
             self._commit(record.id, decision, now_ms)
         return record.id
 
+    def hold(self, rollout_id: int, pause: bool, by: str, now_ms: int) -> RolloutRecord:
+        """An operator pauses (`pause`) or resumes a running rollout; Conflict says why not."""
+        record = self.store.get_rollout(rollout_id)
+        state = record.state
+        if pause:
+            why = region_rollout.can_pause(state)
+            if why is not None:
+                raise Conflict(f"rollout {rollout_id} of {state.model} cannot be paused: {why}",
+                               param="rollout_id")
+            decision = region_rollout.pause(state, now_ms, by)
+        else:
+            if state.is_done or state.paused_since_ms is None:
+                now = state.status if state.is_done else "running, not paused"
+                raise Conflict(f"rollout {rollout_id} of {state.model} is {now}; only a paused "
+                               "rollout resumes", param="rollout_id")
+            decision = region_rollout.unpause(state, now_ms, by)
+        self.commit.step(rollout_id, decision, now_ms,
+                         kind="rollout.paused" if pause else "rollout.resumed")
+        return self.store.get_rollout(rollout_id)
+
     def resume(self, paused_ms: int, reason: str, now_ms: int) -> None:
         """The plane could not act for `paused_ms`: every running rollout's timers move on."""
         for record in self.store.list_rollouts(status=rollout.RUNNING):
@@ -88,6 +108,8 @@ class RolloutDriver:
 
     def _tick_one(self, record: RolloutRecord, now_ms: int) -> None:
         state = record.state
+        if state.paused_since_ms is not None:
+            return  # held by an operator: nothing observed, nothing judged
         observations = {leg.region: self.world.observe(leg, since_ms=leg.phase_since_ms)
                         for leg in region_rollout.watched(state)}
         decision = region_rollout.step(state, observations, now_ms)

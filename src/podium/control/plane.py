@@ -104,6 +104,16 @@ class ControlPlane:
         config = state.config
         return self.deploy(model, state.leg.from_version, config)
 
+    def pause(self, rollout_id: int, *, by: str = "operator") -> RolloutRecord:
+        """Hold a running rollout at its stage (no step, no analysis) until `resume`."""
+        with self.lock:
+            return self.driver.hold(rollout_id, True, by, self.clock())
+
+    def resume(self, rollout_id: int, *, by: str = "operator") -> RolloutRecord:
+        """Let a paused rollout continue where it stood."""
+        with self.lock:
+            return self.driver.hold(rollout_id, False, by, self.clock())
+
     def set_scaling(self, model: str, version: str, min_instances: int,
                     max_instances: int, *, region: str | None = None) -> DeploymentRow:
         """Change a deployment's bounds (in one region, or every region it lives in); a size
@@ -187,5 +197,6 @@ def rollout_summary(record: RolloutRecord) -> dict[str, Any]:
             "status": record.status, "phase": state.phase, "weight_new": leg.weight_new,
             "stage": f"{leg.stage_index + 1}/{len(state.config.stages)}",
             "reason": record.reason, "num_steps": record.num_steps,
+            "paused_since_ms": state.paused_since_ms,
             "config": state.config.to_dict(), LATEST: leg.latest, "region": state.region,
             "regions": region_rollout.progress(state)}

@@ -12,6 +12,12 @@ rollback always rolls back every region that started.
 returns the next state with the actions of every leg that moved, or None. As for one region,
 the caller writes the whole state before it acts, so a restart resumes the right region at the
 right stage from the store.
+
+An operator may pause a running rollout (`pause`): it holds where it is (same stage, split and
+instances), takes no step, runs no analysis and starts no timer, until `unpause`, which moves
+every timer on by the time it was paused (as after a plane that could not act), so it continues
+where it stood. A rollback is never paused; an operator's rollback of a paused rollout goes
+ahead at once.
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ from podium.control.rollout_config import RolloutConfig
 
 ROLLING, BAKE, UNWIND, DONE = "rolling", "bake", "unwind", "done"
 """Modes: a region's leg runs; a finished region bakes; failed regions roll back; over."""
-PENDING, SKIPPED = "pending", "skipped"
-"""A region's status before its leg starts, and after a failure elsewhere stopped it."""
+PENDING, SKIPPED, PAUSED = "pending", "skipped", "paused"
+"""A region's status before its leg starts, and after a failure elsewhere stopped it; the
+phase of a rollout an operator paused."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ class RegionRollout:
     mode_since_ms: int = 0
     status: str = RUNNING
     reason: str = ""
+    paused_since_ms: int | None = None
+    """When an operator paused the rollout (None: not paused)."""
 
     @property
     def leg(self) -> RolloutState:
@@ -87,7 +96,9 @@ class RegionRollout:
     @property
     def phase(self) -> str:
         """The current leg's phase; `bake` between legs; `unwind` while only earlier regions
-        are still rolling back."""
+        are still rolling back; `paused` while an operator holds it."""
+        if self.paused_since_ms is not None:
+            return PAUSED
         if self.mode == BAKE or (self.mode == UNWIND and self.leg.status != RUNNING):
             return self.mode
         return self.leg.phase
@@ -101,7 +112,7 @@ class RegionRollout:
         """JSON-ready form for the store."""
         return {"legs": [leg.to_dict() for leg in self.legs], "index": self.index,
                 "mode": self.mode, "mode_since_ms": self.mode_since_ms, "status": self.status,
-                "reason": self.reason}
+                "reason": self.reason, "paused_since_ms": self.paused_since_ms}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RegionRollout:
@@ -139,8 +150,9 @@ def watched(state: RegionRollout) -> list[RolloutState]:
 
 def step(state: RegionRollout, observations: Mapping[str, Observation],
          now_ms: int) -> Decision[RegionRollout] | None:
-    """Advance the rollout by at most one step of each watched leg; None when nothing changes."""
-    if state.is_done:
+    """Advance the rollout by at most one step of each watched leg; None when nothing changes
+    (and always while paused)."""
+    if state.is_done or state.paused_since_ms is not None:
         return None
     if state.mode == ROLLING:
         decision = rollout.step(state.leg, observations[state.region], now_ms)
@@ -151,9 +163,11 @@ def step(state: RegionRollout, observations: Mapping[str, Observation],
 
 
 def abort(state: RegionRollout, reason: str, now_ms: int) -> Decision[RegionRollout] | None:
-    """An operator rolls the rollout back: every region it reached, whatever the policy."""
+    """An operator rolls the rollout back: every region it reached, whatever the policy (a
+    paused rollout too: the pause ends)."""
     if state.is_done or state.mode == UNWIND:
         return None
+    state = replace(state, paused_since_ms=None)
     if state.mode == BAKE:
         undone = revert(state.leg, f"rollback requested: {reason}", now_ms)
     else:
@@ -164,8 +178,9 @@ def abort(state: RegionRollout, reason: str, now_ms: int) -> Decision[RegionRoll
 
 
 def resume(state: RegionRollout, paused_ms: int, reason: str) -> Decision[RegionRollout] | None:
-    """The plane was paused `paused_ms`: every running leg's timers and the bake move on."""
-    if state.is_done or paused_ms <= 0:
+    """The plane was paused `paused_ms`: every running leg's timers and the bake move on (not
+    those of a rollout an operator paused: `unpause` moves them for its whole pause)."""
+    if state.is_done or paused_ms <= 0 or state.paused_since_ms is not None:
         return None
     legs = list(state.legs)
     for i in _started(state):
@@ -175,6 +190,41 @@ def resume(state: RegionRollout, paused_ms: int, reason: str) -> Decision[Region
     nxt = replace(state, legs=tuple(legs), mode_since_ms=state.mode_since_ms + paused_ms)
     return Decision(nxt, [], f"paused {paused_ms} ms ({reason}); {state.region} {state.phase} "
                     "timers moved on by as much")
+
+
+def can_pause(state: RegionRollout) -> str | None:
+    """Why this rollout cannot be paused now, or None when it can."""
+    if state.is_done:
+        return f"it is {state.status}"
+    if state.paused_since_ms is not None:
+        return "it is already paused"
+    if state.mode == UNWIND or state.leg.phase == ROLL_BACK:
+        return "it is rolling back (a rollback restores the old version and is never held)"
+    return None
+
+
+def pause(state: RegionRollout, now_ms: int, by: str) -> Decision[RegionRollout]:
+    """Hold the rollout where it stands: no step, analysis or timer until `unpause`."""
+    nxt = replace(state, paused_since_ms=now_ms)
+    return Decision(nxt, [], f"paused by {by} at stage {state.leg.stage_index + 1}/"
+                    f"{len(state.leg.config.stages)} ({state.phase}, {state.leg.weight_new}% "
+                    f"on {state.to_version}{_where(state)}); it holds until resumed")
+
+
+def unpause(state: RegionRollout, now_ms: int, by: str) -> Decision[RegionRollout]:
+    """Continue a paused rollout from where it stood, its timers moved on by the pause."""
+    assert state.paused_since_ms is not None
+    held = max(0, now_ms - state.paused_since_ms)
+    going = replace(state, paused_since_ms=None)
+    moved = resume(going, held, f"paused by {by}")
+    nxt = going if moved is None else moved.state
+    return Decision(nxt, [], f"resumed by {by} after {held / 1000:.1f} s paused: {nxt.phase} "
+                    f"continues at stage {nxt.leg.stage_index + 1}/{len(nxt.leg.config.stages)}"
+                    f"{_where(nxt)}, its timers moved on by the pause")
+
+
+def _where(state: RegionRollout) -> str:
+    return "" if len(state.legs) == 1 else f" in {state.region}"
 
 
 def revert(leg: RolloutState, reason: str, now_ms: int) -> Decision[RolloutState]:

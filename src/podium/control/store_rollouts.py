@@ -86,8 +86,9 @@ class RolloutTables:
 
     def record_step(self, rollout_id: int,
                     decision: Decision[RolloutState] | Decision[RegionRollout],
-                    at_ms: int) -> None:
-        """Write one controller step and the desired state it implies, atomically."""
+                    at_ms: int, *, kind: str | None = None) -> None:
+        """Write one controller step and the desired state it implies, atomically (its event
+        of `kind`, default `rollout.PHASE`)."""
         state = decision.state
         if isinstance(state, RolloutState):
             state = region_rollout.single(state)
@@ -102,7 +103,7 @@ class RolloutTables:
             row.state, row.status, row.reason = state.to_dict(), state.status, state.reason
             for action in decision.actions:
                 apply_action(s, action, strategy=state.config.strategy)
-            s.add(EventRow(kind=f"rollout.{state.phase}", model=state.model,
+            s.add(EventRow(kind=kind or f"rollout.{state.phase}", model=state.model,
                            message=f"rollout {rollout_id}: {decision.note}"))
 
     def apply(self, actions: list[Action], *, strategy: str = "red-black") -> None:
