@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from podium.control.api import create_app
-from tests.support.control_api import Env, deployed
+from tests.support.control_api import FAST, Env, deployed
 from tests.support.servers import Served
 
 pytestmark = pytest.mark.browser
@@ -90,3 +90,55 @@ def test_every_control_is_a_labelled_button_link_or_field(served: tuple[Env, Ser
     assert page.locator("[onclick], div[role=button], span[role=button]").count() == 0
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+
+
+def test_pause_and_resume_a_rollout_from_its_page(served: tuple[Env, Served], browser: Any,
+                                                  shoot: Any) -> None:
+    from playwright.sync_api import expect
+
+    env, s = served
+    auth = {"Authorization": f"Bearer {KEY}"}
+    r = env.client.post("/v1/rollouts", headers=auth, json={
+        "model": "iris", "version": "2", **FAST, "stages": [50, 100]})
+    assert r.status_code == 201, r.text
+    rollout_id = r.json()["id"]
+    while env.store.get_rollout(rollout_id).state.phase != "analyze":
+        env.plane.tick()
+        env.world.now_ms += 250
+    page = browser.new_page()
+    sent: list[tuple[str, str, str | None]] = []
+    page.on("request", lambda q: sent.append((q.method, q.url, q.headers.get("authorization")))
+            if q.method != "GET" else None)
+    page.goto(s.url + f"/console/#/rollout/{rollout_id}")
+    page.fill("#admin-key", KEY)
+    page.keyboard.press("Enter")
+    expect(page.locator("#rollout-stage")).to_have_text("1/2")
+    expect(page.locator("#resume")).to_be_disabled()
+
+    page.click("#pause")
+    expect(page.locator("#confirm-text")).to_have_text(
+        f"Pause rollout {rollout_id} of iris (1 → 2) at stage 1/2?")
+    page.keyboard.press("Escape")  # cancelled: nothing sent
+    assert sent == []
+    page.click("#pause")
+    page.click("#confirm-ok")
+    expect(page.locator("#paused")).to_contain_text("holds this stage")
+    expect(page.locator("#pause")).to_be_disabled()
+    assert sent == [("POST", s.url + f"/v1/rollouts/{rollout_id}/pause", f"Bearer {KEY}")]
+    for _ in range(40):  # 10 s of the plane's time: a paused rollout takes no step
+        env.plane.tick()
+        env.world.now_ms += 250
+    expect(page.locator(".steps")).to_contain_text("paused by operator at stage 1/2")
+    expect(page.locator("#rollout-stage")).to_have_text("1/2")
+    expect(page.locator('.stage[data-stage="1"]')).to_have_class("stage current")
+    shoot(page, "console-rollout-paused")
+
+    page.click("#resume")
+    expect(page.locator("#confirm-text")).to_contain_text(f"Resume rollout {rollout_id}")
+    page.click("#confirm-ok")
+    expect(page.locator("#paused")).to_have_count(0)
+    expect(page.locator("#pause")).to_be_enabled()
+    assert sent[-1] == ("POST", s.url + f"/v1/rollouts/{rollout_id}/resume", f"Bearer {KEY}")
+    env.run_until_done(limit_ms=env.world.now_ms + 60_000)
+    expect(page.locator("#rollout-status")).to_have_text("succeeded")
+    expect(page.locator("#pause")).to_be_disabled()

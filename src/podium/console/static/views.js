@@ -176,10 +176,16 @@ const views = {
       const entry = model && ((r.region && model.regions[r.region]) || model);
       return {...r, splits: entry ? entry.splits : {}};
     },
-    actions: () => `<div class="panel"><h2>Roll back</h2>
-      <button type="button" id="rollback">Roll this model back</button></div>`,
+    actions: () => `<div class="panel"><h2>Steer</h2><div class="row">
+      <button type="button" id="pause" disabled>Pause</button>
+      <button type="button" id="resume" disabled>Resume</button>
+      <button type="button" id="rollback">Roll this model back</button></div></div>`,
     live(r) {
       view.model = r.model;
+      view.rollout = r;
+      const rollingBack = ["roll_back", "unwind"].includes(r.phase);
+      $("#pause").disabled = r.status !== "running" || r.phase === "paused" || rollingBack;
+      $("#resume").disabled = r.status !== "running" || r.phase !== "paused";
       const stages = r.config.stages || [100];
       const current = Number(String(r.stage).split("/")[0]) - 1;
       const done = r.status !== "running";
@@ -192,6 +198,9 @@ const views = {
       const steps = r.steps.map((s) => `<li class="step ${/analysis (passed|failed)/.test(s.note) ? "verdict" : ""}">
         <span class="muted">#${s.seq} +${((s.at_ms - r.steps[0].at_ms) / 1000).toFixed(1)} s</span>
         <strong>${esc(s.phase)}</strong> ${esc(s.note)}</li>`).join("");
+      const paused = r.paused_since_ms !== null && r.paused_since_ms !== undefined
+        ? `<p class="reason" id="paused"><strong>paused</strong> since ${esc(new Date(r.paused_since_ms).toLocaleTimeString())}:
+          it holds this stage (no step, no analysis) until resumed</p>` : "";
       const reason = r.reason ? `<p class="reason" data-reason><strong>${
         r.status === "succeeded" ? "note" : "rollback reason"}:</strong> ${esc(r.reason)}</p>` : "";
       return `<h2 id="rollout-title">Rollout ${r.id}: <a href="#/model/${esc(r.model)}">${esc(r.model)}</a>
@@ -199,7 +208,7 @@ const views = {
         <p><span class="status ${esc(r.status)}" id="rollout-status">${esc(r.status)}</span>
           ${esc(r.strategy)}, stage <span id="rollout-stage">${esc(r.stage)}</span>,
           phase ${esc(r.phase)}, new version at ${r.weight_new}%${r.region ? `, region ${esc(r.region)}` : ""}</p>
-        ${reason}
+        ${paused}${reason}
         <h3>Traffic now</h3>${splitBar(r.model, r.splits)}
         <ol class="timeline" aria-label="stages">${track}</ol>
         <h3>Steps and analysis verdicts</h3><ol class="steps">${steps}</ol>`;
@@ -280,6 +289,15 @@ function wireActions(name) {
       `/v1/models/${encodeURIComponent(model)}/rollback`, {method: "POST"});
     if (r) location.hash = "#/rollout/" + r.id;
   });
+  for (const action of ["pause", "resume"]) {
+    const button = $("#" + action);
+    if (button) button.addEventListener("click", async () => {
+      const r = view.rollout;
+      if (!r) return;
+      await act(`${action === "pause" ? "Pause" : "Resume"} rollout ${r.id} of ${r.model} (${r.from_version ?? "–"} → ${r.to_version}) at stage ${r.stage}?`,
+        `/v1/rollouts/${encodeURIComponent(r.id)}/${action}`, {method: "POST"});
+    });
+  }
   const filter = $("#event-model");
   if (filter) filter.addEventListener("input", () => poll());
 }
