@@ -4,6 +4,7 @@ versions, no LLM): what an operator sees, and what the buttons ask the API."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -100,9 +101,12 @@ def test_an_operator_watches_deploys_and_rolls_back(up: Up, browser: Any,
         page.goto(up.api + "/console/#/model/echo")
         expect(page.locator(".split")).to_have_attribute("data-split", "2 100%", timeout=30_000)
         version2 = page.locator('.version[data-version="2"]')
-        expect(version2.locator(".spark polyline")).to_have_count(3, timeout=15_000)
+        expect(version2.locator(".spark polyline")).to_have_count(4, timeout=30_000)
         wait(lambda: float(version2.locator(".rate").inner_text() or 0) > 0,
              what="v2's request rate on the model page")
+        # p50/p99 of v2 from the gateway's reports of the trickle's requests
+        expect(version2.locator(".p99")).to_have_text(re.compile(r"^\d+\.\d ms$"))
+        expect(version2.locator(".p50")).to_have_text(re.compile(r"^\d+\.\d ms$"))
         shoot(page, "console-model", full_page=True)
 
         # an unknown version: the API's message, word for word

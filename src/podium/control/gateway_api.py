@@ -1,14 +1,16 @@
 """The control API's gateway routes: `POST /v1/gateways/sync` (a gateway's turn), `GET
-/v1/gateways` (who fronts the instances, and with which table) and `GET /metrics` (the
-gateways' `podium:gateway_*` metrics, summed over all of them)."""
+/v1/gateways` (who fronts the instances, and with which table), `GET /v1/traffic` (a model's
+requests, errors and p50/p99 latency per version over the last minutes, for the console) and
+`GET /metrics` (the gateways' `podium:gateway_*` metrics, summed over all of them)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Annotated, Any
 
 import msgspec
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
@@ -17,8 +19,10 @@ from podium.errors import InvalidArgument
 from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
 from podium.gateway.metrics import render as render_metrics
 from podium.routes.sync import ENCODER, REPORT_DECODER
+from podium.routes.traffic import series
 
 SYNC_PATH = "/v1/gateways/sync"
+MAX_BUCKETS = 600
 WAIT_S = 0.25
 """Longest a sync waits for a change: a gateway reports at least this often."""
 
@@ -50,6 +54,24 @@ def add_gateway_routes(app: FastAPI, feed: RouteFeed, *, wait_s: float = WAIT_S,
     def gateways() -> list[dict[str, Any]]:
         """Gateway processes heard from, and whether each routes by the current table."""
         return feed.gateways()
+
+    @app.get(prefix + "/v1/traffic")
+    def traffic(model: Annotated[str, Query(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$",
+                                            description="The model.")],
+                span_s: Annotated[int, Query(ge=1, le=3600, description=(
+                    "How far back (seconds)."))] = 600,
+                step_s: Annotated[int, Query(ge=1, le=3600, description=(
+                    "Bucket width (seconds)."))] = 10) -> dict[str, Any]:
+        """Per version of `model`: requests, errors, p50 and p99 latency (ms) per bucket over
+        the last `span_s`, as the gateways reported them (exact quantiles, not a histogram's)."""
+        if span_s / step_s > MAX_BUCKETS:
+            raise InvalidArgument(f"span_s={span_s} / step_s={step_s} makes "
+                                  f"{-(-span_s // step_s)} buckets; at most {MAX_BUCKETS}: "
+                                  "widen step_s", param="step_s")
+        now_ms = int(time.time() * 1000)
+        return {"model": model, "now_ms": now_ms, "step_ms": step_s * 1000,
+                "versions": series(feed.stats, model, now_ms=now_ms, span_ms=span_s * 1000,
+                                   step_ms=step_s * 1000)}
 
     @app.get(prefix + "/metrics", include_in_schema=False)
     def metrics() -> Response:

@@ -95,6 +95,12 @@ class VersionStats:
             samples = self._samples.get((model, version))
             return samples[-1].at_ms if samples else 0
 
+    def outcomes(self, model: str, *, since_ms: int) -> dict[str, list[Outcome]]:
+        """Per version of `model`, its outcomes since `since_ms` (copies, oldest first)."""
+        with self._lock:
+            kept = {v: list(d) for (m, v), d in self._samples.items() if m == model}
+        return {v: [o for o in samples if o.at_ms >= since_ms] for v, samples in kept.items()}
+
     def health(self, model: str, version: str, since_ms: int) -> VersionHealth:
         """Requests, errors and p99 latency of model@version since `since_ms`."""
         with self._lock:  # a copy in C, short; the filtering happens outside the lock

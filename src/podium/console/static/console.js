@@ -2,10 +2,8 @@
 "use strict";
 
 const POLL_MS = 1500;
-const HISTORY_MS = 10 * 60 * 1000;
 const KEY = "podium.adminKey";
 const $ = (sel) => document.querySelector(sel);
-const samples = [];  // [{t, totals: {"model\u0000version": {ok, error, count, sum}}}]
 let view = null;     // {name, arg, live(data) -> html}
 
 function esc(value) {
@@ -91,14 +89,6 @@ function route() {
   poll();
 }
 
-async function sample() {
-  try {
-    const text = await api("/metrics");
-    samples.push({t: performance.now(), totals: parseMetrics(text)});
-    while (samples.length > 2 && samples[samples.length - 1].t - samples[0].t > HISTORY_MS) samples.shift();
-  } catch (_e) { /* figures wait for the next poll */ }
-}
-
 let polling = null;
 let lastHtml = "";
 async function poll() {
@@ -106,7 +96,7 @@ async function poll() {
   polling = (async () => {
     const current = view;
     try {
-      const [data] = await Promise.all([current.fetch(current.arg), sample()]);
+      const data = await current.fetch(current.arg);
       if (view !== current) return;
       const html = current.live(data);
       if (html !== lastHtml) render(html);

@@ -1,42 +1,22 @@
 // Podium console: the pages (overview, model, rollout, events), their pieces and forms.
-// Loaded before console.js; what it uses from there ($, esc, api, act, samples, view) is read
+// Loaded before console.js; what it uses from there ($, esc, api, act, view) is read
 // when a page renders, not at load.
 "use strict";
 
-// --- gateway figures from /metrics (Prometheus text) ---
+// Where views still to come plug in (adapters under their base model, pipelines with their
+// steps): each list holds functions returning HTML, called with the model's name and its status
+// entry (`model`, `overview`) or the model and a version (`version`). Empty until they exist.
+const hooks = {overview: [], model: [], version: []};
 
-function parseMetrics(text) {
-  const totals = {};
-  const line = /^podium:gateway_(requests_total|request_seconds_count|request_seconds_sum)\{([^}]*)\} ([0-9.eE+-]+)/;
-  for (const row of text.split("\n")) {
-    const m = line.exec(row);
-    if (!m) continue;
-    const labels = Object.fromEntries([...m[2].matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
-    const id = labels.model + "\u0000" + labels.version;
-    const t = (totals[id] ||= {ok: 0, error: 0, count: 0, sum: 0});
-    const value = Number(m[3]);
-    if (m[1] === "requests_total") t[labels.outcome === "error" ? "error" : "ok"] += value;
-    else if (m[1] === "request_seconds_count") t.count += value;
-    else t.sum += value;
-  }
-  return totals;
-}
+// --- traffic figures per version (GET /v1/traffic: the gateways' reports, bucketed) ---
 
-function series(model, version) {
-  // per interval between two samples: requests/s, error fraction, mean latency in ms
-  const id = model + "\u0000" + version;
-  const out = [];
-  for (let i = 1; i < samples.length; i++) {
-    const a = samples[i - 1].totals[id] || {ok: 0, error: 0, count: 0, sum: 0};
-    const b = samples[i].totals[id];
-    if (!b) continue;
-    const dt = (samples[i].t - samples[i - 1].t) / 1000;
-    const n = b.count - a.count;
-    const errors = b.error - a.error;
-    out.push({t: samples[i].t, rate: n / dt, errors: n > 0 ? errors / n : 0,
-              mean: n > 0 ? 1000 * (b.sum - a.sum) / n : null});
-  }
-  return out;
+function points(traffic, version) {
+  // complete buckets only: the last one is still filling
+  const v = traffic && traffic.versions[version];
+  if (!v) return [];
+  const step = traffic.step_ms / 1000;
+  return v.buckets.slice(0, -1).map((b) => ({t: b.start_ms, rate: b.num_requests / step,
+    errors: b.num_requests ? b.num_errors / b.num_requests : null, p50: b.p50_ms, p99: b.p99_ms}));
 }
 
 function spark(points, field, label) {
@@ -126,6 +106,7 @@ const views = {
           <span class="muted">latest: ${esc(m.aliases.latest ?? "–")}</span></h3>
         ${splitBar(name, m.splits)}
         ${Object.entries(m.regions).map(([region, entry]) => regionTable(region, entry)).join("")}
+        ${hooks.overview.map((f) => f(name, m)).join("")}
       </article>`).join("");
       return `<h2>Running rollouts</h2>${running}${gatewayTable(status.gateways)}
         <h2>Models <span class="muted">(${models.length})</span></h2>
@@ -135,35 +116,39 @@ const views = {
 
   model: {
     fetch: async (name) => {
-      const [status, rollouts] = await Promise.all([
-        api("/v1/status"), api("/v1/rollouts?model=" + encodeURIComponent(name))]);
-      return {status, rollouts, name};
+      const [status, rollouts, traffic] = await Promise.all([
+        api("/v1/status"), api("/v1/rollouts?model=" + encodeURIComponent(name)),
+        // no gateway routes (a bare API): no figures, the rest of the page still shows
+        api(`/v1/traffic?model=${encodeURIComponent(name)}&span_s=600&step_s=10`).catch(() => null)]);
+      return {status, rollouts, traffic, name};
     },
     actions: (name) => deployForm(name) + scaleForm(name) + `<div class="panel">
       <h2>Roll back</h2><button type="button" id="rollback">Roll ${esc(name)} back</button></div>`,
-    live({status, rollouts, name}) {
+    live({status, rollouts, traffic, name}) {
       const m = status.models[name];
       if (!m) return `<h2>${esc(name)}</h2><p class="muted">not deployed</p>`;
       const versions = [...new Set(Object.values(m.regions).flatMap((e) => Object.keys(e.versions)))];
       fillList("version-names", versions);
+      const ms = (x) => (x === null || x === undefined ? "–" : fmt(x, 1) + " ms");
       const cols = versions.map((v) => {
-        const s = series(name, v);
-        const last = s.slice(-4);
-        const n = last.reduce((a, p) => a + p.rate, 0) / (last.length || 1);
-        const err = last.length ? last.reduce((a, p) => a + p.errors, 0) / last.length : null;
-        const means = last.map((p) => p.mean).filter((x) => x !== null);
-        const mean = means.length ? means.reduce((a, b) => a + b, 0) / means.length : null;
+        const s = points(traffic, v);
+        const recent = traffic && traffic.versions[v] ? traffic.versions[v].recent : null;
+        const n = recent ? recent.num_requests : 0;
+        const err = n ? recent.num_errors / n : null;
         return `<article class="card version" data-version="${esc(v)}">
           <h3>${esc(v)} <span class="muted">${m.splits[v] ?? 0}% of traffic</span></h3>
-          <dl><dt>requests/s</dt><dd class="rate">${fmt(n)}</dd>${spark(s, "rate", "requests per second")}
+          <p class="muted small">last minute; charts: 10 s buckets over 10 min</p>
+          <dl><dt>requests/s</dt><dd class="rate">${fmt(recent ? n / 60 : null)}</dd>${spark(s, "rate", "requests per second")}
           <dt>error rate</dt><dd class="errors">${err === null ? "–" : fmt(100 * err, 1) + "%"}</dd>${spark(s, "errors", "error rate")}
-          <dt>mean latency</dt><dd class="latency">${mean === null ? "–" : fmt(mean, 1) + " ms"}</dd>${spark(s, "mean", "mean latency")}
-          </dl></article>`;
+          <dt>p50 latency</dt><dd class="p50">${ms(recent && recent.p50_ms)}</dd>${spark(s, "p50", "p50 latency")}
+          <dt>p99 latency</dt><dd class="p99">${ms(recent && recent.p99_ms)}</dd>${spark(s, "p99", "p99 latency")}
+          </dl>${hooks.version.map((f) => f(name, v)).join("")}</article>`;
       }).join("");
       return `<h2>${esc(name)} <span class="muted">latest: ${esc(m.aliases.latest ?? "–")}</span></h2>
         ${splitBar(name, m.splits)}
         <div class="grid">${cols}</div>
         ${Object.entries(m.regions).map(([region, entry]) => regionTable(region, entry)).join("")}
+        ${hooks.model.map((f) => f(name, m)).join("")}
         <h2>Rollouts</h2><ul class="plain">${rollouts.map((r) => `<li>${rolloutLink(r)}</li>`).join("")}</ul>`;
     },
   },
