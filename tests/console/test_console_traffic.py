@@ -1,20 +1,28 @@
 """The model page's per-version figures in headless Chromium: requests/s, error rate, p50 and
-p99 latency from the gateways' reports (`GET /v1/traffic`), over an in-process control API."""
+p99 latency from the gateways' reports (`GET /v1/traffic`), and an LLM version's engine figures
+(`GET /v1/engines`), over an in-process control API."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from podium.control.actions import Scale, SetSplit
 from podium.control.api import create_app
+from podium.control.engine_api import add_engine_routes
+from podium.control.engine_figures import EngineFigures
 from podium.control.gateway_api import add_gateway_routes
 from podium.control.gateway_feed import PublishedTable, RouteFeed
+from podium.control.runtime.base import READY, InstanceView
 from podium.routes.stats import Outcome, VersionStats
 from tests.support.control_api import FAST, Env, deployed
+from tests.support.fake_metrics import fake_instance
 from tests.support.servers import Served
 
 pytestmark = pytest.mark.browser
@@ -63,3 +71,37 @@ def test_each_version_shows_its_own_p50_and_p99(tmp_path: Path, browser: Any,
     finally:
         served.stop()
         env.store.close()
+
+
+def test_an_llm_version_shows_tokens_ttft_kv_cache_and_queue(tmp_path: Path, browser: Any,
+                                                             shoot: Callable[..., None]) -> None:
+    """An LLM version's engine figures, read from an instance's /metrics (a fake vLLM
+    exposition on loopback whose counters grow at known rates: no engine started)."""
+    from playwright.sync_api import expect
+
+    env = Env(tmp_path)
+    env.store.announce_package("smol", "1", "vllm", str(tmp_path), {})
+    env.store.apply([Scale("smol", "1", 1), SetSplit("smol", {"1": 100})])
+    with fake_instance() as url:
+        view = InstanceView(id="smol-1-1", model="smol", version="1", state=READY, url=url,
+                            pid=1, num_restarts=0, log_path=None)
+        app = create_app(env.plane, api_key=KEY)
+        add_engine_routes(app, env.store, EngineFigures(lambda _m, _v: [view], httpx.Client(),
+                                                        interval_s=0.5), region="default")
+        served = Served(app)
+        try:
+            page = browser.new_page()
+            page.goto(served.url + "/console/#/model/smol")
+            page.fill("#admin-key", KEY)
+            page.keyboard.press("Enter")
+            card = page.locator('.version[data-version="1"]')
+            expect(card.locator(".kv")).to_have_text("42%")
+            expect(card.locator(".queue")).to_have_text("1 waiting, 3 running")
+            # from the second reading on: the fake generates 100 tokens/s
+            expect(card.locator(".tokens")).to_have_text(re.compile(r"^(9\d|10\d)\.\d$"))
+            expect(card.locator(".ttft")).to_have_text(re.compile(r"^\d+ ms / \d+ ms$"))
+            expect(card.locator(".llm .spark polyline")).to_have_count(4, timeout=15_000)
+            shoot(page, "console-model-llm", full_page=True)
+        finally:
+            served.stop()
+            env.store.close()

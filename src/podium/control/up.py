@@ -31,11 +31,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 
 from podium import credential as internal_credential
 from podium import env
 from podium.control.api import create_app
+from podium.control.engine_api import add_engine_routes
+from podium.control.engine_figures import EngineFigures
 from podium.control.gateway_api import QuietSync, add_gateway_routes
 from podium.control.gateway_feed import PublishedTable, RouteFeed
 from podium.control.gateways import GatewayProcesses
@@ -239,8 +242,13 @@ async def _serve(config: UpConfig, plane: ControlPlane, served: list[_RegionServ
     app = create_app(plane, access=config.access(internal_key=credential),
                      max_body_bytes=config.api_max_body_bytes,
                      package_roots=config.package_roots)
+    # the console's LLM figures: the instances' /metrics, read with the key they accept
+    probe = httpx.Client(timeout=2.0, headers=internal_credential.bearer(credential))
     for part in served:
         add_gateway_routes(app, part.feed, prefix=part.prefix)
+        assert part.runtime is not None
+        add_engine_routes(app, plane.store, EngineFigures(part.runtime.instances, probe),
+                          region=part.spec.name, prefix=part.prefix)
     if served[0].prefix:  # regions declared: `podium gateways` lists every region's
 
         @app.get("/v1/gateways")

@@ -32,6 +32,25 @@ function spark(points, field, label) {
     <polyline points="${xy.join(" ")}" /></svg>`;
 }
 
+// LLM figures per version (GET /v1/engines), kept between polls for their small charts
+const engineHistory = {};  // "model\u0000version" -> [{t, tokens, ttft99, kv, waiting}]
+
+function engineRows(model, version, figures) {
+  if (!figures) return "";
+  const id = model + "\u0000" + version;
+  const kept = (engineHistory[id] ||= []);
+  const now = Date.now();
+  kept.push({t: now, tokens: figures.generated_per_s, ttft99: figures.ttft_p99_ms,
+             kv: figures.kv_cache_usage, waiting: figures.waiting});
+  while (kept.length > 2 && now - kept[0].t > 10 * 60 * 1000) kept.shift();
+  const ms = (x) => (x === null || x === undefined ? "–" : fmt(x, 0) + " ms");
+  return `<dl class="llm"><dt>tokens/s</dt><dd class="tokens">${fmt(figures.generated_per_s, 1)}</dd>${spark(kept, "tokens", "generated tokens per second")}
+    <dt>TTFT p50 / p99</dt><dd class="ttft">${ms(figures.ttft_p50_ms)} / ${ms(figures.ttft_p99_ms)}</dd>${spark(kept, "ttft99", "time to first token p99")}
+    <dt>KV cache</dt><dd class="kv">${figures.kv_cache_usage === null ? "–" : fmt(100 * figures.kv_cache_usage, 0) + "%"}</dd>${spark(kept, "kv", "KV-cache usage")}
+    <dt>queue</dt><dd class="queue">${figures.waiting ?? "–"} waiting, ${figures.running ?? "–"} running</dd>${spark(kept, "waiting", "requests waiting")}
+    </dl><p class="muted small">engines of ${figures.num_read}/${figures.num_ready} ready instance(s)</p>`;
+}
+
 function fmt(x, digits = 2) {
   return x === null || x === undefined || Number.isNaN(x) ? "–" : Number(x).toFixed(digits);
 }
@@ -116,15 +135,16 @@ const views = {
 
   model: {
     fetch: async (name) => {
-      const [status, rollouts, traffic] = await Promise.all([
+      const [status, rollouts, traffic, engines] = await Promise.all([
         api("/v1/status"), api("/v1/rollouts?model=" + encodeURIComponent(name)),
         // no gateway routes (a bare API): no figures, the rest of the page still shows
-        api(`/v1/traffic?model=${encodeURIComponent(name)}&span_s=600&step_s=10`).catch(() => null)]);
-      return {status, rollouts, traffic, name};
+        api(`/v1/traffic?model=${encodeURIComponent(name)}&span_s=600&step_s=10`).catch(() => null),
+        api("/v1/engines?model=" + encodeURIComponent(name)).catch(() => null)]);
+      return {status, rollouts, traffic, engines, name};
     },
     actions: (name) => deployForm(name) + scaleForm(name) + `<div class="panel">
       <h2>Roll back</h2><button type="button" id="rollback">Roll ${esc(name)} back</button></div>`,
-    live({status, rollouts, traffic, name}) {
+    live({status, rollouts, traffic, engines, name}) {
       const m = status.models[name];
       if (!m) return `<h2>${esc(name)}</h2><p class="muted">not deployed</p>`;
       const versions = [...new Set(Object.values(m.regions).flatMap((e) => Object.keys(e.versions)))];
@@ -142,7 +162,8 @@ const views = {
           <dt>error rate</dt><dd class="errors">${err === null ? "–" : fmt(100 * err, 1) + "%"}</dd>${spark(s, "errors", "error rate")}
           <dt>p50 latency</dt><dd class="p50">${ms(recent && recent.p50_ms)}</dd>${spark(s, "p50", "p50 latency")}
           <dt>p99 latency</dt><dd class="p99">${ms(recent && recent.p99_ms)}</dd>${spark(s, "p99", "p99 latency")}
-          </dl>${hooks.version.map((f) => f(name, v)).join("")}</article>`;
+          </dl>${engineRows(name, v, engines && engines.versions[v])}
+          ${hooks.version.map((f) => f(name, v)).join("")}</article>`;
       }).join("");
       return `<h2>${esc(name)} <span class="muted">latest: ${esc(m.aliases.latest ?? "–")}</span></h2>
         ${splitBar(name, m.splits)}
