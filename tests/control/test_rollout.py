@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from podium.control import rollout
@@ -312,3 +314,19 @@ def test_a_brief_readiness_blip_only_delays_the_rollout() -> None:
     state, notes = run(rollout.begin("iris", "2", "1", config, num_old=1), world)
     assert state.status == rollout.SUCCEEDED
     assert any("ready again" in n for n in notes)
+
+
+def test_each_verdict_carries_the_numbers_it_was_judged_on() -> None:
+    world = FakeWorld(behaviour={"2": Behaviour(p99_ms=30.0)})
+    config = RolloutConfig(stages=(50, 100), num_instances=2, max_p99_ratio=2.0, **FAST)
+    state, notes = run(rollout.begin("iris", "2", "1", config, num_old=2), world)
+    assert state.status == rollout.SUCCEEDED
+    passed = [n for n in notes if n.startswith("analysis passed")]
+    assert len(passed) == 2
+    # both versions' requests, errors and p99 over the window, as the console's timeline shows
+    assert re.search(r"at 50%; scaling 2 to 2 \(2: \d+ requests, 0 errors, p99 30\.0 ms; "
+                     r"1: \d+ requests, 0 errors, p99 20\.0 ms\)$", passed[0]), passed[0]
+    world = FakeWorld(behaviour={"2": Behaviour(error_rate=0.5)})
+    state, _ = run(rollout.begin("iris", "2", "1", config, num_old=2), world)
+    assert re.search(r"error rate 50\.0% vs 0\.0% on the old version \(allowed \+1\.0%; \d+ of "
+                     r"\d+ requests failed vs 0 of \d+\)", state.reason), state.reason

@@ -258,6 +258,8 @@ def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision[Rol
         state = replace(state, baseline={"num_requests": obs.old.num_requests,
                                          "num_errors": obs.old.num_errors,
                                          "p99_ms": obs.old.p99_ms})
+    seen = f"{state.to_version}: {judged.new.figures()}; {state.from_version}: " + (
+        judged.old.figures())  # what the verdict rests on, shown with it
     if state.stage_index + 1 < len(_stages(state)):
         index = state.stage_index + 1
         count = _num_new(state, index)
@@ -265,11 +267,11 @@ def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision[Rol
                       desired={**state.desired, state.to_version: count})
         return Decision(nxt, [_scale(state, state.to_version, count)],
                         f"analysis passed at {state.weight_new}%; scaling "
-                        f"{state.to_version} to {count}")
+                        f"{state.to_version} to {count} ({seen})")
     nxt = replace(state, phase="warm", phase_since_ms=now_ms, latest=state.to_version)
     return Decision(nxt, [_alias(state, state.to_version)],
                     f"analysis passed at 100%; keeping {state.from_version} warm for "
-                    f"{state.config.warm_delay_ms} ms")
+                    f"{state.config.warm_delay_ms} ms ({seen})")
 
 
 def judge_errors(config: RolloutConfig, obs: Observation) -> str | None:
@@ -281,7 +283,8 @@ def judge_errors(config: RolloutConfig, obs: Observation) -> str | None:
     old_rate = old.num_errors / old.num_requests if old.num_requests else 0.0
     if new_rate > old_rate + config.max_error_rate_increase:
         return (f"error rate {new_rate:.1%} vs {old_rate:.1%} on the old version "
-                f"(allowed +{config.max_error_rate_increase:.1%})")
+                f"(allowed +{config.max_error_rate_increase:.1%}; {new.num_errors} of "
+                f"{new.num_requests} requests failed vs {old.num_errors} of {old.num_requests})")
     return None
 
 

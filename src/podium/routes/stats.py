@@ -32,6 +32,12 @@ class VersionHealth:
     p99_ms: float | None = None
     """p99 latency of those requests; None without requests."""
 
+    def figures(self) -> str:
+        """The numbers a verdict rests on, for its note: `40 requests, 1 error, p99 12.5 ms`."""
+        p99 = "" if self.p99_ms is None else f", p99 {self.p99_ms:.1f} ms"
+        errors = "1 error" if self.num_errors == 1 else f"{self.num_errors} errors"
+        return f"{self.num_requests} requests, {errors}{p99}"
+
 
 @dataclass(frozen=True)
 class Outcome:
