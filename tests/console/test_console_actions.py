@@ -124,6 +124,7 @@ def test_pause_and_resume_a_rollout_from_its_page(served: tuple[Env, Served], br
     page.click("#confirm-ok")
     expect(page.locator("#paused")).to_contain_text("holds this stage")
     expect(page.locator("#pause")).to_be_disabled()
+    expect(page.locator("#rollback")).to_have_text("Abort: roll back now")  # still running
     assert sent == [("POST", s.url + f"/v1/rollouts/{rollout_id}/pause", f"Bearer {KEY}")]
     for _ in range(40):  # 10 s of the plane's time: a paused rollout takes no step
         env.plane.tick()
@@ -142,3 +143,4 @@ def test_pause_and_resume_a_rollout_from_its_page(served: tuple[Env, Served], br
     env.run_until_done(limit_ms=env.world.now_ms + 60_000)
     expect(page.locator("#rollout-status")).to_have_text("succeeded")
     expect(page.locator("#pause")).to_be_disabled()
+    expect(page.locator("#rollback")).to_have_text("Roll this model back")

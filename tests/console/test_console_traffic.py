@@ -105,3 +105,35 @@ def test_an_llm_version_shows_tokens_ttft_kv_cache_and_queue(tmp_path: Path, bro
         finally:
             served.stop()
             env.store.close()
+
+
+def test_with_regions_each_version_shows_its_regions_own_figures(tmp_path: Path,
+                                                                 browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    env = Env(tmp_path)
+    app = create_app(env.plane, api_key=KEY)
+    now = int(time.time() * 1000)
+    for region, latency in (("eu", 10.0), ("us", 80.0)):
+        env.store.apply([Scale("iris", "1", 1, region=region),
+                         SetSplit("iris", {"1": 100}, region=region)])
+        table = PublishedTable()
+        feed = table.feed = RouteFeed(table, VersionStats(), grace_s=0)
+        feed.open()
+        for _ in range(30):
+            feed.stats.record("iris", "1", Outcome(now - 2_000, latency, True))
+        add_gateway_routes(app, feed, wait_s=0, prefix=f"/regions/{region}")
+    served = Served(app)
+    try:
+        page = browser.new_page()
+        page.goto(served.url + "/console/#/model/iris")
+        page.fill("#admin-key", KEY)
+        page.keyboard.press("Enter")
+        for region, p99 in (("eu", "10.0 ms"), ("us", "80.0 ms")):
+            card = page.locator(f'.version[data-version="1"][data-region="{region}"]')
+            expect(card.locator(".p99")).to_have_text(p99)
+            expect(card.locator("h3 .tag")).to_have_text(region)
+            expect(card.locator(".rate")).to_have_text("0.50")
+    finally:
+        served.stop()
+        env.store.close()

@@ -5,7 +5,8 @@
 
 // Where views still to come plug in (adapters under their base model, pipelines with their
 // steps): each list holds functions returning HTML, called with the model's name and its status
-// entry (`model`, `overview`) or the model and a version (`version`). Empty until they exist.
+// entry (`model`, `overview`) or the model, a version and its region (`version`). Empty until
+// they exist.
 const hooks = {overview: [], model: [], version: []};
 
 // --- traffic figures per version (GET /v1/traffic: the gateways' reports, bucketed) ---
@@ -135,36 +136,45 @@ const views = {
 
   model: {
     fetch: async (name) => {
-      const [status, rollouts, traffic, engines] = await Promise.all([
-        api("/v1/status"), api("/v1/rollouts?model=" + encodeURIComponent(name)),
-        // no gateway routes (a bare API): no figures, the rest of the page still shows
-        api(`/v1/traffic?model=${encodeURIComponent(name)}&span_s=600&step_s=10`).catch(() => null),
-        api("/v1/engines?model=" + encodeURIComponent(name)).catch(() => null)]);
-      return {status, rollouts, traffic, engines, name};
+      const [status, rollouts] = await Promise.all([
+        api("/v1/status"), api("/v1/rollouts?model=" + encodeURIComponent(name))]);
+      const regions = status.models[name] ? Object.keys(status.models[name].regions) : [];
+      // each region's gateways report to their own routes (`/regions/NAME/...` once declared);
+      // none there (a bare API): no figures, the rest of the page still shows
+      const at = (r) => (r === "default" ? "" : "/regions/" + encodeURIComponent(r));
+      const q = "?model=" + encodeURIComponent(name);
+      const read = await Promise.all(regions.map((r) => Promise.all([
+        api(`${at(r)}/v1/traffic${q}&span_s=600&step_s=10`).catch(() => null),
+        api(`${at(r)}/v1/engines${q}`).catch(() => null)])));
+      const figures = Object.fromEntries(regions.map((r, i) => [r, {traffic: read[i][0], engines: read[i][1]}]));
+      return {status, rollouts, figures, name};
     },
     actions: (name) => deployForm(name) + scaleForm(name) + `<div class="panel">
       <h2>Roll back</h2><button type="button" id="rollback">Roll ${esc(name)} back</button></div>`,
-    live({status, rollouts, traffic, engines, name}) {
+    live({status, rollouts, figures, name}) {
       const m = status.models[name];
       if (!m) return `<h2>${esc(name)}</h2><p class="muted">not deployed</p>`;
       const versions = [...new Set(Object.values(m.regions).flatMap((e) => Object.keys(e.versions)))];
       fillList("version-names", versions);
       const ms = (x) => (x === null || x === undefined ? "–" : fmt(x, 1) + " ms");
-      const cols = versions.map((v) => {
+      const several = Object.keys(m.regions).length > 1;
+      const cols = Object.entries(m.regions).flatMap(([region, entry]) => Object.keys(entry.versions).map((v) => {
+        const {traffic, engines} = figures[region] || {};
         const s = points(traffic, v);
         const recent = traffic && traffic.versions[v] ? traffic.versions[v].recent : null;
         const n = recent ? recent.num_requests : 0;
         const err = n ? recent.num_errors / n : null;
-        return `<article class="card version" data-version="${esc(v)}">
-          <h3>${esc(v)} <span class="muted">${m.splits[v] ?? 0}% of traffic</span></h3>
+        return `<article class="card version" data-version="${esc(v)}" data-region="${esc(region)}">
+          <h3>${esc(v)}${several ? ` <span class="tag">${esc(region)}</span>` : ""}
+            <span class="muted">${entry.splits[v] ?? 0}% of traffic</span></h3>
           <p class="muted small">last minute; charts: 10 s buckets over 10 min</p>
           <dl><dt>requests/s</dt><dd class="rate">${fmt(recent ? n / 60 : null)}</dd>${spark(s, "rate", "requests per second")}
           <dt>error rate</dt><dd class="errors">${err === null ? "–" : fmt(100 * err, 1) + "%"}</dd>${spark(s, "errors", "error rate")}
           <dt>p50 latency</dt><dd class="p50">${ms(recent && recent.p50_ms)}</dd>${spark(s, "p50", "p50 latency")}
           <dt>p99 latency</dt><dd class="p99">${ms(recent && recent.p99_ms)}</dd>${spark(s, "p99", "p99 latency")}
-          </dl>${engineRows(name, v, engines && engines.versions[v])}
-          ${hooks.version.map((f) => f(name, v)).join("")}</article>`;
-      }).join("");
+          </dl>${engineRows(name + "\u0000" + region, v, engines && engines.versions[v])}
+          ${hooks.version.map((f) => f(name, v, region)).join("")}</article>`;
+      })).join("");
       return `<h2>${esc(name)} <span class="muted">latest: ${esc(m.aliases.latest ?? "–")}</span></h2>
         ${splitBar(name, m.splits)}
         <div class="grid">${cols}</div>
@@ -192,6 +202,7 @@ const views = {
       const rollingBack = ["roll_back", "unwind"].includes(r.phase);
       $("#pause").disabled = r.status !== "running" || r.phase === "paused" || rollingBack;
       $("#resume").disabled = r.status !== "running" || r.phase !== "paused";
+      $("#rollback").textContent = r.status === "running" ? "Abort: roll back now" : "Roll this model back";
       const stages = r.config.stages || [100];
       const current = Number(String(r.stage).split("/")[0]) - 1;
       const done = r.status !== "running";
@@ -291,7 +302,9 @@ function wireActions(name) {
   const rollback = $("#rollback");
   if (rollback) rollback.addEventListener("click", async () => {
     const model = name || view.model;
-    const r = await act(`Roll ${model} back to its previous version?`,
+    const running = view.name === "rollout" && view.rollout && view.rollout.status === "running";
+    const r = await act(running ? `Abort rollout ${view.rollout.id} of ${model} and roll back to ${view.rollout.from_version ?? "nothing"}?`
+      : `Roll ${model} back to its previous version?`,
       `/v1/models/${encodeURIComponent(model)}/rollback`, {method: "POST"});
     if (r) location.hash = "#/rollout/" + r.id;
   });
