@@ -5,12 +5,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fastapi.testclient import TestClient
 from sqlalchemy import event
 
+from podium.control.api import create_app
+from podium.control.plane import ControlPlane
+from podium.control.store import Store
 from tests.support.control_api import Env, package_dir
+from tests.support.fake_world import FakeWorld
 
 FAST = {"ready_timeout_ms": 5_000, "analysis_window_ms": 0, "warm_delay_ms": 0,
         "stages": [100]}
+
+
+class _StoreEnv(Env):
+    """`Env` over the store under test (SQLite, then PostgreSQL)."""
+
+    def __init__(self, tmp_path: Path, store: Store) -> None:
+        self.tmp, self.world, self.store = tmp_path, FakeWorld(), store
+        self.plane = ControlPlane(store, self.world, clock=lambda: self.world.now_ms,
+                                  materialize=lambda _p: None)
+        self.client = TestClient(create_app(self.plane))
 
 
 def _populate(env: Env, first: int, last: int) -> None:
@@ -40,8 +55,8 @@ def _statements(env: Env) -> tuple[int, dict]:
     return len(seen), status
 
 
-def test_status_queries_do_not_grow_with_the_deployments(tmp_path: Path) -> None:
-    env = Env(tmp_path)
+def test_status_queries_do_not_grow_with_the_deployments(tmp_path: Path, store: Store) -> None:
+    env = _StoreEnv(tmp_path, store)
     _populate(env, 0, 2)
     instance = env.store.add_instance("model-001", "2", state="ready", pid=7, http_port=9001)
     few, status = _statements(env)
@@ -59,4 +74,3 @@ def test_status_queries_do_not_grow_with_the_deployments(tmp_path: Path) -> None
     assert one["versions"]["1"]["instances"] == []
     assert bigger["models"]["model-011"]["aliases"] == {"latest": "2"}
     assert status["models"]["model-000"] == bigger["models"]["model-000"]
-    env.store.close()
