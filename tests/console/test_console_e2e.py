@@ -107,6 +107,9 @@ def test_an_operator_watches_deploys_and_rolls_back(up: Up, browser: Any,
         # p50/p99 of v2 from the gateway's reports of the trickle's requests
         expect(version2.locator(".p99")).to_have_text(re.compile(r"^\d+\.\d ms$"))
         expect(version2.locator(".p50")).to_have_text(re.compile(r"^\d+\.\d ms$"))
+        # `podium up` serves the engine figures too: echo is no LLM, so none are scraped
+        assert call(up, "GET", "/v1/engines?model=echo") == {"model": "echo", "versions": {}}
+        expect(version2.locator(".llm")).to_have_count(0)
         shoot(page, "console-model", full_page=True)
 
         # an unknown version: the API's message, word for word
