@@ -15,6 +15,7 @@ _BACKENDS = {
     "xgboost": "podium.backends.xgboost:XGBoostBackend",
     "torch": "podium.backends.torch:TorchBackend",
     "onnx": "podium.backends.onnx:OnnxBackend",
+    "pipeline": "podium.pipelines.backend:PipelineBackend",
     "triton-python": "podium.triton.python_backend:TritonPythonBackend",
     "triton-onnxruntime": "podium.triton.onnx_backend:TritonOnnxBackend",
     "triton-ensemble": "podium.triton.ensemble:EnsembleBackend",

@@ -71,6 +71,10 @@ class ModelCaller(Protocol):
     async def infer(self, name: str, version: str | None, request: InferenceRequest
                     ) -> InferenceResponse: ...
 
+    def has_model(self, name: str, version: str | None = None) -> bool:
+        """Whether name (@version) is packaged or served here (loaded or not yet)."""
+        ...
+
 
 class Backend(abc.ABC):
     """A loaded model version. One instance per (name, version) in the repository."""

@@ -35,6 +35,8 @@ async def track_grpc(context: Any, method: str) -> AsyncIterator[request_log.Req
         path=method,
         protocol="kserve_grpc",
         endpoint=method,
+        traceparent=metadata.get("traceparent") if isinstance(metadata.get("traceparent"), str)
+        else None,
     )
     token = request_log._current.set(call)
     # not unbound: the error interceptor, outside this block, names the id in a 500's message

@@ -52,6 +52,8 @@ class RequestContext:
     completion_tokens: int | None = None
     started: float = field(default_factory=time.perf_counter, repr=False)
     latency_s: float | None = None
+    traceparent: str | None = field(default=None, repr=False)
+    """The caller's W3C trace context (`traceparent` header or metadata), for pipelines."""
 
 
 _current: ContextVar[RequestContext | None] = ContextVar("podium_request", default=None)
@@ -105,7 +107,7 @@ _format: dict[str, LogFormat] = {"value": "text"}
 def format_line(ctx: RequestContext, log_format: LogFormat) -> str:
     """One log line for a finished request."""
     record = asdict(ctx)
-    del record["started"]
+    del record["started"], record["traceparent"]
     if log_format == "json":
         # The same envelope as the instance's other JSON log lines (podium.server.logs), so one
         # log pipeline parses both.
@@ -152,8 +154,8 @@ class RequestIdMiddleware:
             return
         incoming = _header(scope, HEADER.encode())
         ctx = RequestContext(
-            request_id=request_id_from(incoming), method=scope["method"], path=scope["path"]
-        )
+            request_id=request_id_from(incoming), method=scope["method"], path=scope["path"],
+            traceparent=_header(scope, b"traceparent"))
         token = _current.set(ctx)
         bound = bind_request_id(ctx.request_id)  # a 500's message names this id
         id_header = (HEADER.encode(), ctx.request_id.encode())

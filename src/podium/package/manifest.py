@@ -264,12 +264,49 @@ class PythonManifest(_ClassicManifest):
         default_factory=dict, description="Passed to initialize(config) as config['parameters'].")
 
 
+class PipelineOutput(TensorSpec):
+    """One output tensor of a pipeline and the value it is read from."""
+
+    source: str = Field(alias="from", pattern=r"^\$[A-Za-z_]",
+                        description="A reference such as `$post.titles` (step `post`, field "
+                        "`titles`); `a|b` takes the first that is not null.")
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class PipelineManifest(_ManifestBase):
+    """A serving front: a declared graph of steps (experiment, features, candidates, model,
+    python) served under its own name; see docs/pipelines.md."""
+
+    backend: Literal["pipeline"]
+    inputs: list[TensorSpec] = Field(min_length=1, description="Request inputs (no batch "
+                                     "dimension: one request is one key).")
+    outputs: list[PipelineOutput] = Field(min_length=1, description="Response outputs, each "
+                                          "read from a step's result.")
+    steps: list[dict[str, Any]] = Field(min_length=1, description="The graph: one object per "
+                                        "step with `name` and `kind`; checked at load.")
+    deadline_ms: int = Field(default=10_000, ge=1, le=600_000,
+                             description="The whole request's deadline; steps inherit it.")
+    gateway_url: str | None = Field(
+        default=None, description="Base URL (gateway or instance) for models not served in "
+        "this instance, called over KServe v2 HTTP.")
+    trace_log: str | None = Field(
+        default=None, description="File to append one JSON line per step to; None: the "
+        "`podium.pipeline` logger only.")
+    debug_sample_rate: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="Share of requests whose full step payloads are logged (debugging).")
+    otlp_endpoint: str | None = Field(
+        default=None, description="OTLP/HTTP traces endpoint (e.g. http://collector:4318/"
+        "v1/traces) the step spans are exported to; None: no export.")
+
+
 Manifest = Annotated[
-    VllmManifest | XGBoostManifest | TorchManifest | OnnxManifest | PythonManifest,
+    VllmManifest | XGBoostManifest | TorchManifest | OnnxManifest | PythonManifest
+    | PipelineManifest,
     Field(discriminator="backend"),
 ]
 _ADAPTER: TypeAdapter[Manifest] = TypeAdapter(Manifest)
-BACKENDS = ("vllm", "xgboost", "torch", "onnx", "python")
+BACKENDS = ("vllm", "xgboost", "torch", "onnx", "python", "pipeline")
 
 
 def parse_manifest(data: Any, *, where: str = MANIFEST_NAME) -> Manifest:

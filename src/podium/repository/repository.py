@@ -88,6 +88,14 @@ class ModelRepository:
         entries = self.entries()
         return bool(entries) and all(e.ready for e in entries)
 
+    def has_model(self, name: str, version: str | None = None) -> bool:
+        """Whether name (@version) is packaged or served here, loaded yet or not (a pipeline
+        checks the models it calls while they may still be loading)."""
+        if any(p.manifest.name == name and version in (None, p.manifest.version)
+               for p in self.packages.values()):
+            return True
+        return version in self._entries.get(name, {}) if version else name in self._entries
+
     def versions(self, name: str) -> list[str]:
         """The ready versions of `name`, oldest first."""
         return sorted((e.version for e in self.ready_entries() if e.name == name),

@@ -1,0 +1,110 @@
+"""The `sql` feature source: one table read through SQLAlchemy (SQLite file or PostgreSQL).
+
+Settings: `url` (a relative `sqlite:///file.db` is inside the package), `table`, `key_column`.
+Keys are read in batches of `batch_size` with one `WHERE key IN (...)` each; the engine (and
+its pool) is shared by every step naming the same URL.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from podium.errors import PackageError
+from podium.pipelines.sources import FeatureSource
+
+_ENGINES: dict[str, Any] = {}
+_TABLES: dict[tuple[str, str], Any] = {}
+_LOCK = threading.Lock()
+
+
+class SqlSource(FeatureSource):
+    """Rows of one table by its key column."""
+
+    def __init__(self, options: dict[str, Any], root: Path) -> None:
+        unknown = set(options) - {"url", "table", "key_column", "batch_size"}
+        if unknown:
+            raise PackageError(f"sql source: unknown field(s) {sorted(unknown)}; fields: url, "
+                               "table, key_column, batch_size")
+        for name in ("url", "table", "key_column"):
+            if not isinstance(options.get(name), str) or not options[name]:
+                raise PackageError(f"sql source: field `{name}` is required (a string)")
+        self.url = _resolve_url(options["url"], root)
+        self.table_name = options["table"]
+        self.key_column = options["key_column"]
+        self.batch_size = int(options.get("batch_size", 500))
+        if not 1 <= self.batch_size <= 10_000:
+            raise PackageError(f"sql source: batch_size={self.batch_size} must be 1..10000")
+
+    def open(self, columns: list[str]) -> None:
+        table = self._table()
+        for name in columns:
+            self._column(table, name)
+
+    def fetch(self, keys: list[Any], columns: list[str]) -> dict[Any, dict[str, Any]]:
+        import sqlalchemy as sa
+
+        table = self._table()
+        wanted = [table.c[self.key_column], *(self._column(table, name) for name in columns)]
+        rows: dict[Any, dict[str, Any]] = {}
+        unique = list(dict.fromkeys(keys))
+        with self._engine().connect() as connection:
+            for start in range(0, len(unique), self.batch_size):
+                chunk = unique[start:start + self.batch_size]
+                query = sa.select(*wanted).where(table.c[self.key_column].in_(chunk))
+                for row in connection.execute(query):
+                    rows[row[0]] = dict(zip(columns, row[1:], strict=True))
+        return rows
+
+    def candidates(self, key: Any, column: str, limit: int) -> list[Any]:
+        import sqlalchemy as sa
+
+        table = self._table()
+        query = (sa.select(self._column(table, column))
+                 .where(table.c[self.key_column] == key).limit(limit))
+        with self._engine().connect() as connection:
+            return [row[0] for row in connection.execute(query)]
+
+    def _column(self, table: Any, name: str) -> Any:
+        if name not in table.c:
+            raise PackageError(f"sql source: table {self.table_name!r} has no column {name!r} "
+                               f"(columns: {', '.join(table.c.keys())})")
+        return table.c[name]
+
+    def _table(self) -> Any:
+        import sqlalchemy as sa
+
+        key = (self.url, self.table_name)
+        if key not in _TABLES:
+            engine = self._engine()
+            try:
+                table = sa.Table(self.table_name, sa.MetaData(), autoload_with=engine)
+            except sa.exc.NoSuchTableError:
+                raise PackageError(f"sql source: no table {self.table_name!r} at "
+                                   f"{engine.url.render_as_string()}") from None
+            if self.key_column not in table.c:
+                raise PackageError(f"sql source: table {self.table_name!r} has no key column "
+                                   f"{self.key_column!r}")
+            _TABLES[key] = table
+        return _TABLES[key]
+
+    def _engine(self) -> Any:
+        import sqlalchemy as sa
+
+        with _LOCK:
+            if self.url not in _ENGINES:
+                _ENGINES[self.url] = sa.create_engine(self.url, pool_pre_ping=True)
+            return _ENGINES[self.url]
+
+
+def _resolve_url(url: str, root: Path) -> str:
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix:
+        relative = url[len(prefix):]
+        path = (root / relative).resolve()
+        if not path.is_relative_to(root.resolve()):
+            raise PackageError(f"sql source: url={url!r} leaves the package; name a file "
+                               "inside it or give an absolute URL")
+        return prefix + str(path)
+    return url
