@@ -170,7 +170,8 @@ def examples_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def classic_examples_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example repository without its LLM: a `podium serve` of it starts no vLLM engine
+    """The example repository without its LLM (nor the pipeline calling it): a `podium serve`
+    of it starts no vLLM engine
     (the examples' LLM is the real default model: serving `examples_dir` boots it)."""
     import shutil
 
@@ -179,6 +180,7 @@ def classic_examples_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("classic-repository")
     create_examples(target)
     shutil.rmtree(target / LLM)
+    shutil.rmtree(target / "recommend")  # its treatment calls the LLM
     return target
 
 

@@ -22,7 +22,7 @@ def test_every_example_is_a_valid_package(repository: Path) -> None:
     packages = {p.manifest.name: p for p in scan_repository(repository)}
     assert {name: p.manifest.backend for name, p in packages.items()} == {
         "xgb-example": "xgboost", "torch-example": "torch", "onnx-example": "onnx",
-        "python-example": "python", "smollm2-135m-instruct": "vllm"}
+        "python-example": "python", "smollm2-135m-instruct": "vllm", "recommend": "pipeline"}
     for package in packages.values():
         for attr in ("model_file", "module"):
             if hasattr(package.manifest, attr):
@@ -62,4 +62,4 @@ def test_creating_twice_overwrites_cleanly(tmp_path: Path) -> None:
     first = create_examples(tmp_path)
     second = create_examples(tmp_path)
     assert first == second
-    assert len(scan_repository(tmp_path)) == 5
+    assert len(scan_repository(tmp_path)) == 6

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from podium.metrics import server
+from podium.metrics import pipeline, server
 
+assert pipeline.STEPS  # registered on import, as a served pipeline imports it
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 

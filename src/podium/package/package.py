@@ -16,6 +16,7 @@ from podium.package.archive import pack, unpack
 from podium.package.manifest import (
     MANIFEST_NAME,
     Manifest,
+    PipelineManifest,
     PythonManifest,
     VllmManifest,
     WeightsFromPackage,
@@ -134,6 +135,8 @@ def named_paths(manifest: Manifest) -> list[tuple[str, str, tuple[str, ...]]]:
     """(field, value, allowed kinds) for every package-relative path the manifest names."""
     if isinstance(manifest, PythonManifest):
         return [("module", manifest.module, (FILE,))]
+    if isinstance(manifest, PipelineManifest):
+        return []  # its steps name their files; the graph checks them at load
     if isinstance(manifest, VllmManifest):
         sources = (("weights", manifest.weights), ("tokenizer", manifest.tokenizer))
         paths = [(f"{field}.path", source.path, (FILE, DIRECTORY)) for field, source in sources

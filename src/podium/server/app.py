@@ -64,7 +64,10 @@ def _add_health_routes(app: FastAPI, instance: Instance) -> None:
 def _include_optional_routers(app: FastAPI, instance: Instance) -> None:
     """KServe v2 over HTTP and /metrics."""
     from podium.frontends.kserve_http import create_router as kserve_router
+    from podium.frontends.pipeline_json import create_router as pipeline_router
 
     app.include_router(kserve_router(instance.repository, server_ready=instance.is_ready,
                                      limits=instance.config.kserve_limits))
+    app.include_router(pipeline_router(instance.repository, server_ready=instance.is_ready,
+                                       limits=instance.config.kserve_limits))
     app.include_router(metrics_router())
