@@ -225,10 +225,12 @@ def _examples_create(args: argparse.Namespace) -> int:
 def _add_optional(sub: argparse._SubParsersAction) -> None:
     """Subcommands owned by the control plane and the operator's view."""
     from podium.control.cli import register as register_control
+    from podium.pipelines.cli import register as register_pipelines
     from podium.top.cli import register as register_top
 
     register_control(sub)
     register_top(sub)
+    register_pipelines(sub)
 
 
 if __name__ == "__main__":

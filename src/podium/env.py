@@ -83,6 +83,11 @@ def client_key() -> str | None:
     return admin_key() or api_key()
 
 
+def pipeline_gateway_key() -> str | None:
+    """PODIUM_PIPELINE_GATEWAY_KEY: the bearer key pipelines send to their `gateway_url`."""
+    return os.environ.get("PODIUM_PIPELINE_GATEWAY_KEY") or None
+
+
 GATEWAY_KEYS = "PODIUM_GATEWAY_KEYS"
 
 

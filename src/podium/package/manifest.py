@@ -273,6 +273,18 @@ class PipelineOutput(TensorSpec):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+class ResultCacheSettings(_Strict):
+    """Where `podium batch` writes precomputed answers and how long the live path trusts them."""
+
+    url: str = Field(description="SQLAlchemy URL of the cache database (a SQLite file, "
+                     "relative: inside the package; or PostgreSQL).")
+    table: str = Field(default="podium_pipeline_results", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                       description="Table of answers by pipeline, version and key.")
+    key: str = Field(description="The request input that keys an answer, e.g. `member_id`.")
+    ttl_s: int = Field(default=86_400, ge=1, le=366 * 86_400,
+                       description="Seconds an answer stays fresh.")
+
+
 class PipelineManifest(_ManifestBase):
     """A serving front: a declared graph of steps (experiment, features, candidates, model,
     python) served under its own name; see docs/pipelines.md."""
@@ -295,6 +307,9 @@ class PipelineManifest(_ManifestBase):
     debug_sample_rate: float = Field(
         default=0.0, ge=0.0, le=1.0,
         description="Share of requests whose full step payloads are logged (debugging).")
+    result_cache: ResultCacheSettings | None = Field(
+        default=None, description="The precomputed path: answers `podium batch` wrote, read "
+        "first by the live path while fresh; None: always computed live.")
     otlp_endpoint: str | None = Field(
         default=None, description="OTLP/HTTP traces endpoint (e.g. http://collector:4318/"
         "v1/traces) the step spans are exported to; None: no export.")

@@ -2,9 +2,10 @@
 plain JSON route), its graph run by `podium.pipelines`.
 
 Inputs carry no batch dimension (one request is one key). The response's parameters say
-which experiment variant (`pipeline_variant`) and which path (`pipeline_path`: `live`)
-answered, and the trace id of its spans (`pipeline_trace_id`). The caller's W3C
-`traceparent` comes from the HTTP header or gRPC metadata, or a `traceparent` parameter.
+which experiment variant (`pipeline_variant`) and which path (`pipeline_path`: `live`, or
+`cache` for a fresh answer `podium batch` precomputed) answered, and the trace id of its
+spans (`pipeline_trace_id`). The caller's W3C `traceparent` comes from the HTTP header or
+gRPC metadata, or a `traceparent` parameter.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ class PipelineBackend(Backend):
     @property
     def platform(self) -> str:
         return "podium_pipeline"
+
+    @property
+    def pipeline(self) -> Any:
+        """The loaded `podium.pipelines.pipeline.Pipeline` (None before load)."""
+        return self._pipeline
 
     def bind_repository(self, repository: ModelCaller) -> None:
         self._models = repository
@@ -63,7 +69,7 @@ class PipelineBackend(Backend):
                                   param="traceparent")
         if traceparent is None and context is not None:
             traceparent = context.traceparent
-        result = await self._pipeline.run(inputs, request_id, traceparent)
+        result = await self._pipeline.answer(inputs, request_id, traceparent)
         outputs = []
         for spec in self.outputs():
             value = result.outputs[spec.name]
@@ -72,5 +78,5 @@ class PipelineBackend(Backend):
             outputs.append(Tensor(spec.name, spec.datatype,
                                   to_output_array(value, spec, package=self.package.key)))
         return InferenceResponse(outputs=outputs, id=request.id, parameters={
-            "pipeline_variant": result.variant, "pipeline_path": "live",
+            "pipeline_variant": result.variant, "pipeline_path": result.path,
             "pipeline_trace_id": result.trace_id, "pipeline_request_id": request_id})

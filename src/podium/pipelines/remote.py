@@ -1,7 +1,8 @@
 """Models not served by this instance, called over KServe v2 HTTP (the gateway or an instance).
 
-One `httpx.AsyncClient` per process; the step's W3C `traceparent` and the request id travel as
-headers, so the model's own logs and spans join the pipeline's trace.
+One `httpx.AsyncClient` per process; the step's W3C `traceparent`, the request id and the key
+in PODIUM_PIPELINE_GATEWAY_KEY travel as headers, so the model's own logs and spans join the
+pipeline's trace.
 """
 
 from __future__ import annotations
@@ -42,7 +43,12 @@ async def infer(base_url: str, name: str, version: str | None, request: Inferenc
         for t in request.inputs.values()]}
     if request.requested_outputs is not None:
         body["outputs"] = [{"name": n} for n in request.requested_outputs]
+    from podium import env
+
     headers = {"x-request-id": call.request_id}
+    key = env.pipeline_gateway_key()
+    if key:
+        headers["authorization"] = f"Bearer {key}"
     if call.traceparent:
         headers["traceparent"] = call.traceparent
     try:

@@ -30,7 +30,7 @@ class SqlSource(FeatureSource):
         for name in ("url", "table", "key_column"):
             if not isinstance(options.get(name), str) or not options[name]:
                 raise PackageError(f"sql source: field `{name}` is required (a string)")
-        self.url = _resolve_url(options["url"], root)
+        self.url = resolve_url(options["url"], root)
         self.table_name = options["table"]
         self.key_column = options["key_column"]
         self.batch_size = int(options.get("batch_size", 500))
@@ -98,7 +98,8 @@ class SqlSource(FeatureSource):
             return _ENGINES[self.url]
 
 
-def _resolve_url(url: str, root: Path) -> str:
+def resolve_url(url: str, root: Path) -> str:
+    """A relative `sqlite:///file` URL made absolute inside the package (never outside)."""
     prefix = "sqlite:///"
     if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix:
         relative = url[len(prefix):]

@@ -119,7 +119,12 @@ def load_function(root: Path, spec: str, functions: dict[str, Callable[..., Any]
             raise PackageError(f"{path}: not a loadable Python file")
         module = importlib.util.module_from_spec(loader)
         sys.modules[module_name] = module
-        loader.loader.exec_module(module)
+        try:
+            loader.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            raise PackageError(f"{path}: importing it failed: {type(exc).__name__}: {exc}"
+                               ) from None
     function = getattr(module, name, None)
     if not callable(function):
         raise PackageError(f"{path}: defines no function {name!r}")
