@@ -1,7 +1,7 @@
 """Feature sources: where `features` (and `candidates`) steps read rows by key.
 
-Built in: `sql` (a table through SQLAlchemy: SQLite or PostgreSQL). Further sources are
-plugins: a
+Built in: `sql` (a table through SQLAlchemy: SQLite or PostgreSQL) and `feast` (a Feast
+online store through Feast's SDK, an optional extra). Further sources are plugins: a
 distribution registers a factory `(settings: dict, root: Path) -> FeatureSource` under the
 `podium.feature_sources` entry point group; the entry point's name is the `type` a step uses.
 """
@@ -19,6 +19,7 @@ from podium.errors import PackageError
 ENTRY_POINT_GROUP = "podium.feature_sources"
 _BUILT_IN = {
     "sql": "podium.pipelines.sources.sql:SqlSource",
+    "feast": "podium.pipelines.sources.feast:FeastSource",
 }
 
 
