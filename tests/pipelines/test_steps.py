@@ -121,21 +121,16 @@ def test_the_request_deadline_bounds_every_step(tmp_path: Path, models) -> None:
 
 def test_independent_steps_run_concurrently(tmp_path: Path, models) -> None:
     (tmp_path / "f.py").write_text(
-        "import asyncio\nasync def wait(other):\n    await asyncio.wait_for(other.wait(), 2)\n"
-        "    return 1\nasync def mark(other):\n    other.set()\n    return 2\n")
-    event = asyncio.Event
-    steps = [{"name": "a", "kind": "python", "function": "f.py:wait", "args": {"other": 0}},
-             {"name": "b", "kind": "python", "function": "f.py:mark", "args": {"other": 0}}]
+        "import asyncio\n_events = {}\n"
+        "def _event():\n"
+        "    return _events.setdefault(id(asyncio.get_running_loop()), asyncio.Event())\n"
+        "async def wait():\n    await asyncio.wait_for(_event().wait(), 5)\n    return 1\n"
+        "async def mark():\n    _event().set()\n    return 2\n")
+    steps = [{"name": "a", "kind": "python", "function": "f.py:wait"},
+             {"name": "b", "kind": "python", "function": "f.py:mark"}]
     pipeline = build(tmp_path, models, steps)
-
-    async def both() -> dict[str, object]:
-        shared = event()
-        for step in pipeline.graph.steps.values():
-            step.args = {"other": shared}
-        return (await pipeline.run({"member_id": "m"}, "r")).results
-
-    # `a` finishes only once `b` has run: sequential steps would time out in `a`
-    assert asyncio.run(both()) == {"a": 1, "b": 2}
+    # `a` finishes only once `b` has run: steps run one after the other would time out in `a`
+    assert asyncio.run(pipeline.run({"member_id": "m"}, "r")).results == {"a": 1, "b": 2}
 
 
 def test_a_bad_key_fails_the_request_naming_the_step(tmp_path: Path, models) -> None:

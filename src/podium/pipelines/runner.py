@@ -37,6 +37,9 @@ class Runner:
         self.graph = graph
         self.tracing = tracing
         self.deadline_s = deadline_ms / 1000
+        # settings without references need no resolving per request
+        self._static = {name: step.settings() for name, step in graph.steps.items()
+                        if not any(True for _ in refs.walk(step.settings()))}
 
     async def run(self, inputs: dict[str, Any], request_id: str,
                   traceparent: str | None = None) -> RunResult:
@@ -79,7 +82,7 @@ class Runner:
                 else:
                     left = deadline - loop.time()
                     timeout = min(left, step.timeout_ms / 1000) if step.timeout_ms else left
-                    args = refs.resolve(step.settings(), scope)
+                    args = self._static.get(name) or refs.resolve(step.settings(), scope)
                     call = CallContext(request_id, traceparent_now(), max(timeout, 0.0))
                     if timeout <= 0:
                         raise TimeoutError

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +82,12 @@ class Tracing:
     trace_log: Path | None = None
     debug_sample_rate: float = 0.0
     _file_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _tracer: Any = field(default=None, repr=False)
 
     def tracer(self) -> Any:
-        return provider().get_tracer("podium.pipelines")
+        if self._tracer is None:  # get_tracer builds a new tracer object on every call
+            self._tracer = provider().get_tracer("podium.pipelines")
+        return self._tracer
 
     @contextmanager
     def request_span(self, request_id: str, traceparent: str | None) -> Iterator[Any]:
@@ -115,7 +118,7 @@ class Tracing:
         span.set_attribute("podium.variant", record.variant)
         observe_step(record.pipeline, record.step, record.variant, record.outcome,
                      record.duration_ms / 1000)
-        line = json.dumps(asdict(record), separators=(",", ":"), default=str)
+        line = json.dumps(record.__dict__, separators=(",", ":"), default=str)
         log.info(line)
         if self.trace_log is not None:
             with self._file_lock, self.trace_log.open("a", encoding="utf-8") as out:
