@@ -68,3 +68,19 @@ def test_each_step_writes_one_json_line_and_counts_in_metrics(tmp_path: Path, mo
         "podium:pipeline_step_total",
         {"pipeline": "p", "step": "c", "variant": "only", "outcome": "ok"})
     assert after == before + 1
+
+
+def test_the_sampled_debug_log_holds_full_payloads_only_when_turned_on(
+        tmp_path: Path, models, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "f.py").write_text("def items(**kw):\n    return {'items': [1, 2, 3]}\n")
+    caplog.set_level("INFO", logger="podium.pipeline.debug")
+    asyncio.run(build(tmp_path, models, STEPS).run({"member_id": "m"}, "off"))
+    assert not [r for r in caplog.records if r.name == "podium.pipeline.debug"]
+    asyncio.run(build(tmp_path, models, STEPS, debug_sample_rate=1.0).run(
+        {"member_id": "m"}, "on"))
+    payloads = [json.loads(r.getMessage()) for r in caplog.records
+                if r.name == "podium.pipeline.debug"]
+    assert {p["step"] for p in payloads} == {"arm", "a", "b", "c"}
+    c = next(p for p in payloads if p["step"] == "c")
+    assert c["request_id"] == "on" and c["result"] == {"items": [1, 2, 3]}
+    assert c["args"]["args"]["x"] == {"items": [1, 2, 3]}  # its resolved arguments
