@@ -105,6 +105,19 @@ def test_a_bad_field_is_a_400_naming_it_then_a_good_request_answers(served) -> N
     assert good.status_code == 200
 
 
+def test_an_unknown_parameter_is_a_400_naming_it_then_a_good_request_answers(served) -> None:
+    body = {"inputs": [{"name": "member_id", "datatype": "BYTES", "shape": [1],
+                        "data": ["m1"]}]}
+    bad = httpx.post(f"{served.http_url}/v2/models/recommend/infer", timeout=30,
+                     json={**body, "parameters": {"temperature": 0.5}})
+    assert bad.status_code == 400
+    assert "parameter 'temperature' is not honoured by a pipeline" in bad.json()["error"]
+    traced = httpx.post(f"{served.http_url}/v2/models/recommend/infer", timeout=30, json={
+        **body, "parameters": {"traceparent": f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"}})
+    assert traced.status_code == 200
+    assert traced.json()["parameters"]["pipeline_trace_id"] == CALLER_TRACE
+
+
 def test_step_metrics_are_on_metrics(served) -> None:
     httpx.post(f"{served.http_url}/pipelines/recommend", json={"member_id": "m2"}, timeout=30)
     text = httpx.get(f"{served.http_url}/metrics", timeout=30).text

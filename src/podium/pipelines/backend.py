@@ -63,6 +63,11 @@ class PipelineBackend(Backend):
         context = request_log.current()
         request_id = (context.request_id if context is not None else request.id
                       ) or uuid.uuid4().hex
+        unknown = sorted(set(request.parameters) - {"traceparent"})
+        if unknown:
+            raise InvalidArgument(f"parameter {unknown[0]!r} is not honoured by a pipeline "
+                                  "(it takes only 'traceparent'); remove it",
+                                  param=unknown[0])
         traceparent = request.parameters.get("traceparent")
         if traceparent is not None and not isinstance(traceparent, str):
             raise InvalidArgument("parameter 'traceparent' must be a W3C traceparent string",
