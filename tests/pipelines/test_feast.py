@@ -60,3 +60,43 @@ def test_a_features_step_reads_the_feast_online_store_with_defaults(feast_repo: 
 def test_a_feature_the_view_lacks_is_refused_at_load(feast_repo: Path, models) -> None:
     with pytest.raises(PackageError, match=r"step 'feats' .*has no feature 'f9'"):
         build(feast_repo, models, [_step(["f0", "f9"])])
+
+
+def test_the_recommend_examples_feast_variant_ranks_like_the_sql_one(tmp_path: Path) -> None:
+    import numpy as np
+
+    from podium.backends.base import InferenceRequest, Tensor
+    from podium.examples.builders import write_xgb_example
+    from podium.examples.recommend import recommend_manifest, write_recommend_example
+    from podium.examples.recommend_feast import use_feast, write_feature_repo
+    from podium.package.package import write_manifest
+    from podium.repository import ModelRepository, scan_repository
+
+    write_xgb_example(tmp_path / "xgb-example")
+    package = write_recommend_example(tmp_path / "recommend", "absent-llm")
+    write_feature_repo(package)
+
+    def control_only(manifest: dict) -> dict:
+        manifest["steps"] = [s for s in manifest["steps"] if s["name"] != "pick"]
+        manifest["steps"][0]["variants"] = [{"name": "control", "weight": 1}]
+        manifest["steps"][-1]["args"].pop("picked")
+        return manifest
+
+    async def titles(manifest: dict) -> list[str]:
+        write_manifest(package, manifest)
+        served = ModelRepository(root=tmp_path)
+        served.register(scan_repository(tmp_path))
+        await served.load_model("xgb-example")
+        await served.load_model("recommend")
+        try:
+            member = np.array([b"m3"], dtype=object)
+            answer = await served.infer("recommend", None, InferenceRequest(
+                inputs={"member_id": Tensor("member_id", "BYTES", member)}))
+        finally:
+            await served.unload_all()
+        found = next(t for t in answer.outputs if t.name == "titles").data
+        return [t.decode() if isinstance(t, bytes) else t for t in found]
+
+    from_sql = asyncio.run(titles(control_only(recommend_manifest("absent-llm"))))
+    from_feast = asyncio.run(titles(use_feast(control_only(recommend_manifest("absent-llm")))))
+    assert len(from_feast) == 3 and from_feast == from_sql
