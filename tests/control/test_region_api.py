@@ -155,7 +155,8 @@ def test_region_flags_and_files_are_checked_with_the_field_named(tmp_path: Path)
 
 
 def test_each_regions_gateways_follow_its_part_of_the_api_on_its_ports(tmp_path: Path) -> None:
-    from podium.control.up import UpConfig, gateway_command
+    from podium.control.up import UpConfig
+    from podium.control.up_region import gateway_command
 
     spec = RegionSpec("eu", http_port=9100, grpc_port=9101)
     config = UpConfig(home=tmp_path, api_port=8090, regions=(spec,))

@@ -21,14 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,25 +36,25 @@ from podium.control.api import create_app
 from podium.control.engine_api import add_engine_routes
 from podium.control.engine_figures import EngineFigures
 from podium.control.gateway_api import QuietSync, add_gateway_routes
-from podium.control.gateway_feed import PublishedTable, RouteFeed
-from podium.control.gateways import GatewayProcesses
 from podium.control.loop import ControlLoop
 from podium.control.plane import ControlPlane
 from podium.control.plane_lock import PlaneLock, holder_info
-from podium.control.region_config import RegionSpec
 from podium.control.region_world import Region, RegionWorlds
-from podium.control.runtime import Runtime, create_runtime
+from podium.control.runtime import create_runtime
 from podium.control.store import Store, default_url
 from podium.control.up_config import UpConfig
+from podium.control.up_region import RegionServed, region_specs
+from podium.control.up_stop import (
+    on_stop_signal,
+    stop_gateways,
+    stop_instances,
+    stop_loop,
+    stop_self,
+)
 from podium.edge.head import bounded_head_protocol
-from podium.gateway.limits import to_flags
-from podium.gateway.process import GATEWAY_KEYS_ENV
-from podium.routes.stats import VersionStats
 from podium.shutdown import ShutdownWatchdog
 
 log = logging.getLogger("podium.control")
-STOP_RESERVE_S = 1.0
-"""Of the shutdown timeout, kept for closing the store and the locks after the instances."""
 
 
 def run_up(config: UpConfig) -> int:
@@ -73,14 +69,14 @@ def run_up(config: UpConfig) -> int:
             host=config.host, http_port=config.http_port, grpc_port=config.grpc_port,
             api_port=config.api_port))
         cleanup.callback(lock.release)
-        _on_stop_signal(watchdog)  # until the servers run: stop as soon as they start
+        on_stop_signal(watchdog)  # until the servers run: stop as soon as they start
         store = Store.open(url)
         cleanup.callback(store.close)
         store.set_regions(list(config.regions))  # none declared: the one `default` region
         # the one key the instances accept: kept under the home, so adopted ones still do
         credential = internal_credential.load_or_create(home)
-        served = [_RegionServed.build(config, spec, home, store, credential, declared)
-                  for spec, declared in _specs(config)]
+        served = [RegionServed.build(config, spec, home, store, credential, declared)
+                  for spec, declared in region_specs(config)]
         for part in served:
             # before any instance is adopted: a refusal must leave them running
             part.gateways.adopt(host=config.host, port=part.spec.http_port)
@@ -98,133 +94,22 @@ def run_up(config: UpConfig) -> int:
         loop = ControlLoop(plane, first.runtime, first.table, first.stats, config.loop,
                            feeds=[p.feed for p in served],
                            gateways=[p.gateways for p in served], regions=regions,
-                           plane_lock=lock, on_deposed=_stop_self)
-        cleanup.callback(lambda: None if loop.deposed else _stop_instances(
+                           plane_lock=lock, on_deposed=stop_self)
+        cleanup.callback(lambda: None if loop.deposed else stop_instances(
             plane, [r.runtime for r in regions], watchdog))  # deposed: the new holder's now
         thread = threading.Thread(target=loop.run_forever, name="podium-control", daemon=True)
         # adopted gateways keep their table until the loop's first pass has rebuilt this one
         for part in served:
             part.gateways.start()
-        cleanup.callback(_stop_gateways, served, watchdog)  # first to stop: they drain
+        cleanup.callback(stop_gateways, served, watchdog)  # first to stop: they drain
         thread.start()
-        cleanup.callback(_stop_loop, loop, thread, watchdog)
+        cleanup.callback(stop_loop, loop, thread, watchdog)
         try:
             asyncio.run(_serve(config, plane, served, watchdog, credential))
         finally:
-            _on_stop_signal(watchdog)  # asyncio's handlers left with its loop
+            on_stop_signal(watchdog)  # asyncio's handlers left with its loop
             watchdog.arm()  # whatever ended serving, the rest of the stop is bounded
     return 2 if loop.deposed else 0
-
-
-class _RegionServed:
-    """What `podium up` runs for one region: its table and feed, gateways, then runtime."""
-
-    def __init__(self, spec: RegionSpec, home: Path, prefix: str, gateways: GatewayProcesses,
-                 table: PublishedTable, stats: VersionStats, feed: RouteFeed) -> None:
-        self.spec, self.home, self.prefix = spec, home, prefix
-        self.gateways, self.table, self.stats, self.feed = gateways, table, stats, feed
-        self.runtime: Runtime | None = None
-
-    @classmethod
-    def build(cls, config: UpConfig, spec: RegionSpec, home: Path, store: Store,
-              credential: str, declared: bool) -> _RegionServed:
-        """A region's table, feed and gateway processes (not started yet)."""
-        table, stats = PublishedTable(), VersionStats()
-        feed = table.feed = RouteFeed(table, stats)
-        where = home / "regions" / spec.name if declared else home
-        prefix = f"/regions/{spec.name}" if declared else ""
-        names = [f"gateway-{i}" if not declared else f"{spec.name}-gateway-{i}"
-                 for i in range(config.num_gateways)]
-        gateways = GatewayProcesses(
-            where, [gateway_command(config, name, region=spec if declared else None)
-                    for name in names],
-            secrets=gateway_secrets(config, credential),
-            note=lambda message: store.record_event("gateway", message))
-        return cls(spec, where, prefix, gateways, table, stats, feed)
-
-
-def _specs(config: UpConfig) -> list[tuple[RegionSpec, bool]]:
-    """The regions to run, and whether they were declared (else: the implicit default)."""
-    if config.regions:
-        return [(spec, True) for spec in config.regions]
-    # its runtime comes from --runtime / --ray-address, checked by create_runtime itself
-    return [(RegionSpec(http_port=config.http_port, grpc_port=config.grpc_port), False)]
-
-
-def gateway_command(config: UpConfig, name: str, *,
-                    region: RegionSpec | None = None) -> list[str]:
-    """The `podium gateway` command line of one of this plane's gateways (of one region's,
-    on its ports, following its part of the API)."""
-    api_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
-    if ":" in api_host:
-        api_host = f"[{api_host}]"
-    control = f"http://{api_host}:{config.api_port}"
-    http_port, grpc_port = config.http_port, config.grpc_port
-    if region is not None:
-        control += f"/regions/{region.name}"
-        http_port, grpc_port = region.http_port, region.grpc_port
-    return [sys.executable, "-m", "podium.cli", "gateway",
-            "--control", control, "--id", name,
-            "--host", config.host, "--http-port", str(http_port),
-            "--grpc-port", str(grpc_port), "--reuse-port",
-            "--shutdown-timeout", f"{gateway_shutdown_s(config):g}", *to_flags(config.limits),
-            *(arg for path in config.keys.api_key_files for arg in ("--api-key-file", str(path))),
-            *(arg for path in config.keys.admin_key_files
-              for arg in ("--admin-key-file", str(path)))]
-
-
-def gateway_secrets(config: UpConfig, credential: str) -> dict[str, str]:
-    """What a gateway process gets by environment, never on its command line: the plane's
-    credential (for the instances and the control API) and the literal client keys."""
-    keys = config.key_config()
-    return {internal_credential.ENV: credential,
-            GATEWAY_KEYS_ENV: json.dumps({"api_keys": list(keys.api_keys),
-                                          "admin_keys": list(keys.admin_keys)})}
-
-
-def gateway_shutdown_s(config: UpConfig) -> float:
-    """A gateway's share of the shutdown (told at its first moment): half, most of it for
-    in-flight requests; the instances they run on are stopped in the other half."""
-    return max(1.0, config.shutdown_timeout_s / 2)
-
-
-def _stop_self() -> None:
-    """Stop `podium up` the way SIGTERM does (from any thread)."""
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _on_stop_signal(watchdog: ShutdownWatchdog) -> None:
-    """SIGTERM / SIGINT start the countdown (and `_serve` stops if it has not begun)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, frame: watchdog.arm())
-
-
-def _stop_gateways(served: list[_RegionServed], watchdog: ShutdownWatchdog) -> None:
-    for part in served:
-        part.gateways.terminate()  # every region's drain at once, on their own clocks
-    for part in served:
-        # the instances are still up: in-flight requests finish before they are stopped
-        part.gateways.stop(timeout_s=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
-        part.feed.forget_gateways()  # gone: nothing more is in flight through them
-
-
-def _stop_loop(loop: ControlLoop, thread: threading.Thread, watchdog: ShutdownWatchdog) -> None:
-    loop.stop()
-    thread.join(timeout=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
-
-
-def _stop_instances(plane: ControlPlane, runtimes: list[Runtime],
-                    watchdog: ShutdownWatchdog) -> None:
-    # a loop pass stuck past its share must not keep the instances running
-    locked = plane.lock.acquire(timeout=watchdog.remaining(reserve_s=watchdog.timeout_s / 2))
-    if not locked:
-        log.warning("a control-loop pass still runs; stopping the instances anyway")
-    try:
-        for runtime in runtimes:
-            runtime.close(timeout_s=watchdog.remaining(reserve_s=STOP_RESERVE_S))
-    finally:
-        if locked:
-            plane.lock.release()
 
 
 class _Server(uvicorn.Server):
@@ -236,7 +121,7 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _serve(config: UpConfig, plane: ControlPlane, served: list[_RegionServed],
+async def _serve(config: UpConfig, plane: ControlPlane, served: list[RegionServed],
                  watchdog: ShutdownWatchdog, credential: str) -> None:
     # the gateways follow the plane with its credential: it opens the admin routes too
     app = create_app(plane, access=config.access(internal_key=credential),
