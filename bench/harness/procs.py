@@ -1,11 +1,10 @@
-"""Server processes for benchmarks: a free port, start-and-wait-ready, a clean bounded stop."""
+"""Server processes for benchmarks: start-and-wait-ready, a clean bounded stop."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,13 +19,6 @@ from bench.harness.loops import check_loopback
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository root: `python -m bench.NAME` runs from here."""
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:

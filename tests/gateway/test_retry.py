@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from podium.errors import Overloaded, Unavailable
-from podium.gateway.admission import Admission, declared_bound
+from podium.gateway.admission import Admission
 from podium.gateway.retry import Attempts, Target
 from podium.routes.stats import VersionStats
-from podium.routes.table import Endpoint, RouteTable
+from podium.routes.table import Endpoint, RouteTable, declared_bound
 
 BOUND = 2
 

@@ -1,14 +1,8 @@
-"""Loopback ports for tests: the one `free_port` every test and support module uses."""
+"""Loopback ports for tests: the product's one `free_port` (`podium.ports`), under the name
+every test and support module imports."""
 
 from __future__ import annotations
 
-import socket
+from podium.ports import free_port
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the kernel considers free right now (another process may take it before it is
-    bound: tests bind it at once)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
+__all__ = ["free_port"]

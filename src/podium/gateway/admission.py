@@ -16,7 +16,6 @@ from __future__ import annotations
 from podium.errors import Overloaded
 from podium.routes.stats import VersionStats
 from podium.routes.table import Endpoint
-from podium.routes.table import declared_bound as declared_bound  # its old home
 
 RETRY_AFTER_S = 1.0
 """What a shed request is told to wait: about one batch or queue wait of a busy instance."""

@@ -40,7 +40,7 @@ class Endpoint:
     grpc_target: str | None = None
     """`host:port` of the instance's KServe gRPC server (None: HTTP only)."""
     max_in_flight: int | None = None
-    """The bound the package's own queue limits imply (`admission.declared_bound`); None: the
+    """The bound the package's own queue limits imply (`declared_bound` below); None: the
     gateway's `--max-in-flight-per-instance`."""
     idempotent: bool = True
     """The package's `idempotent`: a request it failed may be sent again (to the stable

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from podium.control.runtime.detached import open_gate, pid_alive, spawn_gated
 from podium.control.runtime.supervisor import Instance, Supervisor
 from podium.control.store import Store
 from podium.credential import instance_env
+from podium.ports import free_port
 from podium.routes.table import RouteTable
 
 CommandFor = Callable[[str, int, int], list[str]]
@@ -43,13 +43,6 @@ def serve_command(package: str, http_port: int, grpc_port: int, *,
     out)."""
     return [sys.executable, "-m", "podium.cli", "serve", package, "--host", host,
             "--http-port", str(http_port), "--grpc-port", str(grpc_port)]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the kernel considers free right now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"

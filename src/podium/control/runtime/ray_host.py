@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from podium.control.runtime.local import free_port, renice, serve_command
+from podium.control.runtime.local import renice, serve_command
 from podium.credential import instance_env
+from podium.ports import free_port
 
 # set PR_SET_PDEATHSIG (1) then exec the command; exit at once if the parent is already gone
 _DIE_WITH_PARENT = (
