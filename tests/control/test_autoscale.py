@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from podium.control.autoscale import AutoscalePolicy, AutoscaleState, Demand, decide, wanted
+from podium.control.actions import Scale
+from podium.control.autoscale import (
+    AutoscalePolicy,
+    AutoscaleState,
+    Demand,
+    Deployment,
+    decide,
+    wanted,
+)
 from podium.errors import InvalidArgument
 
 POLICY = AutoscalePolicy(min_instances=1, max_instances=4, target_in_flight=8,
@@ -14,6 +22,23 @@ LLM = AutoscalePolicy(min_instances=1, max_instances=4, target_in_flight=64, tar
                       max_kv_cache_usage=0.8, scale_up_window_ms=3_000,
                       scale_down_cooldown_ms=10_000)
 IDLE = Demand(in_flight=0, waiting=0, kv_cache_usage=0)
+DEPLOYMENT = Deployment("m", "1")
+
+
+def step(policy: AutoscalePolicy, state: AutoscaleState, demand: Demand,
+         now_ms: int) -> AutoscaleState:
+    """The state `decide` keeps (its actions: the test below)."""
+    return decide(policy, state, demand, now_ms, DEPLOYMENT).state
+
+
+def test_a_change_is_one_scale_action_and_no_change_none() -> None:
+    decision = decide(POLICY, AutoscaleState(num_instances=1), Demand(in_flight=30), 500,
+                      Deployment("m", "1", region="eu"))
+    assert decision.actions == [Scale("m", "1", 4, region="eu")]
+    assert decision.note == "autoscale: in_flight 30/instance > target 8"
+    assert decision.state.num_instances == 4
+    same = decide(POLICY, decision.state, Demand(in_flight=30), 600, DEPLOYMENT)
+    assert same.actions == [] and same.state.num_instances == 4
 
 
 def run(policy: AutoscalePolicy, state: AutoscaleState, demands: list[tuple[int, Demand]]
@@ -22,7 +47,7 @@ def run(policy: AutoscalePolicy, state: AutoscaleState, demands: list[tuple[int,
     changes = []
     for now, demand in demands:
         before = state.num_instances
-        state = decide(policy, state, demand, now)
+        state = step(policy, state, demand, now)
         if state.num_instances != before:
             changes.append((now, state.num_instances))
     return changes
@@ -36,7 +61,7 @@ def test_wanted_instances_follow_in_flight_within_bounds(in_flight: int, expect:
 
 
 def test_scale_up_is_immediate_without_a_window() -> None:
-    state = decide(POLICY, AutoscaleState(num_instances=1), Demand(in_flight=30), now_ms=500)
+    state = step(POLICY, AutoscaleState(num_instances=1), Demand(in_flight=30), now_ms=500)
     assert (state.num_instances, state.last_change_ms) == (4, 500)
     assert state.reason == "in_flight 30/instance > target 8"
 
@@ -49,20 +74,20 @@ def test_scale_down_waits_for_the_cooldown_then_steps_one_at_a_time() -> None:
 
 def test_a_burst_during_cooldown_resets_the_low_timer() -> None:
     state = AutoscaleState(num_instances=2, last_change_ms=0)
-    state = decide(POLICY, state, Demand(in_flight=0), now_ms=20_000)
-    state = decide(POLICY, state, Demand(in_flight=16), now_ms=25_000)  # demand back at 2
+    state = step(POLICY, state, Demand(in_flight=0), now_ms=20_000)
+    state = step(POLICY, state, Demand(in_flight=16), now_ms=25_000)  # demand back at 2
     assert state.low_since_ms is None
-    state = decide(POLICY, state, Demand(in_flight=0), now_ms=26_000)
-    state = decide(POLICY, state, Demand(in_flight=0), now_ms=35_000)
+    state = step(POLICY, state, Demand(in_flight=0), now_ms=26_000)
+    state = step(POLICY, state, Demand(in_flight=0), now_ms=35_000)
     assert state.num_instances == 2  # low only since 26 s
-    state = decide(POLICY, state, Demand(in_flight=0), now_ms=36_000)
+    state = step(POLICY, state, Demand(in_flight=0), now_ms=36_000)
     assert state.num_instances == 1
 
 
 def test_out_of_bounds_count_is_corrected_at_once() -> None:
     policy = AutoscalePolicy(min_instances=2, max_instances=3, scale_down_cooldown_ms=10_000)
-    assert decide(policy, AutoscaleState(num_instances=5), Demand(), now_ms=1).num_instances == 2
-    assert decide(policy, AutoscaleState(num_instances=0), Demand(), now_ms=1).num_instances == 2
+    assert step(policy, AutoscaleState(num_instances=5), Demand(), now_ms=1).num_instances == 2
+    assert step(policy, AutoscaleState(num_instances=0), Demand(), now_ms=1).num_instances == 2
 
 
 def test_waiting_requests_scale_up_after_the_window() -> None:
@@ -71,8 +96,8 @@ def test_waiting_requests_scale_up_after_the_window() -> None:
     changes = run(LLM, AutoscaleState(num_instances=1),
                   [(now, queued) for now in range(0, 5_001, 500)])
     assert changes == [(3_000, 3)]  # over since 0 ms; one instance per waiting request
-    state = decide(LLM, AutoscaleState(num_instances=1), queued, now_ms=0)
-    state = decide(LLM, state, queued, now_ms=3_000)
+    state = step(LLM, AutoscaleState(num_instances=1), queued, now_ms=0)
+    state = step(LLM, state, queued, now_ms=3_000)
     assert state.reason == "waiting 3/instance > target 1"
 
 
@@ -94,7 +119,7 @@ def run_to(policy: AutoscalePolicy, state: AutoscaleState, demand: Demand, start
            end_ms: int) -> AutoscaleState:
     """The state after deciding on the same demand every 500 ms from start to end."""
     for now in range(start_ms, end_ms + 1, 500):
-        state = decide(policy, state, demand, now)
+        state = step(policy, state, demand, now)
     return state
 
 
@@ -144,8 +169,8 @@ def test_an_unknown_engine_signal_is_not_a_zero() -> None:
 
 
 def test_nothing_changes_while_an_instance_is_starting_and_the_cooldown_restarts() -> None:
-    state = decide(LLM, AutoscaleState(num_instances=1), Demand(waiting=5), now_ms=0)
-    state = decide(LLM, state, Demand(waiting=5), now_ms=3_000)
+    state = step(LLM, AutoscaleState(num_instances=1), Demand(waiting=5), now_ms=0)
+    state = step(LLM, state, Demand(waiting=5), now_ms=3_000)
     assert state.num_instances == 4
     booting = Demand(in_flight=0, waiting=9, kv_cache_usage=0.99, num_starting=3)
     assert run(LLM, state, [(now, booting) for now in range(3_500, 60_001, 500)]) == []

@@ -15,6 +15,9 @@ the instances' `/metrics`. A signal wants `ceil(load per instance * instances / 
 - While an instance of the deployment is starting, nothing changes and both timers restart:
   the load it will take is not in the signals yet.
 - A count outside min..max is corrected at once.
+
+`decide` returns the one `actions.Decision`: the state to keep, a `Scale` of the deployment
+when its count changes (none otherwise), and why.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from podium.control.actions import DEFAULT_REGION, Decision, Scale
 from podium.errors import InvalidArgument
 
 MAX_INSTANCES = 64
@@ -142,9 +146,29 @@ def wanted(policy: AutoscalePolicy, demand: Demand, current: int) -> int:
     return _bounded(policy, max(known, default=0))
 
 
-def decide(policy: AutoscalePolicy, state: AutoscaleState, demand: Demand,
-           now_ms: int) -> AutoscaleState:
-    """The next state given the deployment's demand at `now_ms`."""
+@dataclass(frozen=True)
+class Deployment:
+    """The deployment a decision sizes (its `Scale` names it)."""
+
+    model: str
+    version: str
+    region: str = DEFAULT_REGION
+
+
+def decide(policy: AutoscalePolicy, state: AutoscaleState, demand: Demand, now_ms: int,
+           deployment: Deployment) -> Decision[AutoscaleState]:
+    """The next state given the deployment's demand at `now_ms`, and the `Scale` to its new
+    count when that changed."""
+    nxt = _next_state(policy, state, demand, now_ms)
+    if nxt.num_instances == state.num_instances:
+        return Decision(nxt, [], "")
+    scale = Scale(deployment.model, deployment.version, nxt.num_instances,
+                  region=deployment.region)
+    return Decision(nxt, [scale], f"autoscale: {nxt.reason}")
+
+
+def _next_state(policy: AutoscalePolicy, state: AutoscaleState, demand: Demand,
+                now_ms: int) -> AutoscaleState:
     current = state.num_instances
     if not policy.min_instances <= current <= policy.max_instances:
         target = wanted(policy, demand, current)

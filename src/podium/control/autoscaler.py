@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from podium.control.actions import Scale
 from podium.control.autoscale import (
     DEFAULT_TARGETS,
     AutoscalePolicy,
     AutoscaleState,
     Demand,
+    Deployment,
     Targets,
     decide,
 )
@@ -59,11 +59,11 @@ class Autoscaler:
             state = self._states.get(key) or AutoscaleState(dep.num_desired, now_ms)
             if state.num_instances != dep.num_desired:  # resized by someone else meanwhile
                 state = AutoscaleState(dep.num_desired, now_ms)
-            state = decide(policy, state, self._demand(dep, policy, region), now_ms)
-            self._states[key] = state
-            if state.num_instances != dep.num_desired:
-                self.commit.scale(Scale(dep.model, dep.version, state.num_instances,
-                                        region=dep.region), f"autoscale: {state.reason}")
+            decision = decide(policy, state, self._demand(dep, policy, region), now_ms,
+                              Deployment(dep.model, dep.version, dep.region))
+            self._states[key] = decision.state
+            for action in decision.actions:
+                self.commit.scale(action, decision.note)
 
     def _policy(self, dep: DeploymentRow) -> AutoscalePolicy:
         declared = {k: v for k, v in self._declared(dep.model, dep.version).items()
