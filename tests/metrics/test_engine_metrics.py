@@ -1,21 +1,34 @@
-"""A real engine: /metrics exposes every vllm:* family the engine registers, with its labels."""
+"""A real engine: /metrics exposes every vllm:* family the engine registers, with its labels.
+
+On the suite's shared instance (no engine of its own): what vLLM's stat loggers register for
+its LLM package comes from `support/engine_families.py` (the engine config built as the boot
+builds it, the loggers made as `AsyncLLM` makes them, no engine started), what the instance
+wrote from its multiprocess directory, and both are compared with its /metrics.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from podium.metrics.multiproc import LOCK_NAME, default_base
+from tests.conftest import LLM
 from tests.support.engine_probe import label_names
+from tests.support.harness import ROOT, RunningInstance
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.engine
 
 # The families operators build dashboards and alerts on (issue 4); all must be there.
 REQUIRED = (
@@ -32,69 +45,81 @@ REQUIRED = (
     "vllm:num_preemptions",
     "vllm:request_success",
 )
+ENGINE = (("engine", "0"), ("model_name", LLM))
 
 
 @pytest.fixture(scope="module")
-def probe(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> dict[str, Any]:
-    base = tmp_path_factory.mktemp("metrics")
-    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+def registered(model_repository: Path, default_model_dir: Path) -> dict[str, list[str]]:
+    """{family: label names} vLLM registers for the shared instance's LLM package."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).parents[1] / "support" / "engine_probe.py"),
-            str(default_model_dir),
-            str(base),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+        [sys.executable, "-m", "tests.support.engine_families", str(model_repository / LLM),
+         str(default_model_dir)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.engine
-def test_every_registered_engine_family_is_exposed_with_its_labels(probe: dict) -> None:
-    registered = probe["registered"]
+def scrape(instance: RunningInstance, accept: str | None = None) -> httpx.Response:
+    headers = {"Accept": accept} if accept else {}
+    reply = httpx.get(f"{instance.http_url}/metrics", headers=headers, timeout=30)
+    assert reply.status_code == 200, reply.text
+    return reply
+
+
+def exposed(instance: RunningInstance) -> dict[str, list[str]]:
+    return label_names(text_string_to_metric_families(scrape(instance).text))
+
+
+def test_every_registered_engine_family_is_exposed_with_its_labels(
+        instance: RunningInstance, registered: dict[str, list[str]]) -> None:
     assert len(registered) >= 30, sorted(registered)
-    exposed = label_names(text_string_to_metric_families(probe["text"]))
-    missing = {name: labels for name, labels in registered.items() if name not in exposed}
+    shown = exposed(instance)
+    missing = {name: labels for name, labels in registered.items() if name not in shown}
     assert not missing, f"engine families absent from /metrics: {missing}"
-    wrong = {n: (registered[n], exposed[n]) for n in registered if exposed[n] != registered[n]}
+    wrong = {n: (registered[n], shown[n]) for n in registered if shown[n] != registered[n]}
     assert not wrong, f"labels differ (registered, exposed): {wrong}"
-    assert set(REQUIRED) <= set(exposed)
+    assert set(REQUIRED) <= set(shown)
 
 
-@pytest.mark.engine
-def test_every_family_in_the_multiprocess_directory_is_exposed(probe: dict) -> None:
-    exposed = label_names(text_string_to_metric_families(probe["text"]))
-    assert probe["in_directory"], "the engine wrote nothing to the multiprocess directory"
-    assert set(probe["in_directory"]) <= set(exposed)
-    assert all(f.endswith(".db") for f in probe["files"] if f != "instance.lock")
+def test_every_family_in_the_multiprocess_directory_is_exposed(
+        instance: RunningInstance) -> None:
+    directory = default_base().resolve() / f"instance-{instance.process.pid}"
+    assert directory.is_dir(), sorted(p.name for p in default_base().iterdir())
+    in_directory = label_names(MultiProcessCollector(None, str(directory)).collect())
+    assert in_directory, "the engine wrote nothing to the multiprocess directory"
+    assert set(in_directory) <= set(exposed(instance))
+    files = [p.name for p in directory.iterdir()]
+    assert all(f.endswith(".db") for f in files if f != LOCK_NAME), files
 
 
-@pytest.mark.engine
-def test_engine_values_reflect_served_requests(probe: dict) -> None:
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in text_string_to_metric_families(probe["text"])
-        for s in f.samples
-    }
-    engine = (("engine", "0"), ("model_name", "smol"))
-    assert samples[("vllm:generation_tokens_total", engine)] == 16  # 2 requests x 8 tokens
-    assert samples[("vllm:time_to_first_token_seconds_count", engine)] == 2
-    assert (
-        samples[
-            ("vllm:request_success_total", (*engine[:1], ("finished_reason", "length"), engine[1]))
-        ]
-        == 2
-    )
-    assert samples[("podium:ready", ())] == 1
+def _values(instance: RunningInstance) -> dict[tuple[str, tuple], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(scrape(instance).text) for s in f.samples}
 
 
-@pytest.mark.engine
-def test_openmetrics_exposes_the_same_families(probe: dict) -> None:
-    assert probe["openmetrics_content_type"].startswith("application/openmetrics-text")
-    om = label_names(openmetrics_families(probe["openmetrics"]))
-    assert set(probe["registered"]) <= set(om)
+def test_engine_values_reflect_served_requests(instance: RunningInstance) -> None:
+    success = ("vllm:request_success_total",
+               (ENGINE[0], ("finished_reason", "length"), ENGINE[1]))
+    keys = {"tokens": ("vllm:generation_tokens_total", ENGINE),
+            "ttft": ("vllm:time_to_first_token_seconds_count", ENGINE), "success": success}
+    before = _values(instance)
+    for _ in range(2):
+        reply = httpx.post(f"{instance.openai_url}/completions", headers=instance.headers(),
+                           timeout=120, json={"model": LLM, "prompt": "The capital of France is",
+                                              "max_tokens": 8, "ignore_eos": True})
+        assert reply.status_code == 200, reply.text
+    # the engine's stats reach the counters just after the last token is sent
+    delta: Callable[[], dict[str, float]] = lambda: {  # noqa: E731
+        name: _values(instance).get(key, 0.0) - before.get(key, 0.0)
+        for name, key in keys.items()}
+    wanted = {"tokens": 16, "ttft": 2, "success": 2}  # 2 requests x 8 tokens
+    eventually(lambda: delta() == wanted, timeout_s=10)
+    assert delta() == wanted
+    assert _values(instance)[("podium:ready", ())] == 1
+
+
+def test_openmetrics_exposes_the_same_families(
+        instance: RunningInstance, registered: dict[str, list[str]]) -> None:
+    reply = scrape(instance, "application/openmetrics-text; version=1.0.0")
+    assert reply.headers["content-type"].startswith("application/openmetrics-text")
+    assert set(registered) <= set(label_names(openmetrics_families(reply.text)))
