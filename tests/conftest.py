@@ -21,6 +21,7 @@ from tests.support.harness import ROOT, RunningInstance, running_instance
 if TYPE_CHECKING:
     from tests.support.engine_count import EngineCounter
     from tests.support.kserve_instance import Instance
+    from tests.support.spare import Spare
 
 os.environ.setdefault("PODIUM_HOME", str(ROOT / ".podium"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -52,7 +53,8 @@ from it instead of prefilled again by each of the many similar requests."""
 
 
 TIER_FIXTURES = {
-    "engine": {"instance": "tests.conftest", "openai_client": "tests.conftest"},
+    "engine": {"instance": "tests.conftest", "openai_client": "tests.conftest",
+               "spare_instance": "tests.conftest"},
     "postgres": {"postgres_url": "tests.control.conftest",
                  "fresh_postgres": "tests.control.conftest"},
     "ray": {"ray_cluster": "tests.control.test_ray_runtime",
@@ -156,6 +158,20 @@ def openai_client(instance: RunningInstance):
 
     return openai.OpenAI(base_url=instance.openai_url, api_key=API_KEY, max_retries=0,
                          timeout=120)
+
+
+@pytest.fixture(scope="session")
+def spare_instance(default_model_dir: Path,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spare]:
+    """A second real instance of the default LLM, booted on first `get()`, for the tests that
+    need two or end one (tests/support/spare.py): one engine start for all of them."""
+    from tests.support.spare import Spare
+
+    spare = Spare(tmp_path_factory.mktemp("spare"))
+    try:
+        yield spare
+    finally:
+        spare.stop()
 
 
 @pytest.fixture(scope="session")

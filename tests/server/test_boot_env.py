@@ -8,14 +8,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.harness import running_instance, start_instance
+from tests.support.harness import start_instance
+from tests.support.spare import Spare
 
-# the good boot serves the examples, their LLM too: a real engine under the thread compiler
+# the good boot is the suite's spare instance (its LLM under the thread compiler): no engine of
+# its own; the bad one exits before any engine starts
 pytestmark = pytest.mark.engine
 
 
 def test_a_bad_constraint_compiler_setting_fails_the_boot_then_a_good_one_serves(
-        tmp_path: Path, examples_dir: Path) -> None:
+        tmp_path: Path, examples_dir: Path, spare_instance: Spare) -> None:
     bad = start_instance(["--repository", str(examples_dir)], tmp_path / "bad.log",
                          env={"PODIUM_CONSTRAINT_COMPILER": "gpu"})
     try:
@@ -24,6 +26,7 @@ def test_a_bad_constraint_compiler_setting_fails_the_boot_then_a_good_one_serves
         bad.stop()
     log = bad.log().strip()
     assert log == "podium: error: PODIUM_CONSTRAINT_COMPILER='gpu': use process or thread", log
-    with running_instance(["--repository", str(examples_dir)], tmp_path / "good.log",
-                          env={"PODIUM_CONSTRAINT_COMPILER": "thread"}) as good:
-        assert httpx.get(f"{good.http_url}/v2/health/ready", timeout=30).status_code == 200
+    good = spare_instance.get()
+    environ = Path(f"/proc/{good.process.pid}/environ").read_bytes().split(b"\0")
+    assert b"PODIUM_CONSTRAINT_COMPILER=thread" in environ
+    assert httpx.get(f"{good.http_url}/v2/health/ready", timeout=30).status_code == 200

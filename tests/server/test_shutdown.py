@@ -1,9 +1,10 @@
 """Graceful shutdown on the real engine: SIGTERM lets in-flight requests finish, refuses new
 ones, and reaps the engine's processes before exiting, even when the signal goes to the whole
-process group. (The suite starts no instance here for the other two paths: a server killed
-outright takes its engine with it, tests/gateway/test_prefix_real.py, on the second instance it
-has booted; a dead engine stops its instance with exit 1, tests/control/test_e2e_llm.py, which
-kills one under load.)"""
+process group. On the suite's spare instance (tests/support/spare.py), which this ends; the
+suite starts no instance here for the other two paths: a server killed outright takes its
+engine with it (tests/server/test_standalone_real.py, on its instance once done serving); a
+dead engine stops its instance with exit 1 (tests/control/test_e2e_llm.py, which kills one
+under load)."""
 
 from __future__ import annotations
 
@@ -13,47 +14,32 @@ import signal
 import socket
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
 from tests.conftest import LLM
-from tests.support.harness import start_instance
 from tests.support.polling import eventually
+from tests.support.spare import BootSeen, Spare
 
 pytestmark = pytest.mark.engine
 
 
-def _assert_live_before_ready(instance) -> None:
-    """The HTTP port answers liveness while the engine is still loading."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            live = httpx.get(f"{instance.http_url}/health", timeout=2)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    assert live.status_code == 200
-    ready = httpx.get(f"{instance.http_url}/health/ready", timeout=5)
-    assert ready.status_code == 503 and ready.json()["status"] == "starting"
+def _assert_live_before_ready(seen: BootSeen) -> None:
+    """The HTTP port answered liveness while the engine was still loading."""
+    assert seen.live_status == 200
+    assert seen.ready_status == 503 and seen.ready_body["status"] == "starting"
 
 
-def test_sigterm_drains_in_flight_requests_then_reaps_engine(
-        default_model_dir: Path, tmp_path: Path) -> None:
-    from podium.package.defaults import write_default_package
-
+def test_sigterm_drains_in_flight_requests_then_reaps_engine(spare_instance: Spare) -> None:
     """The stop signal goes to the server's whole process group, as Ctrl-C in a terminal,
     `timeout` and a group kill send it: the engine core is in a group of its own
     (`engine_patches.lifecycle`), so only the server stops it, after the drain. Without that,
     its worker exited at once and the in-flight requests were answered 503."""
-    package = write_default_package(tmp_path / "pkg")
-    instance = start_instance([str(package.root), "--shutdown-timeout", "60"],
-                              tmp_path / "instance.log", new_session=True)
+    instance, seen = spare_instance.take()
     try:
-        _assert_live_before_ready(instance)
-        instance.wait_ready()
+        _assert_live_before_ready(seen)
         log = instance.log()
         assert "no API key configured" in log
         for step in ("open packages", "check engine", "resolve weights", "load plugins",

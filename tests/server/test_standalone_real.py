@@ -1,6 +1,7 @@
 """A standalone package of the default LLM on the real engine: tritonclient HTTP and gRPC
 generate, /v1 refused naming the mode, nothing of the OpenAI layer imported in the instance
 process, the gRPC port closed while the engine starts, and the boot log in the seed's order.
+Last, the instance is killed outright (SIGKILL) and its engine must stop itself.
 
 ONE engine boot for the module: the instance serves the standalone LLM and a standalone
 Python probe that reports the instance process's `sys.modules` over KServe.
@@ -8,8 +9,11 @@ Python probe that reports the instance process's `sys.modules` over KServe.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,10 +21,12 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 
 from tests.conftest import LLM
 from tests.support.harness import RunningInstance, start_instance
+from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
@@ -106,7 +112,9 @@ def booted(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
         instance.wait_ready(timeout_s=60)
         yield Booted(instance, checks)
     finally:
-        assert instance.stop() == 0, instance.log()[-4000:]
+        killed = instance.process.poll() == -signal.SIGKILL  # by the last test, on purpose
+        code = instance.stop()
+        assert killed or code == 0, instance.log()[-4000:]
 
 
 def _generate_inputs(module, prompt: str) -> list:
@@ -185,3 +193,44 @@ def test_the_boot_log_shows_each_step_in_the_seeds_order_ending_with_the_port(
     assert "standalone: KServe v2 over HTTP and gRPC; no OpenAI layer" in log
     ready = next(line for line in log.splitlines() if "ready: 2 model(s)" in line)
     assert ready.rsplit(" → ", 1)[1].startswith("open gRPC port ")
+
+
+def test_a_killed_server_takes_its_engine_with_it(booted: Booted) -> None:
+    """SIGKILL (the OOM killer, a supervisor) gives the server no chance to stop its engine:
+    the engine core sees its server gone and stops itself, aborting what it ran. Before, it
+    kept running with its KV cache for good.
+
+    Last in this module, on its instance (done serving): the suite starts no engine for it
+    alone (tests/server/test_shutdown.py holds the drain)."""
+    instance = booted.instance
+    children = psutil.Process(instance.process.pid).children(recursive=True)
+    assert children, "the engine core runs in a child process"
+    body = {"text_input": "Tell a story:",
+            "parameters": {"max_tokens": 400, "ignore_eos": True}}
+
+    def generate() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # the server is killed under it
+            httpx.post(f"{instance.http_url}/v2/models/{LLM}/generate", json=body, timeout=60)
+
+    request = threading.Thread(target=generate)
+    request.start()
+    try:
+        assert eventually(lambda: _running(instance) >= 1, timeout_s=60), "never generating"
+        instance.process.kill()
+        instance.process.wait(10)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"engine processes outlived their server: {alive}"
+        assert "that started this engine core is gone" in instance.log()
+        request.join(30)
+    finally:
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+
+
+def _running(instance: RunningInstance) -> float:
+    """The requests the engine is running now (its own gauge; the in-flight gauge is the
+    OpenAI layer's, which a standalone instance has not)."""
+    text = httpx.get(f"{instance.http_url}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:num_requests_running{"))
