@@ -83,6 +83,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for mark in _tier_marks(item):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
+    _run_spare_users_together(items)
+
+
+def _run_spare_users_together(items: list[pytest.Item]) -> None:
+    """The tests on the spare instance run one after the other, where the first of them was:
+    it is up from the first until the drain that ends it, not beside the engines the tests
+    between them start (memory), and it is booted once."""
+    users = [item for item in items if "spare_instance" in getattr(item, "fixturenames", ())]
+    if len(users) < 2:
+        return
+    chosen = set(users)
+    others = [item for item in items if item not in chosen]
+    first = items.index(users[0])  # every item before it is one of the others
+    items[:] = [*others[:first], *users, *others[first:]]
 
 
 _engine_counter: EngineCounter | None = None
