@@ -8,6 +8,7 @@ drift (a test checks it).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from podium.errors import PackageError
 from podium.package import precision as precisions
+from podium.package.lora_settings import BASE_PATTERN, MAX_LORA_RANK, LoraSettings
 from podium.package.paths import read_small_file
 from podium.package.resources import ResourceRequest
 from podium.package.scaling import EngineScalingTargets, ScalingTargets
@@ -184,6 +186,10 @@ class VllmManifest(_ManifestBase):
     autoscale: EngineScalingTargets | None = Field(
         default=None, description="Autoscaling targets per instance, the engine's waiting "
         "requests and KV-cache usage among them (bounds: `podium scale`).")
+    lora: LoraSettings | None = Field(
+        default=None, description="LoRA adapters on this engine: set (even to {}) and the "
+        "instance serves every adapter package announced for this model, loaded on first use "
+        "(see docs/lora.md). None: adapters are refused.")
 
     @field_validator("engine_args")
     @classmethod
@@ -193,6 +199,11 @@ class VllmManifest(_ManifestBase):
                 raise ValueError(
                     f"engine_args.{key} is set by Podium from the package; remove it "
                     "(use `weights`/`tokenizer`/`name` instead)")
+        for key in ("enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras"):
+            if key in value or key.replace("_", "-") in value:
+                raise ValueError(f"engine_args.{key} is set by Podium from the manifest's "
+                                 "`lora` settings; move it there (e.g. \"lora\": "
+                                 "{\"max_loras\": 4})")
         for key in ("max_num_queued_reqs", "max_num_queued_tokens"):
             if key in value or key.replace("_", "-") in value:
                 raise ValueError(f"engine_args.{key} is set by Podium; move it to the "
@@ -315,13 +326,33 @@ class PipelineManifest(_ManifestBase):
         "v1/traces) the step spans are exported to; None: no export.")
 
 
+class LoraManifest(_ManifestBase):
+    """A LoRA adapter (PEFT's files) served on the engine of its base LLM, not on its own."""
+
+    backend: Literal["lora"]
+    base: str = Field(description="The base LLM package, name@version (e.g. "
+                      "smollm2-135m-instruct@1); it must enable `lora`.")
+    rank: int = Field(ge=1, le=MAX_LORA_RANK,
+                      description="The adapter's rank: adapter_config.json's `r`.")
+    path: str = Field(default=".", description="Folder in the package holding PEFT's "
+                      "adapter_config.json and adapter_model.safetensors.")
+
+    @field_validator("base")
+    @classmethod
+    def _base_is_a_version(cls, value: str) -> str:
+        if not re.match(BASE_PATTERN, value):
+            raise ValueError(f"must name the base package as name@version, e.g. "
+                             f"{value.partition('@')[0] or 'smollm2-135m-instruct'}@1")
+        return value
+
+
 Manifest = Annotated[
     VllmManifest | XGBoostManifest | TorchManifest | OnnxManifest | PythonManifest
-    | PipelineManifest,
+    | PipelineManifest | LoraManifest,
     Field(discriminator="backend"),
 ]
 _ADAPTER: TypeAdapter[Manifest] = TypeAdapter(Manifest)
-BACKENDS = ("vllm", "xgboost", "torch", "onnx", "python", "pipeline")
+BACKENDS = ("vllm", "xgboost", "torch", "onnx", "python", "pipeline", "lora")
 
 
 def parse_manifest(data: Any, *, where: str = MANIFEST_NAME) -> Manifest:
