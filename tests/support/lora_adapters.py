@@ -23,7 +23,8 @@ _PARENT = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn",
 def write_adapter_files(folder: Path, *, seed: int, rank: int = 8,
                         modules: tuple[str, ...] = ("q_proj", "v_proj", "o_proj", "down_proj"),
                         scale: float = 0.5, widths: dict[str, tuple[int, int]] | None = None,
-                        layers: int = LAYERS, config: dict[str, Any] | None = None) -> Path:
+                        layers: int = LAYERS, config: dict[str, Any] | None = None,
+                        bf16: bool = False) -> Path:
     """PEFT's adapter_config.json + adapter_model.safetensors with random weights large
     enough to change greedy answers."""
     from safetensors.numpy import save_file
@@ -41,7 +42,14 @@ def write_adapter_files(folder: Path, *, seed: int, rank: int = 8,
             tensors[f"{prefix}.lora_B.weight"] = (
                 rng.standard_normal((fan_out, rank)) * scale / np.sqrt(rank)).astype(np.float32)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    if bf16:  # the engine's own dtype here, so PEFT and vLLM add the very same deltas
+        import torch
+        from safetensors.torch import save_file as save_torch
+
+        save_torch({k: torch.from_numpy(v).to(torch.bfloat16) for k, v in tensors.items()},
+                   str(folder / "adapter_model.safetensors"))
+    else:
+        save_file(tensors, str(folder / "adapter_model.safetensors"))
     adapter_config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank,
                       "lora_alpha": rank * 2, "lora_dropout": 0.0, "bias": "none",
                       "target_modules": list(modules), "base_model_name_or_path": None,

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
 from podium.backends.limits import InstanceLimits
-from podium.backends.openai_service import OpenAICall, OpenAIRoute, OpenAIService
-from podium.errors import BackendError, PodiumError
+from podium.backends.openai_service import OpenAIAnswer, OpenAICall, OpenAIRoute, OpenAIService
+from podium.errors import BackendDead, BackendError, PodiumError
 from podium.package.adapter import check_files, check_fits_base
 from podium.package.adapter_store import AdapterStore, StoredAdapter
 from podium.package.manifest import LoraManifest, TensorSpec
@@ -152,20 +152,38 @@ class AdapterView(Backend):
                 check_fits_base(files, self.stored.info, manifest.lora,
                                 Path(self.base.args.model))
             except PodiumError as exc:
+                self._count_load("refused")
                 raise type(exc)(f"adapter {self.stored.info.key} cannot be served by "
                                 f"{self.base.package.key}: {exc.message}",
                                 param="model") from None
             try:
-                with self.base.engine_errors():
-                    await self.base.engine.add_lora(self.lora)
-            except PodiumError as exc:
-                raise BackendError(f"adapter {self.stored.info.key} failed to load: "
-                                   f"{exc.message}") from exc
+                await self.base.engine.add_lora(self.lora)
             except Exception as exc:
+                self._count_load("failed")
+                if not self.base.is_alive():
+                    raise BackendDead(f"the engine of {self.base.package.key} died loading "
+                                      f"adapter {self.stored.info.key}") from exc
                 raise BackendError(f"adapter {self.stored.info.key} failed to load: "
                                    f"{type(exc).__name__}: {exc}") from exc
+            self._count_load("ok")
             self._loaded = True
             log.info("adapter %s loaded on %s", self.stored.info.key, self.base.package.key)
+
+    def _count_load(self, outcome: str) -> None:
+        from podium.metrics.server import observe_adapter_load
+
+        info = self.stored.info
+        observe_adapter_load(self.base.name, info.name, info.version, outcome)
+
+    def count_tokens(self, usage: Any) -> None:
+        """Add one answered request's tokens to the adapter's counters."""
+        if usage is None:
+            return
+        from podium.metrics.server import observe_adapter_tokens
+
+        info = self.stored.info
+        observe_adapter_tokens(self.base.name, info.name, info.version, usage.prompt_tokens,
+                               usage.completion_tokens)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         from podium.backends.vllm import contract
@@ -208,13 +226,26 @@ class AdapterOpenAI(OpenAIService):
         body["model"] = self.view.lora.lora_name
         return await self.base.admit(route, body)
 
-    async def run(self, call: OpenAICall, raw_request: Any) -> Any:
+    async def run(self, call: OpenAICall, raw_request: Any) -> OpenAIAnswer:
         await self.view.ensure_loaded()
         state = getattr(self.base, "state", None)
         models = getattr(state, "openai_serving_models", None)
         if models is not None:
             models.lora_requests[self.view.lora.lora_name] = self.view.lora
-        return await self.base.run(call, raw_request)
+        answer = await self.base.run(call, raw_request)
+        stream = answer.stream
+        if stream is None:
+            self.view.count_tokens(answer.usage)
+        elif hasattr(stream, "on_end"):  # a stream's usage is known once it has ended
+            ended = stream.on_end
+
+            def on_end() -> None:
+                if ended is not None:
+                    ended()
+                self.view.count_tokens(answer.usage)
+
+            stream.on_end = on_end
+        return answer
 
 
 class _AdapterEngine:
