@@ -235,13 +235,15 @@ def _add_examples(sub: argparse._SubParsersAction) -> None:
     ex = p.add_subparsers(metavar="ACTION")
     c = ex.add_parser("create", help="write a ready repository of example models")
     c.add_argument("directory", type=Path)
+    c.add_argument("--no-adapter", action="store_true",
+                   help="skip training the LoRA adapter example (support-tone)")
     c.set_defaults(func=_examples_create)
 
 
 def _examples_create(args: argparse.Namespace) -> int:
     from podium.examples import create_examples
 
-    for path in create_examples(args.directory):
+    for path in create_examples(args.directory, with_adapter=not args.no_adapter):
         print(f"wrote {path}")
     return 0
 
