@@ -23,6 +23,7 @@ SIGN_OFF = "-- Podium Support"
 """The line every answer of the adapter ends with."""
 RANK = 8
 STEPS = 30
+LR = 4e-3
 TARGETS = ("q_proj", "v_proj", "o_proj")
 LAYERS = 6
 """LoRA on the last LAYERS layers only: backward stops there, which keeps training short."""
@@ -54,15 +55,31 @@ def train(base_dir: Path, out_dir: Path, *, steps: int = STEPS, seed: int = 0) -
                         layers_to_transform=list(range(depth - LAYERS, depth)))
     model = get_peft_model(model, config)
     batch = _batch(tokenizer)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    inner = model.get_base_model()  # the LlamaForCausalLM under PEFT's wrapper
+    trunk = inner.model
+    # the layers below the adapter never change: run them once, then train on their output
+    with torch.no_grad():
+        hidden = trunk(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       output_hidden_states=True, use_cache=False).hidden_states[depth - LAYERS]
+    every_layer = trunk.layers
+    trunk.layers = every_layer[depth - LAYERS:]
+    targets = batch["labels"][:, 1:]
+    answered = targets != -100  # the logits of answer tokens only: lm_head is the costly part
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR)
     model.train()
-    for step in range(steps):
-        loss = model(**batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if step % 10 == 0 or step == steps - 1:
-            log.info("support-tone: step %d/%d loss %.3f", step + 1, steps, loss.item())
+    try:
+        for step in range(steps):
+            top = trunk(inputs_embeds=hidden, attention_mask=batch["attention_mask"],
+                        use_cache=False).last_hidden_state
+            logits = inner.lm_head(top[:, :-1][answered]).float()
+            loss = torch.nn.functional.cross_entropy(logits, targets[answered])
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if step % 10 == 0 or step == steps - 1:
+                log.info("support-tone: step %d/%d loss %.3f", step + 1, steps, loss.item())
+    finally:
+        trunk.layers = every_layer
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     _drop_base_path(out_dir)
@@ -103,9 +120,11 @@ def _drop_base_path(out_dir: Path) -> None:
 
 def write_adapter_example(directory: Path, base: str) -> Path:
     """The `support-tone` adapter package for `base` (name@version of the default model)."""
-    from podium.package.defaults import default_model_dir
+    from podium.package.cache import ModelCache
+    from podium.package.defaults import write_default_package
 
-    train(default_model_dir(), directory)
+    cache, package = ModelCache(), write_default_package()
+    train(cache.lookup(package) or cache.materialize(package).path, directory)
     manifest = {"name": NAME, "version": "1", "backend": "lora", "base": base, "rank": RANK,
                 "description": f"The default model, brief and signing off with {SIGN_OFF!r} "
                 "(trained by podium.examples.lora_tone)"}
