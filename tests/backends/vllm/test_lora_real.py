@@ -25,6 +25,8 @@ from tests.support.lora_adapters import write_adapter_package
 pytestmark = pytest.mark.engine
 PROMPT = "The three most important things to know about the ocean are"
 TOKENS = 16
+NEAR_TIE = 0.05
+"""Log-prob gap under which two tokens are a tie in bf16 (measured: 0.000 at the tie seen)."""
 
 
 @dataclass
@@ -65,7 +67,10 @@ def test_an_adapter_answers_as_peft_on_transformers_and_not_as_the_base(
         adapters: Adapters, openai_client: openai.OpenAI, default_model_dir: Path) -> None:
     served = complete(openai_client, f"{adapters.names[0]}@1")
     assert served != adapters.base_answer
-    assert served == _peft_greedy(default_model_dir, adapters.folders[0], PROMPT, TOKENS)
+    # greedy on both sides, but bf16 kernels differ: where PEFT's top two tokens tie (0.000
+    # apart here at the 8th token) either is the same answer; anything else is not
+    margins = _peft_margins(default_model_dir, adapters.folders[0], PROMPT, served)
+    assert len(margins) >= TOKENS - 1 and max(margins) <= NEAR_TIE, margins
 
 
 def test_a_full_mixed_batch_answers_each_request_with_its_own_adapter(
@@ -211,8 +216,9 @@ def _metric(instance, family: str, **labels: str) -> float:
     return total
 
 
-def _peft_greedy(base_dir: Path, adapter: Path, prompt: str, tokens: int) -> str:
-    """The first `tokens` greedy tokens of PEFT's adapter on transformers, as text."""
+def _peft_margins(base_dir: Path, adapter: Path, prompt: str, served: str) -> list[float]:
+    """Per served token: how far below PEFT-on-transformers' greedy choice it is (log-prob,
+    0 where it is PEFT's choice), with the served tokens fed back as PEFT's own context."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -220,8 +226,9 @@ def _peft_greedy(base_dir: Path, adapter: Path, prompt: str, tokens: int) -> str
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.bfloat16)
     model = PeftModel.from_pretrained(model, adapter, autocast_adapter_dtype=False).eval()
-    ids = tokenizer(prompt, return_tensors="pt")
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    served_ids = tokenizer(served, add_special_tokens=False)["input_ids"]
     with torch.no_grad():
-        out = model.generate(**ids, max_new_tokens=tokens, do_sample=False, top_p=None,
-                             top_k=None, temperature=None)
-    return tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        logits = model(torch.tensor([prompt_ids + served_ids])).logits[0].float()
+    rows = torch.log_softmax(logits, -1)[len(prompt_ids) - 1:-1]
+    return [float(row.max() - row[token]) for row, token in zip(rows, served_ids, strict=True)]
