@@ -60,6 +60,21 @@ def test_expand_adds_nothing_to_tokens_without_an_adapter(ops, op: str) -> None:
     assert torch.equal(out[[0, 2]], reference[[0, 2]])
 
 
+@pytest.mark.parametrize("op", ["bgmv_shrink", "bgmv_expand"])
+def test_a_batch_without_any_adapter_skips_the_op_with_the_same_result(ops, op: str) -> None:
+    inputs, shrink_weights, expand_weights, _ = _batch()
+    none = torch.full((4,), -1)
+    if op == "bgmv_shrink":
+        args, out = (inputs, shrink_weights), torch.full((4, RANK), 7.0)
+        extra: tuple = (1.0,)
+    else:
+        args, out = (torch.randn(4, RANK), expand_weights), torch.randn(4, OUT)
+        extra = (True,)
+    expected = torch.zeros(4, RANK) if op == "bgmv_shrink" else out.clone()
+    lora_slots.skipping_unassigned(ops[op], shrink=op == "bgmv_shrink")(*args, out, none, *extra)
+    assert torch.equal(out, expected)
+
+
 def test_a_batch_without_unassigned_tokens_takes_the_original_op(ops) -> None:
     inputs, shrink_weights, _, _ = _batch()
     calls = []

@@ -14,7 +14,7 @@ from podium.errors import PackageError
 from podium.package import adapter as adapter_module
 from podium.package.adapter import adapter_of, check_files, check_fits_base
 from podium.package.adapter_store import AdapterStore
-from podium.package.lora_settings import LoraSettings
+from podium.package.lora_manifest import LoraSettings
 from podium.package.manifest import parse_manifest
 from podium.package.package import build_package, open_package
 from tests.support.lora_adapters import (

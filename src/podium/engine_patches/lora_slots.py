@@ -62,7 +62,8 @@ def patch() -> None:
 
     if getattr(lora_ops, _MARK, False):
         return
-    fixed = {name: skipping_unassigned(getattr(lora_ops, name)) for name in PATCHED_OPS}
+    fixed = {name: skipping_unassigned(getattr(lora_ops, name), shrink=name == "bgmv_shrink")
+             for name in PATCHED_OPS}
     for module_name in _MODULES:
         try:
             module = importlib.import_module(module_name)
@@ -75,8 +76,11 @@ def patch() -> None:
     log.debug("patched vLLM's CPU LoRA ops: index -1 means no adapter")
 
 
-def skipping_unassigned(op: Callable[..., Any]) -> Callable[..., Any]:
-    """`op(inputs, weights, output, indices, ...)` where rows indexed -1 contribute nothing."""
+def skipping_unassigned(op: Callable[..., Any], *, shrink: bool = False) -> Callable[..., Any]:
+    """`op(inputs, weights, output, indices, ...)` where rows indexed -1 contribute nothing.
+    A batch with no adapter at all skips the op (a shrink writes its zeros): vLLM's CPU
+    decode step runs the ops in every LoRA layer even then, at the cost of a gather of the
+    stacked weights per token."""
 
     @functools.wraps(op)
     def wrapper(inputs: Any, weights: Any, output: Any, indices: Any, *args: Any,
@@ -84,6 +88,10 @@ def skipping_unassigned(op: Callable[..., Any]) -> Callable[..., Any]:
         unassigned = indices < 0
         if not bool(unassigned.any()):
             return op(inputs, weights, output, indices, *args, **kwargs)
+        if bool(unassigned.all()):
+            if shrink:  # what the op writes for those rows: scaling x 0
+                output[:inputs.shape[0], :weights.shape[-2]] = 0
+            return None
         rows = min(inputs.shape[0], indices.shape[0])
         keep = (~unassigned[:rows]).to(inputs.dtype).unsqueeze(-1)
         masked = inputs.clone()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from podium.errors import PackageError
-from podium.package.lora_settings import LoraSettings
+from podium.package.lora_manifest import LoraSettings
 from podium.package.paths import DIRECTORY, FILE, named_path, read_small_file
 
 ADAPTER_CONFIG = "adapter_config.json"

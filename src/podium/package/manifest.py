@@ -8,12 +8,10 @@ drift (a test checks it).
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -25,28 +23,22 @@ from pydantic_core import PydanticCustomError
 
 from podium.errors import PackageError
 from podium.package import precision as precisions
-from podium.package.lora_settings import BASE_PATTERN, MAX_LORA_RANK, LoraSettings
+from podium.package.lora_manifest import LoraManifest, LoraSettings
+from podium.package.manifest_base import (
+    _ManifestBase,
+    _Strict,
+)
 from podium.package.paths import read_small_file
-from podium.package.resources import ResourceRequest
-from podium.package.scaling import EngineScalingTargets, ScalingTargets
+from podium.package.scaling import EngineScalingTargets
 from podium.validation import describe, first_field
 
 MANIFEST_NAME = "podium.json"
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
-VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
 MAX_MANIFEST_BYTES = 1024 * 1024
 """podium.json is read only up to this size (1 MiB): it holds settings, never data."""
 MAX_MANIFEST_DEPTH = 32
 """Deepest nesting of objects and lists a manifest may have."""
-FRONTEND_MODES = ("embedded", "standalone")
-"""What an instance serving the package runs: embedded (OpenAI /v1 + KServe v2, the default) or
-standalone (KServe v2 HTTP and gRPC only)."""
 DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
              "FP16", "FP32", "FP64", "BF16", "BYTES")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TensorSpec(_Strict):
@@ -102,39 +94,6 @@ WeightsSource = Annotated[
     WeightsFromPackage | WeightsFromPath | WeightsFromPythonPackage,
     Field(discriminator="source"),
 ]
-
-
-class _ManifestBase(_Strict):
-    name: str = Field(pattern=NAME_PATTERN, description="Model name as clients address it.")
-    version: str = Field(default="1", pattern=VERSION_PATTERN, description="Model version.")
-    description: str = Field(default="", description="Free text shown by `podium inspect`.")
-    engine_version: str | None = Field(
-        default=None,
-        description="Optional; if given it must equal the platform's pinned vLLM version.")
-    idempotent: bool = Field(
-        default=True,
-        description="Whether a request may be sent twice: during a rollout the gateway resends "
-        "a request the new version failed to the stable one. False for a model with side "
-        "effects (it writes, charges or sends something per request).")
-    autoscale: ScalingTargets | None = Field(
-        default=None, description="Autoscaling targets per instance (bounds: `podium scale`).")
-
-    resources: ResourceRequest = Field(
-        default_factory=ResourceRequest,
-        description="What each instance asks a Ray cluster for (CPUs, GPUs, memory, custom "
-        "resources such as a region); the local runtime ignores it.")
-
-    frontends: Literal[FRONTEND_MODES] = Field(
-        default="embedded",
-        description="embedded: the instance serves OpenAI /v1 and KServe v2 (HTTP and gRPC); "
-        "standalone: KServe v2 HTTP and gRPC only, the OpenAI layer and vLLM's serving "
-        "classes are neither imported nor built, and /v1 answers 404 "
-        "naming the mode.")
-
-    @field_validator("version", mode="before")
-    @classmethod
-    def _version_as_str(cls, value: Any) -> Any:
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class VllmManifest(_ManifestBase):
@@ -324,26 +283,6 @@ class PipelineManifest(_ManifestBase):
     otlp_endpoint: str | None = Field(
         default=None, description="OTLP/HTTP traces endpoint (e.g. http://collector:4318/"
         "v1/traces) the step spans are exported to; None: no export.")
-
-
-class LoraManifest(_ManifestBase):
-    """A LoRA adapter (PEFT's files) served on the engine of its base LLM, not on its own."""
-
-    backend: Literal["lora"]
-    base: str = Field(description="The base LLM package, name@version (e.g. "
-                      "smollm2-135m-instruct@1); it must enable `lora`.")
-    rank: int = Field(ge=1, le=MAX_LORA_RANK,
-                      description="The adapter's rank: adapter_config.json's `r`.")
-    path: str = Field(default=".", description="Folder in the package holding PEFT's "
-                      "adapter_config.json and adapter_model.safetensors.")
-
-    @field_validator("base")
-    @classmethod
-    def _base_is_a_version(cls, value: str) -> str:
-        if not re.match(BASE_PATTERN, value):
-            raise ValueError(f"must name the base package as name@version, e.g. "
-                             f"{value.partition('@')[0] or 'smollm2-135m-instruct'}@1")
-        return value
 
 
 Manifest = Annotated[

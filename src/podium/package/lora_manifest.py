@@ -1,9 +1,14 @@
-"""An LLM package's LoRA settings (`"lora": {...}` in a vLLM manifest) and the bounds an
-adapter package is held to."""
+"""LoRA in manifests: a base LLM's settings (`"lora": {...}` in a vLLM manifest) and the
+adapter package (`"backend": "lora"`)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from podium.package.manifest_base import _ManifestBase
 
 MAX_LORA_RANK = 512
 """The largest rank vLLM accepts (its own bound on `max_lora_rank`)."""
@@ -45,3 +50,23 @@ class LoraSettings(BaseModel):
         """vLLM's engine arguments for these settings."""
         return {"enable_lora": True, "max_loras": self.max_loras,
                 "max_lora_rank": self.max_lora_rank, "max_cpu_loras": self.max_cpu_loras}
+
+
+class LoraManifest(_ManifestBase):
+    """A LoRA adapter (PEFT's files) served on the engine of its base LLM, not on its own."""
+
+    backend: Literal["lora"]
+    base: str = Field(description="The base LLM package, name@version (e.g. "
+                      "smollm2-135m-instruct@1); it must enable `lora`.")
+    rank: int = Field(ge=1, le=MAX_LORA_RANK,
+                      description="The adapter's rank: adapter_config.json's `r`.")
+    path: str = Field(default=".", description="Folder in the package holding PEFT's "
+                      "adapter_config.json and adapter_model.safetensors.")
+
+    @field_validator("base")
+    @classmethod
+    def _base_is_a_version(cls, value: str) -> str:
+        if not re.match(BASE_PATTERN, value):
+            raise ValueError(f"must name the base package as name@version, e.g. "
+                             f"{value.partition('@')[0] or 'smollm2-135m-instruct'}@1")
+        return value
