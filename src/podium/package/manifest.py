@@ -24,7 +24,10 @@ from pydantic_core import PydanticCustomError
 from podium.errors import PackageError
 from podium.package import precision as precisions
 from podium.package.lora_manifest import LoraManifest, LoraSettings
-from podium.package.manifest_base import (
+from podium.package.manifest_base import (  # noqa: F401 - the patterns are re-exported
+    FRONTEND_MODES,
+    NAME_PATTERN,
+    VERSION_PATTERN,
     _ManifestBase,
     _Strict,
 )
