@@ -197,6 +197,9 @@ def test_the_store_finds_a_version_the_highest_one_and_lists_by_base(tmp_path: P
     assert store.find("another-base@1", "tone") is None
     assert [a.info.key for a in store.list_for(BASE)] == ["other@1", "tone@1", "tone@2",
                                                          "tone@10"]
+    assert store.remove(BASE, "tone", "10") and not store.remove(BASE, "tone", "10")
+    latest = store.find(BASE, "tone")
+    assert latest is not None and latest.info.version == "2"
 
 
 def test_the_same_adapter_under_two_names_is_stored_once(tmp_path: Path) -> None:

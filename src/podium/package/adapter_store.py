@@ -89,6 +89,16 @@ class AdapterStore:
         found = [a for a in (self._read(path) for path in entries) if a is not None]
         return sorted(found, key=lambda a: (a.info.name, _version_key(a.info.version)))
 
+    def remove(self, base_key: str, name: str, version: str) -> bool:
+        """Stop serving adapter name@version of `base_key` (its index entry goes; the files
+        stay for the cache's GC). False when it was not there."""
+        index = self._index_dir(base_key) / f"{name}@{version}.json"
+        try:
+            index.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
     def _index_dir(self, base_key: str) -> Path:
         if "/" in base_key or base_key.startswith("."):
             raise PackageError(f"base={base_key!r} is not name@version", param="base")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ def complete(client: openai.OpenAI, model: str, prompt: str = PROMPT, **options)
 
 @pytest.fixture(scope="module")
 def adapters(openai_client: openai.OpenAI, model_repository: Path,
-             tmp_path_factory: pytest.TempPathFactory) -> Adapters:
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Adapters]:
     base_answer = complete(openai_client, LLM)
     base = open_package(model_repository / LLM)
     tag = uuid.uuid4().hex[:6]  # the cache is shared with other runs on this machine
@@ -60,7 +61,12 @@ def adapters(openai_client: openai.OpenAI, model_repository: Path,
 
     names = [f"tone{i}-{tag}" for i in range(LORA_CPU_SLOTS + 1)]
     folders = [make(name, seed=i) for i, name in enumerate(names)]
-    return Adapters(names, folders, base_answer, make)
+    yield Adapters(names, folders, base_answer, make)
+    # the shared instance serves what the cache holds: leave it as this module found it
+    store = AdapterStore()
+    for stored in store.list_for(base.key):
+        if stored.info.name.endswith(f"-{tag}"):
+            store.remove(base.key, stored.info.name, stored.info.version)
 
 
 def test_an_adapter_answers_as_peft_on_transformers_and_not_as_the_base(
