@@ -150,6 +150,11 @@ def _inspect(args: argparse.Namespace) -> int:
         from podium.backends.vllm import engine_build
 
         cached = engine_build.cached(package)
+    from podium.package.adapter import adapter_of
+
+    adapter = adapter_of(package.manifest)
+    if adapter is not None:
+        cached = {"adapter": {"base": adapter.base_key, "rank": adapter.rank}}
     if args.json:
         print(json.dumps({"manifest": data, "root": str(package.root), "files": files,
                           "cached": cached}, indent=2))
@@ -161,7 +166,9 @@ def _inspect(args: argparse.Namespace) -> int:
     for key, value in data.items():
         table.add_row(key, json.dumps(value) if not isinstance(value, str) else value)
     table.add_row("files", "\n".join(files))
-    if cached is not None:
+    if adapter is not None:
+        table.add_row("adapter of", f"{adapter.base_key} (rank {adapter.rank})")
+    elif cached is not None:
         _add_cached_rows(table, cached)
     Console().print(table)
     return 0
@@ -191,11 +198,28 @@ def _materialize(args: argparse.Namespace) -> int:
 
     configure_logging()
     package = open_package(args.package) if args.package else write_default_package()
+    if package.manifest.backend == "lora":
+        return _materialize_adapter(package)
     entry = ModelCache().materialize(package)
     print(f"{package.key}: {'reused' if entry.reused else 'materialized'} {entry.path}")
     from podium.backends.vllm import engine_build
 
     print(f"{package.key}: {engine_build.build(package, entry.path)}")
+    return 0
+
+
+def _materialize_adapter(package: object) -> int:
+    from podium.errors import PackageError
+    from podium.package.adapter_base import info_of, local_base, store_adapter
+
+    info = info_of(package)  # type: ignore[arg-type]
+    base = local_base(info)
+    if base is None:
+        raise PackageError(f"base {info.base_key} is not on this machine (under "
+                           "$PODIUM_HOME/packages); announce the adapter to the control "
+                           "plane, which knows its base", param="base")
+    stored = store_adapter(package, base)  # type: ignore[arg-type]
+    print(f"{info.key}: adapter of {info.base_key} (rank {info.rank}) stored at {stored.path}")
     return 0
 
 
@@ -211,13 +235,15 @@ def _add_examples(sub: argparse._SubParsersAction) -> None:
     ex = p.add_subparsers(metavar="ACTION")
     c = ex.add_parser("create", help="write a ready repository of example models")
     c.add_argument("directory", type=Path)
+    c.add_argument("--no-adapter", action="store_true",
+                   help="skip training the LoRA adapter example (support-tone)")
     c.set_defaults(func=_examples_create)
 
 
 def _examples_create(args: argparse.Namespace) -> int:
     from podium.examples import create_examples
 
-    for path in create_examples(args.directory):
+    for path in create_examples(args.directory, with_adapter=not args.no_adapter):
         print(f"wrote {path}")
     return 0
 

@@ -109,3 +109,16 @@ def test_short_prompts_have_no_block_and_long_ones_are_capped() -> None:
     assert len(PrefixKey("x" * BLOCK_CHARS * (MAX_BLOCKS + 5)).blocks) == MAX_BLOCKS
     assert kserve_key("/generate", b"{not json") is None
     assert openai_key("/v1/completions", {"prompt": ""}) is None
+
+
+def test_one_prompt_under_two_adapters_shares_no_block() -> None:
+    body = {"prompt": "x" * (BLOCK_CHARS * 3)}
+    keys = [openai_key("/v1/completions", body, model=model).blocks
+            for model in ("support-tone@1", "support-tone@2", "billing-tone@1")]
+    keys.append(kserve_key("/generate", json.dumps({"text_input": body["prompt"]}).encode(),
+                           model="support-tone@1").blocks)
+    assert all(len(k) == 3 for k in keys)
+    assert len({k[0] for k in keys[:3]}) == 3
+    assert keys[3] == keys[0]  # one adapter, one prompt: the same KV over either protocol
+    same = openai_key("/v1/completions", body, model="support-tone@1")
+    assert same is not None and same.blocks == keys[0]

@@ -25,6 +25,13 @@ _BACKENDS = {
 def create_backend(package: Package) -> Backend:
     """Instantiate (not load) the backend the package names (its manifest's, or a Triton
     model's)."""
+    if package.backend_name == "lora":
+        from podium.errors import PackageError
+
+        raise PackageError(f"{package.key} is a LoRA adapter: it is served by an instance of "
+                           f"its base ({getattr(package.manifest, 'base', '?')}, with \"lora\" "
+                           "on), not on its own; serve a --repository holding both, or "
+                           "announce it", param="backend")
     module_name, class_name = _BACKENDS[package.backend_name].split(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls(package)

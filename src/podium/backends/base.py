@@ -65,6 +65,15 @@ class InferenceResponse:
     """The version that served the request (set by the repository)."""
 
 
+@dataclass(frozen=True)
+class AdapterCard:
+    """A LoRA adapter version a model serves (listed under the model in /v1/models)."""
+
+    name: str
+    version: str
+    rank: int
+
+
 class ModelCaller(Protocol):
     """What a backend may call other models through (the repository; python ensembles)."""
 
@@ -162,6 +171,20 @@ class Backend(abc.ABC):
     def check_seed(self, seed: object) -> None:
         """Raise InvalidArgument if a request's `seed` cannot be honoured."""
         return None  # by default every seed is honoured
+
+    def adapter(self, name: str, version: str | None) -> Backend | None:
+        """A backend serving LoRA adapter name[@version] (its highest version without one) on
+        this model's engine, or None: this model serves no such adapter."""
+        return None
+
+    def adapters(self) -> list[AdapterCard]:
+        """The LoRA adapters this model serves now."""
+        return []
+
+    @property
+    def parent(self) -> str | None:
+        """The model an adapter runs on (OpenAI's `parent`); None for a model."""
+        return None
 
     def bind_repository(self, repository: ModelCaller) -> None:
         """Called before `load` with the repository the model may call other models through."""

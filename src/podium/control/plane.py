@@ -21,6 +21,7 @@ from podium.control.rollout import LATEST, SUCCEEDED
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import RolloutRecord, Store
 from podium.errors import Conflict, NotFound
+from podium.package.adapter import adapter_of
 from podium.package.package import Package, open_package
 
 Clock = Callable[[], int]
@@ -30,6 +31,12 @@ log = logging.getLogger("podium.control")
 def wall_clock_ms() -> int:
     """Milliseconds since the epoch: rollout timers must survive a control-plane restart."""
     return int(time.time() * 1000)
+
+
+def _store_adapter(adapter: Package, base: Package) -> object:
+    from podium.package.adapter_base import store_adapter
+
+    return store_adapter(adapter, base)
 
 
 def materialize_weights(package: Package) -> None:
@@ -47,11 +54,14 @@ class ControlPlane:
     """Announce packages, start and roll back rollouts, report status; tick drives rollouts."""
 
     def __init__(self, store: Store, world: World, *, clock: Clock = wall_clock_ms,
-                 materialize: Callable[[Package], None] = materialize_weights) -> None:
+                 materialize: Callable[[Package], None] = materialize_weights,
+                 materialize_adapter: Callable[[Package, Package], object] | None = None
+                 ) -> None:
         self.store = store
         self.world = world
         self.clock = clock
         self.materialize = materialize
+        self.materialize_adapter = materialize_adapter or _store_adapter
         self.driver = RolloutDriver(store, world)
         # API threads and the control loop thread take turns: one change at a time
         self.lock = threading.RLock()
@@ -64,11 +74,22 @@ class ControlPlane:
                if p.name == manifest.name):
             raise Conflict(f"{package.key} is already announced; bump the version in "
                            "podium.json", param="version")
-        self.materialize(package)
+        adapter = adapter_of(manifest)
+        if adapter is not None:  # checked against its announced base, stored beside it
+            self.materialize_adapter(package, self._announced_base(adapter.base_key))
+        else:
+            self.materialize(package)
         self.store.announce_package(manifest.name, manifest.version, manifest.backend,
                                     str(package.root), manifest.model_dump(mode="json"))
         return {"name": manifest.name, "version": manifest.version,
                 "backend": manifest.backend, "location": str(package.root)}
+
+    def _announced_base(self, base_key: str) -> Package:
+        for row in self.store.list_packages():
+            if f"{row.name}@{row.version}" == base_key:
+                return open_package(row.location)
+        raise NotFound(f"base={base_key!r} is not announced; announce the base package "
+                       "first", param="base")
 
     def deploy(self, model: str, version: str, config: RolloutConfig) -> int:
         """Start a rollout of model@version; returns the rollout id."""

@@ -2,8 +2,9 @@
 
 Writes one package per backend — `xgb-example`, `torch-example`, `onnx-example`,
 `python-example` (an ensemble calling xgb-example) — the default LLM
-(`smollm2-135m-instruct`, manifest only) and `recommend`, a pipeline over xgb-example and the
-LLM (docs/pipelines.md). `podium serve --repository DIR` serves them all.
+(`smollm2-135m-instruct`, manifest only, LoRA on), `recommend`, a pipeline over xgb-example
+and the LLM (docs/pipelines.md), and with `with_adapter` the LLM's LoRA adapter `support-tone`
+(trained on the spot by `lora_tone`). `podium serve --repository DIR` serves them all.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from podium.examples.recommend import write_recommend_example
 __all__ = ["create_examples"]
 
 
-def create_examples(target: Path) -> list[Path]:
-    """Write every example package under `target`; returns the package directories."""
+def create_examples(target: Path, *, with_adapter: bool = False) -> list[Path]:
+    """Write every example package under `target`; returns the package directories.
+    `with_adapter` (what `podium examples create` does) also trains the LoRA adapter
+    `support-tone` for the LLM (`examples.lora_tone`: PEFT, tens of seconds of CPU)."""
     target = Path(target).expanduser()
     target.mkdir(parents=True, exist_ok=True)
-    return [
+    written = [
         write_xgb_example(target / "xgb-example"),
         write_torch_example(target / "torch-example"),
         write_onnx_example(target / "onnx-example"),
@@ -34,3 +37,9 @@ def create_examples(target: Path) -> list[Path]:
         write_llm_example(target / "smollm2-135m-instruct"),
         write_recommend_example(target / "recommend", "smollm2-135m-instruct"),
     ]
+    if with_adapter:
+        from podium.examples.lora_tone import NAME, write_adapter_example
+        from podium.package.defaults import DEFAULT_MODEL
+
+        written.append(write_adapter_example(target / NAME, f"{DEFAULT_MODEL}@1"))
+    return written

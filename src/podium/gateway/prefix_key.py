@@ -41,9 +41,12 @@ class PrefixKey:
         return tuple(hashes)
 
 
-def openai_key(path: str, data: dict[str, Any]) -> PrefixKey | None:
+def openai_key(path: str, data: dict[str, Any], *, model: str | None = None
+               ) -> PrefixKey | None:
     """The prefix of an OpenAI chat or completion request; None for anything else (an
-    embedding, a body the instance will refuse: the gateway leaves the verdict to it)."""
+    embedding, a body the instance will refuse: the gateway leaves the verdict to it).
+    `model` (name or name@version, as addressed) is part of the key: one prompt under two
+    LoRA adapters (or adapter versions) computes different KV, and vLLM shares none of it."""
     try:
         if path == CHAT:
             text = _chat(data)
@@ -57,11 +60,18 @@ def openai_key(path: str, data: dict[str, Any]) -> PrefixKey | None:
         return None
     salt = data.get("cache_salt")
     # vLLM shares cached blocks only between requests with the same salt
-    return PrefixKey(f"\x1d{salt}\x1d{text}" if isinstance(salt, str) and salt else text)
+    text = f"\x1d{salt}\x1d{text}" if isinstance(salt, str) and salt else text
+    return PrefixKey(_under(model, text))
 
 
-def kserve_key(rest: str | None, body: bytes) -> PrefixKey | None:
-    """The prefix of a KServe generate-extension request (`text_input`); None otherwise."""
+def _under(model: str | None, text: str) -> str:
+    return f"\x1c{model}\x1c{text}" if model else text
+
+
+def kserve_key(rest: str | None, body: bytes, *, model: str | None = None
+               ) -> PrefixKey | None:
+    """The prefix of a KServe generate-extension request (`text_input`); None otherwise.
+    `model` as in `openai_key` (name, or name@version from the path)."""
     if rest not in _KSERVE_GENERATE:
         return None
     try:
@@ -69,7 +79,7 @@ def kserve_key(rest: str | None, body: bytes) -> PrefixKey | None:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     text = data.get("text_input") if isinstance(data, dict) else None
-    return PrefixKey(text) if isinstance(text, str) and text else None
+    return PrefixKey(_under(model, text)) if isinstance(text, str) and text else None
 
 
 def _chat(data: dict[str, Any]) -> str | None:

@@ -58,8 +58,10 @@ def route_of(method: str, path: str, body: bytes, *, content_encoding: str = "",
     first when compressed, up to `max_body_bytes`)."""
     match = KSERVE_PATH.match(path)
     if match:
-        prefix = kserve_key(match["rest"], body) if method == "POST" and not content_encoding \
-            else None
+        addressed = (f"{match['model']}@{match['version']}" if match["version"]
+                     else match["model"])
+        prefix = (kserve_key(match["rest"], body, model=addressed)
+                  if method == "POST" and not content_encoding else None)
         return RequestRoute(match["model"], match["version"], body, "kserve", prefix=prefix)
     if (path.startswith("/v1/") or path in OPENAI_OUTSIDE_V1) and method == "POST":
         plain = inflate(body, content_encoding, max_body_bytes)
@@ -90,4 +92,5 @@ def _openai(path: str, body: bytes) -> RequestRoute:
         # the instance knows the model by its name: the version was only for routing
         data["model"] = model
         body = json.dumps(data).encode()
-    return RequestRoute(model, version or None, body, "openai", prefix=openai_key(path, data))
+    return RequestRoute(model, version or None, body, "openai",
+                        prefix=openai_key(path, data, model=name))

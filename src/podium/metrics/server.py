@@ -46,6 +46,22 @@ REQUEST_DURATION = Histogram(
     buckets=LATENCY_BUCKETS,
     registry=REGISTRY,
 )
+ADAPTER_TOKENS = Counter(
+    "podium:adapter_tokens",
+    "Tokens of LoRA adapter requests (their requests, latency and errors are podium:requests "
+    "and podium:request_duration_seconds with model = the adapter), by base model, adapter, "
+    "version and kind (prompt, completion).",
+    ["model", "adapter", "version", "kind"],
+    registry=REGISTRY,
+)
+ADAPTER_LOADS = Counter(
+    "podium:adapter_loads",
+    "LoRA adapter versions loaded into an engine on first use, by base model, adapter, "
+    "version and outcome (ok; refused: the base cannot serve it; failed: the engine could "
+    "not load it).",
+    ["model", "adapter", "version", "outcome"],
+    registry=REGISTRY,
+)
 IN_FLIGHT = Gauge(
     "podium:requests_in_flight",
     "Requests being served right now.",
@@ -176,6 +192,19 @@ def track_in_flight(protocol: Protocol, endpoint: str, model: str, version: str)
         yield
     finally:
         gauge.dec()
+
+
+def observe_adapter_tokens(model: str, adapter: str, version: str, prompt: int | None,
+                           completion: int | None) -> None:
+    """Count the tokens of one LoRA adapter request on base `model`."""
+    for kind, count in (("prompt", prompt), ("completion", completion)):
+        if count:
+            ADAPTER_TOKENS.labels(model, adapter, version, kind).inc(count)
+
+
+def observe_adapter_load(model: str, adapter: str, version: str, outcome: str) -> None:
+    """Count one first-use load of a LoRA adapter version (ok, refused or failed)."""
+    ADAPTER_LOADS.labels(model, adapter, version, outcome).inc()
 
 
 def observe_queue(model: str, version: str, seconds: float) -> None:

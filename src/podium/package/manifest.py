@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -24,27 +23,25 @@ from pydantic_core import PydanticCustomError
 
 from podium.errors import PackageError
 from podium.package import precision as precisions
+from podium.package.lora_manifest import LoraManifest, LoraSettings
+from podium.package.manifest_base import (  # noqa: F401 - the patterns are re-exported
+    FRONTEND_MODES,
+    NAME_PATTERN,
+    VERSION_PATTERN,
+    _ManifestBase,
+    _Strict,
+)
 from podium.package.paths import read_small_file
-from podium.package.resources import ResourceRequest
-from podium.package.scaling import EngineScalingTargets, ScalingTargets
+from podium.package.scaling import EngineScalingTargets
 from podium.validation import describe, first_field
 
 MANIFEST_NAME = "podium.json"
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
-VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
 MAX_MANIFEST_BYTES = 1024 * 1024
 """podium.json is read only up to this size (1 MiB): it holds settings, never data."""
 MAX_MANIFEST_DEPTH = 32
 """Deepest nesting of objects and lists a manifest may have."""
-FRONTEND_MODES = ("embedded", "standalone")
-"""What an instance serving the package runs: embedded (OpenAI /v1 + KServe v2, the default) or
-standalone (KServe v2 HTTP and gRPC only)."""
 DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
              "FP16", "FP32", "FP64", "BF16", "BYTES")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TensorSpec(_Strict):
@@ -102,39 +99,6 @@ WeightsSource = Annotated[
 ]
 
 
-class _ManifestBase(_Strict):
-    name: str = Field(pattern=NAME_PATTERN, description="Model name as clients address it.")
-    version: str = Field(default="1", pattern=VERSION_PATTERN, description="Model version.")
-    description: str = Field(default="", description="Free text shown by `podium inspect`.")
-    engine_version: str | None = Field(
-        default=None,
-        description="Optional; if given it must equal the platform's pinned vLLM version.")
-    idempotent: bool = Field(
-        default=True,
-        description="Whether a request may be sent twice: during a rollout the gateway resends "
-        "a request the new version failed to the stable one. False for a model with side "
-        "effects (it writes, charges or sends something per request).")
-    autoscale: ScalingTargets | None = Field(
-        default=None, description="Autoscaling targets per instance (bounds: `podium scale`).")
-
-    resources: ResourceRequest = Field(
-        default_factory=ResourceRequest,
-        description="What each instance asks a Ray cluster for (CPUs, GPUs, memory, custom "
-        "resources such as a region); the local runtime ignores it.")
-
-    frontends: Literal[FRONTEND_MODES] = Field(
-        default="embedded",
-        description="embedded: the instance serves OpenAI /v1 and KServe v2 (HTTP and gRPC); "
-        "standalone: KServe v2 HTTP and gRPC only, the OpenAI layer and vLLM's serving "
-        "classes are neither imported nor built, and /v1 answers 404 "
-        "naming the mode.")
-
-    @field_validator("version", mode="before")
-    @classmethod
-    def _version_as_str(cls, value: Any) -> Any:
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
 class VllmManifest(_ManifestBase):
     """An LLM (or pooling model) served by the embedded vLLM engine."""
 
@@ -184,6 +148,10 @@ class VllmManifest(_ManifestBase):
     autoscale: EngineScalingTargets | None = Field(
         default=None, description="Autoscaling targets per instance, the engine's waiting "
         "requests and KV-cache usage among them (bounds: `podium scale`).")
+    lora: LoraSettings | None = Field(
+        default=None, description="LoRA adapters on this engine: set (even to {}) and the "
+        "instance serves every adapter package announced for this model, loaded on first use "
+        "(see docs/lora.md). None: adapters are refused.")
 
     @field_validator("engine_args")
     @classmethod
@@ -193,6 +161,11 @@ class VllmManifest(_ManifestBase):
                 raise ValueError(
                     f"engine_args.{key} is set by Podium from the package; remove it "
                     "(use `weights`/`tokenizer`/`name` instead)")
+        for key in ("enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras"):
+            if key in value or key.replace("_", "-") in value:
+                raise ValueError(f"engine_args.{key} is set by Podium from the manifest's "
+                                 "`lora` settings; move it there (e.g. \"lora\": "
+                                 "{\"max_loras\": 4})")
         for key in ("max_num_queued_reqs", "max_num_queued_tokens"):
             if key in value or key.replace("_", "-") in value:
                 raise ValueError(f"engine_args.{key} is set by Podium; move it to the "
@@ -317,11 +290,11 @@ class PipelineManifest(_ManifestBase):
 
 Manifest = Annotated[
     VllmManifest | XGBoostManifest | TorchManifest | OnnxManifest | PythonManifest
-    | PipelineManifest,
+    | PipelineManifest | LoraManifest,
     Field(discriminator="backend"),
 ]
 _ADAPTER: TypeAdapter[Manifest] = TypeAdapter(Manifest)
-BACKENDS = ("vllm", "xgboost", "torch", "onnx", "python", "pipeline")
+BACKENDS = ("vllm", "xgboost", "torch", "onnx", "python", "pipeline", "lora")
 
 
 def parse_manifest(data: Any, *, where: str = MANIFEST_NAME) -> Manifest:

@@ -15,6 +15,7 @@ from podium.errors import PackageError
 from podium.package.archive import pack, unpack
 from podium.package.manifest import (
     MANIFEST_NAME,
+    LoraManifest,
     Manifest,
     PipelineManifest,
     PythonManifest,
@@ -128,6 +129,10 @@ def check_package(root: Path, *, files_must_exist: bool = False) -> Package:
     package_entries(root)
     for field, value, kinds in named_paths(manifest):
         named_path(root, value, field, kinds, must_exist=files_must_exist)
+    if isinstance(manifest, LoraManifest):  # an adapter is its two files: check them always
+        from podium.package.adapter import check_files
+
+        check_files(root, manifest)
     return Package(root, manifest)
 
 
@@ -137,6 +142,8 @@ def named_paths(manifest: Manifest) -> list[tuple[str, str, tuple[str, ...]]]:
         return [("module", manifest.module, (FILE,))]
     if isinstance(manifest, PipelineManifest):
         return []  # its steps name their files; the graph checks them at load
+    if isinstance(manifest, LoraManifest):
+        return [("path", manifest.path, (DIRECTORY,))]
     if isinstance(manifest, VllmManifest):
         sources = (("weights", manifest.weights), ("tokenizer", manifest.tokenizer))
         paths = [(f"{field}.path", source.path, (FILE, DIRECTORY)) for field, source in sources
@@ -157,6 +164,10 @@ def build_package(source: Path, target: Path) -> Package:
         from podium.package.catalog import read_catalog
 
         read_catalog(package.root / manifest.constraint_catalog, package.root)  # fails early
+    if isinstance(manifest, LoraManifest):
+        from podium.package.adapter_base import check_against_local_base
+
+        check_against_local_base(package)  # against its base too, where this machine has it
     pack(package.root, target)
     return package
 

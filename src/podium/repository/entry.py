@@ -25,6 +25,9 @@ class ModelEntry:
     reason: str = ""
     """Why the entry is not ready (e.g. its engine died), for the repository index."""
     stats: ModelStats = field(default_factory=ModelStats)
+    parent: ModelEntry | None = None
+    """For a LoRA adapter: the base model's entry, whose engine serves it (a lease on the
+    adapter holds the base, so the base drains its adapters' requests too)."""
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -44,13 +47,17 @@ class ModelEntry:
 
     @property
     def ready(self) -> bool:
-        return self.state == READY
+        return self.state == READY and (self.parent is None or self.parent.ready)
 
     def acquire(self) -> None:
         self.in_flight += 1
         self.idle.clear()
+        if self.parent is not None:
+            self.parent.acquire()
 
     def release(self) -> None:
         self.in_flight -= 1
         if self.in_flight == 0:
             self.idle.set()
+        if self.parent is not None:
+            self.parent.release()

@@ -65,6 +65,8 @@ class ModelRepository:
         self._changes = asyncio.Lock()
         self._failures: dict[tuple[str, str], str] = {}
         """Why the last load of name@version failed, for the repository index."""
+        self._adapters: dict[tuple[str, str], ModelEntry] = {}
+        """LoRA adapter entries by (base key, adapter key): their statistics accumulate."""
 
     def register(self, packages: list[Package]) -> None:
         """Make packages known (loadable by name) without loading them."""
@@ -106,8 +108,13 @@ class ModelRepository:
         self.check_alive()  # a died engine or batcher stops serving now, not at the next poll
         versions = self._entries.get(name)
         if not versions:
+            adapter = self._adapter_entry(name, version)
+            if adapter is not None:
+                return adapter
             known = ", ".join(sorted(self._entries)) or "none"
-            raise NotFound(f"model {name!r} is not served here (models: {known})", param="model")
+            what = f"{name}@{version}" if version is not None else name
+            raise NotFound(f"model {what!r} is not served here: no model or LoRA adapter of "
+                           f"that name (models: {known})", param="model")
         if version is not None:
             entry = versions.get(version)
             if entry is None:
@@ -118,6 +125,20 @@ class ModelRepository:
         if not ready:
             raise Unavailable(f"model {name!r} has no ready version yet")
         return versions[max(ready, key=version_key)]
+
+    def _adapter_entry(self, name: str, version: str | None) -> ModelEntry | None:
+        """The entry of LoRA adapter name[@version] on a ready model that serves it."""
+        for base in self.ready_entries():
+            view = base.backend.adapter(name, version)
+            if view is None:
+                continue
+            key = (base.key, f"{view.name}@{view.version}")
+            entry = self._adapters.get(key)
+            if entry is None or entry.backend is not view:
+                entry = ModelEntry(view, state=READY, loaded_at=base.loaded_at, parent=base)
+                self._adapters[key] = entry
+            return entry
+        return None
 
     @asynccontextmanager
     async def lease(self, name: str, version: str | None = None) -> AsyncIterator[ModelEntry]:
@@ -131,7 +152,7 @@ class ModelRepository:
         try:
             yield entry
         except BackendDead as exc:
-            self.report_dead(entry, exc.message)
+            self.report_dead(entry.parent or entry, exc.message)
             raise
         finally:
             entry.release()

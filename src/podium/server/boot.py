@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from podium.errors import BootError, PodiumError
+from podium.package.adapter import adapter_of
 from podium.package.cache import ModelCache
 from podium.package.manifest import VllmManifest
 from podium.package.package import Package, open_package
@@ -40,12 +41,16 @@ async def boot(instance: Instance) -> None:
     ready)."""
     try:
         packages = await _step(instance, "open packages", _open_packages, instance)
+        adapters = [p for p in packages if adapter_of(p.manifest) is not None]
+        packages = [p for p in packages if adapter_of(p.manifest) is None]
         await _step(instance, "mount frontends", _mount_frontends, instance, packages)
         if any(isinstance(p.manifest, VllmManifest) for p in packages):
             await _step(instance, "start preloader", _start_preloader)
             await _step(instance, "check engine", _check_engine,
                         instance.frontends == EMBEDDED)
         await _step(instance, "resolve weights", _resolve_weights, packages)
+        if adapters:
+            await _step(instance, "store adapters", _store_adapters, adapters, packages)
         await _step(instance, "load plugins", _load_plugins)
         await _step(instance, "wipe metrics directory", _wipe_metrics_directory)
         for package in packages:
@@ -161,6 +166,30 @@ async def _resolve_weights(packages: list[Package]) -> None:
             log.warning("%s is not in the model cache: materializing it now (announce it with "
                         "`podium materialize` to keep this off the boot path)", package.key)
             await asyncio.to_thread(cache.materialize, package)
+
+
+def _store_adapters(adapters: list[Package], packages: list[Package]) -> str:
+    """The repository's LoRA adapters checked against their base (served here) and put in the
+    cache, where the base's instance finds them; a bad one is refused with its reason and
+    the rest still serve."""
+    from podium.package.adapter_base import info_of, store_adapter
+
+    bases = {p.key: p for p in packages}
+    stored = []
+    for adapter in adapters:
+        info = info_of(adapter)
+        base = bases.get(info.base_key)
+        if base is None:
+            log.error("adapter %s is not served: its base %s is not served here", info.key,
+                      info.base_key)
+            continue
+        try:
+            store_adapter(adapter, base)
+        except PodiumError as exc:
+            log.error("adapter %s is not served: %s", info.key, exc.message)
+            continue
+        stored.append(info.key)
+    return ", ".join(stored) or "none"
 
 
 def _load_plugins() -> str:

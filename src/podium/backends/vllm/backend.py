@@ -14,14 +14,17 @@ import contextlib
 import logging
 from argparse import Namespace
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from podium.backends.base import Backend, InferenceRequest, InferenceResponse
+from podium.backends.base import AdapterCard, Backend, InferenceRequest, InferenceResponse
 from podium.backends.limits import InstanceLimits
 from podium.backends.openai_service import OpenAIService
 from podium.backends.vllm.engine import _engine_version, _start_engine, build_engine_args
 from podium.errors import BackendDead, BackendError, InvalidArgument
 from podium.package.manifest import TensorSpec, VllmManifest
+
+if TYPE_CHECKING:
+    from podium.backends.vllm.lora import Adapters
 
 log = logging.getLogger("podium.backends.vllm")
 ENGINE_STOP_S = 15.0
@@ -43,6 +46,7 @@ class VllmBackend(Backend):
         self._openai: OpenAIService | None = None
         self.args: Namespace | None = None
         self.supported_tasks: tuple[str, ...] = ()
+        self._adapters: Adapters | None = None
 
     @property
     def platform(self) -> str:
@@ -78,6 +82,10 @@ class VllmBackend(Backend):
 
                 self._openai = VllmOpenAI(self, await self._openai_state())
             await self._warm_up()
+            if self.manifest.lora is not None and self.task == "generate":
+                from podium.backends.vllm.lora import Adapters
+
+                self._adapters = Adapters(self)
         except BaseException:
             catalog.cancel()
             raise
@@ -111,6 +119,17 @@ class VllmBackend(Backend):
     @property
     def openai(self) -> OpenAIService | None:
         return self._openai
+
+    def adapter(self, name: str, version: str | None) -> Backend | None:
+        """The view serving LoRA adapter name[@version] of this model, found in the cache on
+        each call (an adapter announced after boot is served at once); None without one."""
+        return self._adapters.find(name, version) if self._adapters is not None else None
+
+    def adapters(self) -> list[AdapterCard]:
+        if self._adapters is None:
+            return []
+        return [AdapterCard(a.info.name, a.info.version, a.info.rank)
+                for a in self._adapters.listed()]
 
     @property
     def seed_crashes_engine(self) -> bool:
@@ -165,18 +184,18 @@ class VllmBackend(Backend):
         from podium.backends.vllm import contract
 
         self._check_alive()
-        with self._engine_errors():
+        with self.engine_errors():
             return await contract.infer(self.engine, request, task=self.task,
-                                            sampling_params=self._sampling_params,
+                                            sampling_params=self.sampling,
                                             caps=self.caps)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         from podium.backends.vllm import contract
 
         self._check_alive()
-        with self._engine_errors():
+        with self.engine_errors():
             async for response in contract.infer_stream(
-                    self.engine, request, task=self.task, sampling_params=self._sampling_params,
+                    self.engine, request, task=self.task, sampling_params=self.sampling,
                     caps=self.caps):
                 yield response
 
@@ -187,7 +206,7 @@ class VllmBackend(Backend):
         return self.limits.for_package(self.manifest.max_n)
 
     @contextlib.contextmanager
-    def _engine_errors(self) -> Iterator[None]:
+    def engine_errors(self) -> Iterator[None]:
         """vLLM's two engine errors in Podium's terms: EngineDeadError is fatal (BackendDead),
         EngineGenerateError fails this request only (BackendError); a request vLLM refuses
         (VLLMValidationError: scoring or embedding past the context, …) is a 400."""
@@ -204,7 +223,7 @@ class VllmBackend(Backend):
             raise BackendError(f"the engine of {self.package.key} failed this request: "
                                f"{exc}") from exc
 
-    def _sampling_params(self, **kwargs: Any) -> Any:
+    def sampling(self, **kwargs: Any) -> Any:
         from vllm import SamplingParams
 
         self.check_seed(kwargs.get("seed"))

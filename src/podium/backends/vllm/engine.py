@@ -38,6 +38,9 @@ def build_engine_args(manifest: VllmManifest, weights_dir: str,
             raise PackageError(_unknown_engine_arg(key, manifest.frontends),
                                param=f"engine_args.{key}")
         setattr(args, attr, value)
+    if manifest.lora is not None and manifest.task == "generate":
+        for key, value in manifest.lora.engine_args().items():
+            setattr(args, key, value)
     limits = limits or InstanceLimits()
     args.max_num_queued_reqs = resolve(limits.max_num_queued_reqs, manifest.max_num_queued_reqs,
                                        DEFAULT_MAX_NUM_QUEUED_REQS)
