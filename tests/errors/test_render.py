@@ -42,6 +42,8 @@ TABLE = [
                  id="unavailable"),
     pytest.param(errors.UpstreamFailed, 502, "UNAVAILABLE", "service_unavailable",
                  id="upstream-failed"),
+    pytest.param(errors.ColdStart, 503, "UNAVAILABLE", "service_unavailable",
+                 id="cold-start"),
     pytest.param(errors.PackageError, 400, "INVALID_ARGUMENT", "invalid_request_error",
                  id="package-error"),
     pytest.param(errors.UnsafeArchive, 400, "INVALID_ARGUMENT", "invalid_request_error",

@@ -6,6 +6,11 @@ its model is running (a rollout owns its sizes). Its targets are the control pla
 overridden by its package's `autoscale` section; in-flight requests come from the gateway's
 route table, the engine signals from the runtime (only for a package that declares an engine
 target, so nobody else's /metrics is scraped).
+
+A deployment with `min_instances: 0` scales to zero once idle (no request in flight or held
+for `scale_down_cooldown_ms`: its idle timeout) and back from zero on the requests the
+gateways hold for it (`gateway.hold`; counted with the in-flight ones). It is marked in the
+route table as started on demand, so the gateways hold its requests rather than answer 503.
 """
 
 from __future__ import annotations
@@ -51,7 +56,10 @@ class Autoscaler:
         for dep in self.store.list_deployments():
             key = (dep.region, dep.model, dep.version)
             region = self.regions.get(dep.region)
-            if (region is None or dep.model in busy or dep.num_desired == 0
+            if region is not None:
+                _mark_on_demand(region, dep)
+            at_rest = dep.num_desired == 0 and dep.min_instances > 0  # stopped, not at zero
+            if (region is None or dep.model in busy or at_rest
                     or dep.min_instances >= dep.max_instances):
                 self._states.pop(key, None)  # when it is autoscaled again, start from its size
                 continue
@@ -69,7 +77,7 @@ class Autoscaler:
         declared = {k: v for k, v in self._declared(dep.model, dep.version).items()
                     if v is not None}
         return AutoscalePolicy(
-            min_instances=max(1, dep.min_instances), max_instances=dep.max_instances,
+            min_instances=dep.min_instances, max_instances=dep.max_instances,
             target_in_flight=declared.get("target_in_flight", self.defaults.target_in_flight),
             target_waiting=declared.get("target_waiting"),
             max_kv_cache_usage=declared.get("max_kv_cache_usage"),
@@ -93,6 +101,8 @@ class Autoscaler:
     def _demand(self, dep: DeploymentRow, policy: AutoscalePolicy, region: Region) -> Demand:
         in_flight = sum(e.num_in_flight for m, v, e in region.table.routed()
                         if (m, v) == (dep.model, dep.version))
+        # requests the gateways hold for it: the demand of a deployment at zero
+        in_flight += region.table.held.get((dep.model, dep.version), 0)
         num_starting = sum(1 for i in region.runtime.instances(dep.model, dep.version)
                            if i.state == STARTING)
         if not policy.reads_engine:
@@ -101,3 +111,11 @@ class Autoscaler:
         return Demand(in_flight=in_flight, waiting=signals.waiting,
                       kv_cache_usage=signals.kv_cache_usage, complete=signals.complete,
                       num_starting=num_starting)
+
+
+def _mark_on_demand(region: Region, dep: DeploymentRow) -> None:
+    """Publish whether the deployment starts on demand (`min_instances` 0, room to grow): the
+    gateways then hold its requests while it is at zero instead of answering 503."""
+    on = dep.min_instances == 0 < dep.max_instances
+    if on != (dep.version in region.table.on_demand().get(dep.model, [])):
+        region.table.set_on_demand(dep.model, dep.version, on)

@@ -152,6 +152,12 @@ class RouteFeed:
             if since is not None:  # a gateway on an older table may still send it requests
                 num += sum(1 for g in live if g.acked < since) + unknown
             endpoint.num_in_flight = num
+        held: dict[tuple[str, str], int] = {}
+        for g in live:
+            for model, versions in g.report.held.items():
+                for version, num in versions.items():
+                    held[model, version] = held.get((model, version), 0) + num
+        self.table.held = held
 
 
 class PublishedTable(RouteTable):
@@ -178,6 +184,11 @@ class PublishedTable(RouteTable):
     def add_endpoint(self, model: str, version: str, endpoint: Endpoint) -> None:
         """Start routing to a (ready) instance."""
         super().add_endpoint(model, version, endpoint)
+        self._changed()
+
+    def set_on_demand(self, model: str, version: str, on: bool) -> None:
+        """Mark a version as started on demand."""
+        super().set_on_demand(model, version, on)
         self._changed()
 
     def remove_endpoint(self, endpoint_id: str) -> None:

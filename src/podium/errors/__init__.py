@@ -91,6 +91,16 @@ class Unavailable(PodiumError):
     """The server cannot take the request now; another instance or a retry may."""
 
 
+class ColdStart(Unavailable):
+    """A request held for a version at zero instances found no ready instance in time (or
+    too many wait already): 503, and the client is told when to come back (`Retry-After`)."""
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0,
+                 param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.retry_after_s = retry_after_s
+
+
 class UpstreamFailed(Unavailable):
     """The gateway sent the request to an instance that failed before answering."""
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from podium.errors import (
     BackendDead,
     BackendError,
+    ColdStart,
     Conflict,
     HeaderFieldsTooLarge,
     MethodNotAllowed,
@@ -83,6 +84,7 @@ KINDS: dict[type[BaseException], Kind] = {
     Overloaded: Kind(429, "RESOURCE_EXHAUSTED", "rate_limit_error"),
     Unavailable: Kind(503, "UNAVAILABLE", "service_unavailable"),
     UpstreamFailed: Kind(502, "UNAVAILABLE", "service_unavailable"),
+    ColdStart: Kind(503, "UNAVAILABLE", "service_unavailable"),
     PackageError: Kind(400, "INVALID_ARGUMENT", "invalid_request_error"),
     BackendError: INTERNAL,
     BackendDead: Kind(503, "UNAVAILABLE", "service_unavailable"),
@@ -125,8 +127,9 @@ def problem_of(exc: BaseException, request_id: str | None = None) -> Problem:
 
 
 def retry_after(exc: BaseException) -> str | None:
-    """The `Retry-After` header (whole seconds, at least 1) an overload answer carries."""
-    if isinstance(exc, Overloaded):
+    """The `Retry-After` header (whole seconds, at least 1) an overload answer carries, and
+    a cold start's 503."""
+    if isinstance(exc, Overloaded | ColdStart):
         return str(max(1, math.ceil(exc.retry_after_s)))
     return None
 

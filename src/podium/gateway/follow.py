@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 
 import httpx
 import msgspec
@@ -37,7 +38,8 @@ class ControlFollower:
 
     def __init__(self, control_url: str, table: RouteTable, stats: ReportingStats, *,
                  gateway_id: str, http: str = "", api_key: str | None = None,
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0,
+                 held: Callable[[], dict[str, dict[str, int]]] | None = None) -> None:
         self.url = control_url.rstrip("/") + SYNC_PATH
         self.follower = TableFollower(table)
         self.table = table
@@ -47,6 +49,8 @@ class ControlFollower:
         self.headers = {"content-type": "application/json",
                         **({"authorization": f"Bearer {api_key}"} if api_key else {})}
         self.timeout_s = timeout_s
+        self.held = held
+        """Requests held per model and version (`gateway.hold`), reported as demand."""
         self.num_synced = 0
         self.batch = MAX_PER_REPORT
         """Outcomes per report; halved while the control API finds reports too large."""
@@ -66,7 +70,7 @@ class ControlFollower:
             gateway_id=self.gateway_id, epoch=self.follower.epoch,
             generation=self.follower.generation, pid=os.getpid(), http=self.http,
             in_flight={e.id: e.num_in_flight for e in self.table.endpoints()},
-            outcomes=columns(taken))
+            outcomes=columns(taken), held=self.held() if self.held is not None else {})
         try:
             response = await client.post(self.url, content=ENCODER.encode(report),
                                          headers=self.headers)

@@ -18,6 +18,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from podium.gateway.hold import Hold
 from podium.routes.stats import VersionStats
 from podium.routes.table import RouteTable
 
@@ -28,9 +29,10 @@ _VERSION = ["model", "version"]
 class GatewayCollector(Collector):
     """Every gateway metric, read from the route table and the request totals."""
 
-    def __init__(self, table: RouteTable, stats: VersionStats) -> None:
+    def __init__(self, table: RouteTable, stats: VersionStats, hold: Hold | None = None) -> None:
         self.table = table
         self.stats = stats
+        self.hold = hold
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
@@ -75,14 +77,37 @@ class GatewayCollector(Collector):
             for version, weight in sorted(self.table.split(model).items()):
                 weights.add_metric([model, version], weight)
         yield from (requests, seconds, shed, retries, prefix, in_flight, up, weights)
+        if self.hold is not None:
+            yield from _cold_starts(self.hold)
 
 
-def render(table: RouteTable, stats: VersionStats) -> str:
+def _cold_starts(hold: Hold) -> Iterator[Metric]:
+    """Requests held for a version at zero instances (`gateway.hold`)."""
+    held = GaugeMetricFamily("podium:gateway_held", "Requests held now, waiting for an "
+                             "instance of a version at zero to start.", labels=_VERSION)
+    for model, versions in sorted(hold.counts().items()):
+        for version, num in sorted(versions.items()):
+            held.add_metric([model, version], num)
+    waited = SummaryMetricFamily(
+        "podium:gateway_cold_start_wait_seconds", "Time held requests waited for an "
+        "instance of a version at zero before going on.", labels=_VERSION)
+    for (model, version), (num, total_s) in sorted(hold.waited.items()):
+        waited.add_metric([model, version], count_value=num, sum_value=total_s)
+    refused = CounterMetricFamily(
+        "podium:gateway_cold_start_refused", "Held requests answered 503 with Retry-After, "
+        "by why: full (too many held) or timeout (no instance in time).",
+        labels=[*_VERSION, "why"])
+    for (model, version, why), num in sorted(hold.refused.items()):
+        refused.add_metric([model, version, why], num)
+    yield from (held, waited, refused)
+
+
+def render(table: RouteTable, stats: VersionStats, hold: Hold | None = None) -> str:
     """Every gateway metric, current values, in the Prometheus text format.
 
     A registry of this gateway's collector alone, never the process-wide default (which would
     mix in whatever else the process registers there).
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GatewayCollector(table, stats))
+    registry.register(GatewayCollector(table, stats, hold))
     return generate_latest(registry).decode()

@@ -126,7 +126,7 @@ async def _serve(config: GatewayConfig, watchdog: ShutdownWatchdog) -> None:
     follower = ControlFollower(
         config.control_url, table, stats, api_key=credential or config.control_key,
         gateway_id=config.gateway_id or f"{socket.gethostname()}-{os.getpid()}",
-        http=f"{config.host}:{config.http_port}")
+        http=f"{config.host}:{config.http_port}", held=gateway.hold.counts)
 
     def stop() -> None:
         watchdog.arm()

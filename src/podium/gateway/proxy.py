@@ -28,10 +28,11 @@ from urllib.parse import quote
 import aiohttp
 
 from podium.cancellation import ClientLeft, unless_client_leaves
-from podium.errors import MethodNotAllowed, UpstreamFailed
+from podium.errors import MethodNotAllowed, NotFound, Unavailable, UpstreamFailed
 from podium.gateway import asgi
 from podium.gateway.admission import Admission
 from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
+from podium.gateway.hold import Hold
 from podium.gateway.limits import GatewayLimits, read_body
 from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
 from podium.gateway.metrics import render as render_metrics
@@ -81,8 +82,11 @@ class Gateway:
                  clock_ms: Callable[[], int] = wall_ms,
                  limits: GatewayLimits | None = None,
                  upstream_credential: str | None = None,
-                 prefix: PrefixPolicy | None = PrefixPolicy()) -> None:
+                 prefix: PrefixPolicy | None = PrefixPolicy(),
+                 hold: Hold | None = None) -> None:
         self.table = table or RouteTable()
+        self.hold = hold or Hold()
+        """Requests held for a version at zero instances while one starts."""
         # an LLM prompt goes to the instance that most likely caches it (None: least in-flight)
         self.prefix = PrefixRouter(prefix) if prefix is not None else None
         self.limits = limits or GatewayLimits()
@@ -142,9 +146,29 @@ class Gateway:
                                          self.stats.record_prefix_pick)
         attempts = Attempts(self.table, self.admission, self.stats, route.model, route.version,
                             max_attempts=self.max_attempts, choose=choose)
-        target: Target | None = attempts.first()
+        target: Target | None = await self._first(attempts, route)
         while target is not None:
             target = await self._attempt(scope, route, headers, target, attempts, receive, send)
+
+    async def _first(self, attempts: Attempts, route: RequestRoute) -> Target:
+        """The first attempt; for a version at zero instances that starts on demand, once an
+        instance is ready (held meanwhile, `gateway.hold`)."""
+        try:
+            return attempts.first()
+        except (NotFound, Unavailable):
+            waiting = self.table.waiting_version(route.model, route.version)
+            if waiting is None:
+                raise
+
+        def attempt() -> Target | None:
+            try:
+                return attempts.first()
+            except (NotFound, Unavailable):
+                if self.table.waiting_version(route.model, route.version) is None:
+                    raise  # no longer started on demand: the usual answer
+                return None
+
+        return await self.hold.until_routable(route.model, waiting, attempt)
 
     async def _attempt(self, scope: Scope, route: RequestRoute, headers: list[tuple[str, str]],
                        target: Target, attempts: Attempts, receive: Receive,
@@ -272,7 +296,8 @@ class Gateway:
             ready = any(e.can_take for e in self.table.endpoints())
             return Answer.json({"ready": ready}, status=200 if ready else 503)
         if method == "GET" and path == "/metrics":
-            return Answer.typed(render_metrics(self.table, self.stats).encode(), METRICS_TYPE)
+            text = render_metrics(self.table, self.stats, self.hold)
+            return Answer.typed(text.encode(), METRICS_TYPE)
         if method == "GET" and path == "/v1/models":
             # a standalone deployment serves no OpenAI request: not listed
             served: dict[str, list[str]] = {}

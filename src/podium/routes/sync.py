@@ -45,6 +45,8 @@ class ModelSpec(msgspec.Struct, frozen=True):
     splits: dict[str, int] = {}
     aliases: dict[str, str] = {}
     endpoints: dict[str, list[EndpointSpec]] = {}
+    on_demand: list[str] = []
+    """Versions started on demand (held requests wait for their instance)."""
 
 
 class Outcomes(msgspec.Struct, frozen=True):
@@ -71,6 +73,9 @@ class SyncReport(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     in_flight: dict[str, int] = {}
     """Requests in flight per endpoint id, counted under the table above."""
     outcomes: list[Outcomes] = []
+    held: dict[str, dict[str, int]] = {}
+    """Requests held waiting for an instance, per model and version (`gateway.hold`): the
+    demand of a deployment at zero."""
 
 
 class SyncAnswer(msgspec.Struct, frozen=True):
@@ -86,11 +91,13 @@ class SyncAnswer(msgspec.Struct, frozen=True):
 
 def snapshot(table: RouteTable) -> dict[str, ModelSpec]:
     """The whole table as plain specs (the control plane's side)."""
+    on_demand = table.on_demand()
     return {name: ModelSpec(
         splits=splits, aliases=aliases,
         endpoints={v: [EndpointSpec(e.id, e.url, e.grpc_target, e.healthy, e.draining,
                                     e.max_in_flight, e.idempotent, e.frontends)
-                       for e in eps] for v, eps in endpoints.items()})
+                       for e in eps] for v, eps in endpoints.items()},
+        on_demand=on_demand.get(name, []))
         for name, (splits, aliases, endpoints) in table.routes().items()}
 
 
@@ -125,7 +132,8 @@ class TableFollower:
             endpoints = {v: [self._endpoint(s, told) for s in specs]
                          for v, specs in spec.endpoints.items()}
             routes[name] = (dict(spec.splits), dict(spec.aliases), endpoints)
-        self.table.replace(routes)
+        self.table.replace(routes, {name: list(spec.on_demand)
+                                    for name, spec in answer.routes.items()})
         self._told_healthy = told
         self.epoch, self.generation = answer.epoch, answer.generation
         return True

@@ -67,6 +67,9 @@ class _Model:
     endpoints: dict[str, list[Endpoint]] = field(default_factory=dict)
     wrr: dict[str, int] = field(default_factory=dict)
     turn: int = 0
+    on_demand: set[str] = field(default_factory=set)
+    """Versions whose instances start on demand (scaled to zero when idle): a request for one
+    with no ready instance is held at the gateway while one starts (`gateway.hold`)."""
 
 
 class RouteTable:
@@ -75,6 +78,9 @@ class RouteTable:
     def __init__(self) -> None:
         self._models: dict[str, _Model] = {}
         self._by_id: dict[str, Endpoint] = {}
+        self.held: dict[tuple[str, str], int] = {}
+        """(model, version) → requests the gateways hold for it, waiting for an instance, as
+        they last reported (the control plane's table; `gateway.hold`)."""
         # the control plane changes the table from its own thread while the proxy reads it
         self._lock = threading.RLock()
 
@@ -108,10 +114,26 @@ class RouteTable:
                     if endpoint in endpoints:
                         endpoints.remove(endpoint)
 
-    def replace(self, routes: dict[str, Routes]) -> None:
+    def set_on_demand(self, model: str, version: str, on: bool) -> None:
+        """Mark a version as started on demand (its deployment may be at zero instances)."""
+        with self._lock:
+            entry = self._models.setdefault(model, _Model())
+            if on:
+                entry.on_demand.add(version)
+            else:
+                entry.on_demand.discard(version)
+
+    def on_demand(self) -> dict[str, list[str]]:
+        """Model → its versions started on demand (models with none left out)."""
+        with self._lock:
+            return {m: sorted(e.on_demand) for m, e in self._models.items() if e.on_demand}
+
+    def replace(self, routes: dict[str, Routes],
+                on_demand: Mapping[str, list[str]] | None = None) -> None:
         """Swap in a whole table at once (a gateway process taking the control plane's): model
-        → (splits, aliases, endpoints per version). Pass an `Endpoint` already in the table to
-        keep it: its in-flight count carries over."""
+        → (splits, aliases, endpoints per version), and the versions started on demand. Pass
+        an `Endpoint` already in the table to keep it: its in-flight count carries over."""
+        on_demand = on_demand or {}
         with self._lock:
             models: dict[str, _Model] = {}
             for name, (splits, aliases, endpoints) in routes.items():
@@ -119,7 +141,8 @@ class RouteTable:
                 entry = _Model(splits={v: w for v, w in splits.items() if w > 0},
                                aliases=dict(aliases),
                                endpoints={v: list(eps) for v, eps in endpoints.items()},
-                               turn=old.turn if old else 0)
+                               turn=old.turn if old else 0,
+                               on_demand=set(on_demand.get(name, ())))
                 # the round robin's position survives, so a re-sent split stays exact
                 entry.wrr = {v: old.wrr.get(v, 0) if old else 0 for v in entry.splits}
                 models[name] = entry
@@ -174,6 +197,26 @@ class RouteTable:
                     for m, e in self._models.items()}
 
     # read per request ------------------------------------------------------------------
+
+    def waiting_version(self, model: str, version: str | None) -> str | None:
+        """The version a request for `model` (`version` None: by the split) goes to when that
+        version is started on demand and has no instance taking requests: the request may wait
+        for one. None otherwise (the usual answer stands)."""
+        with self._lock:
+            entry = self._models.get(model)
+            if entry is None or not entry.on_demand:
+                return None
+            if version is not None:
+                chosen: str | None = entry.aliases.get(version, version)
+            elif LATEST in entry.aliases:
+                chosen = entry.aliases[LATEST]
+            else:
+                chosen = max(entry.splits, key=lambda v: entry.splits[v], default=None)
+            if chosen is None or chosen not in entry.on_demand:
+                return None
+            if any(e.can_take for e in entry.endpoints.get(chosen, [])):
+                return None
+            return chosen
 
     def resolve(self, model: str, version: str | None, *,
                 exclude: frozenset[str] = frozenset(),
