@@ -19,11 +19,9 @@ from typing import Any
 
 log = logging.getLogger("podium.preload")
 WORKER_METHOD = "spawn"
-"""How an engine core forked from the preloader starts its worker: spawned, as vLLM does on
-CPU, so the worker (the process that runs the model) binds its OpenMP threads exactly as
-before. Forking it from the engine core saves its ~12 s import too, but measured once here its
-OpenMP threads were not pinned (both allowed on cores 0-1) under a slow 16-chat load: left
-off until measured on a quiet machine."""
+"""The start method vLLM is told for the engine core's worker (what it does on CPU); the
+worker is then forked from the engine core instead when its OpenMP binding allows it
+(`podium.preload.worker`)."""
 STATUS_WAIT_S = 2.0
 """How long to wait for the fork server's exit status once the engine core's pidfd says it
 has exited (it reports from its SIGCHLD handler)."""
@@ -35,6 +33,9 @@ def enter_engine_env(env: dict[str, str], target: Callable[..., Any], *args: Any
     os.environ.clear()
     os.environ.update(env)
     os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = WORKER_METHOD
+    from podium.preload import worker
+
+    worker.install(env)
     return target(*args, **kwargs)
 
 

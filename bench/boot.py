@@ -1,0 +1,137 @@
+"""Boot to ready of the default LLM by start path, and its serving speed, in one run.
+
+    python -m bench.boot [--modes spawn,fork] [--rounds 1] [--prompts 64]
+
+Each run starts `podium serve` of the default package (SmolLM2-135M-Instruct, already in the
+model cache) with one start path:
+
+- `off`: no preloader (``PODIUM_PRELOAD=0``): engine core and worker spawned, as vLLM does;
+- `spawn`: engine core forked from the preloader, worker spawned
+  (``PODIUM_PRELOAD_WORKER_FORK=0``);
+- `fork`: engine core forked from the preloader, worker forked from it (the default).
+
+It measures the wall time from the process start to `/health/ready` answering 200, then to the
+first chat completion answered, the boot steps from /health/ready, the CPUs the worker's
+threads may run on (`Cpus_allowed_list` of each thread), then output tokens/s under vLLM's
+serving benchmark (random 128 in / 64 out, concurrency 16, `--prompts` requests). The modes
+alternate (A B B A ...) so drift in the machine's load falls on each. Prints one line per run,
+then medians and each mode's ratio to the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from bench.harness import free_port, median, serve
+
+ENVS = {"off": {"PODIUM_PRELOAD": "0"},
+        "spawn": {"PODIUM_PRELOAD_WORKER_FORK": "0"},
+        "fork": {"PODIUM_PRELOAD_WORKER_FORK": "1"}}
+STEPS = ("check engine", "start engine")
+
+
+@dataclass
+class Run:
+    mode: str
+    ready_s: float
+    first_s: float
+    steps: dict[str, float]
+    worker_cpus: str
+    tok_s: float
+
+
+def _worker_cpus(pid: int) -> str:
+    """The distinct `Cpus_allowed_list` values of the worker's threads."""
+    for child in psutil.Process(pid).children(recursive=True):
+        if child.name().startswith("VLLM::Worker"):
+            found = set()
+            for task in Path(f"/proc/{child.pid}/task").iterdir():
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("Cpus_allowed_list"):
+                        found.add(line.split()[1])
+            return "|".join(sorted(found))
+    return "?"
+
+
+def measure(mode: str, log: Path, prompts: int, timeout_s: float) -> Run:
+    from podium.package.defaults import default_model_dir
+
+    http_port = free_port()
+    command = [sys.executable, "-m", "podium.cli", "serve", "--host", "127.0.0.1",
+               "--http-port", str(http_port), "--grpc-port", str(free_port())]
+    base = f"http://127.0.0.1:{http_port}"
+    started = time.monotonic()
+    with serve(command, f"{base}/health/ready", timeout_s=timeout_s, log=log, poll_s=0.1,
+               env={**os.environ, **ENVS[mode]}, stop_timeout_s=120) as served:
+        ready = served.ready.json()
+        model = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
+        answer = httpx.post(f"{base}/v1/chat/completions", timeout=300, json={
+            "model": model, "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]})
+        answer.raise_for_status()
+        first_s = time.monotonic() - started
+        steps = {step: sum(s["seconds"] for s in ready["boot_steps"]
+                           if s["step"].startswith(step)) for step in STEPS}
+        cpus = _worker_cpus(served.pid)
+        tok_s = 0.0
+        if prompts:
+            from bench.harness.vllm_serving import serving_benchmark
+
+            result = serving_benchmark(f"{base}", model, default_model_dir(), prompts, 16,
+                                       ready_check=False)
+            tok_s = result["output_throughput"]
+        return Run(mode, served.boot_s, first_s, steps, cpus, tok_s)
+
+
+def _line(run: Run) -> str:
+    steps = "  ".join(f"{name} {run.steps[name]:5.1f}s" for name in STEPS)
+    return (f"{run.mode:<6} ready {run.ready_s:6.1f}s  first answer {run.first_s:6.1f}s  "
+            f"({steps})  worker CPUs {run.worker_cpus}  output {run.tok_s:6.1f} tok/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", default="spawn,fork", help="comma-separated: off,spawn,fork")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each mode (A B B A ...)")
+    parser.add_argument("--prompts", type=int, default=64,
+                        help="requests of the serving benchmark (0: boot only)")
+    parser.add_argument("--timeout-s", type=float, default=900)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    modes = args.modes.split(",")
+    from podium.package.defaults import default_model_dir
+
+    default_model_dir()  # in the cache before the first run: no run pays materialization
+    if args.prompts:
+        import vllm.benchmarks.serve  # noqa: F401  (the client's import, before any boot)
+    order = [m for i in range(args.rounds) for m in (modes if i % 2 == 0 else modes[::-1])]
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, mode in enumerate(order):
+            run = measure(mode, Path(tmp) / f"{mode}-{i}.log", args.prompts, args.timeout_s)
+            print(_line(run), flush=True)
+            runs.append(run)
+    print()
+    first = None
+    for mode in modes:
+        mine = [r for r in runs if r.mode == mode]
+        ready, answer = median(r.ready_s for r in mine), median(r.first_s for r in mine)
+        tok = median(r.tok_s for r in mine)
+        first = first or (ready, tok)
+        spread = f"ready {min(r.ready_s for r in mine):.1f}..{max(r.ready_s for r in mine):.1f}s"
+        print(f"median {mode:<6} ready {ready:6.1f}s  first answer {answer:6.1f}s  output "
+              f"{tok:6.1f} tok/s  ({len(mine)} runs, {spread}; vs {modes[0]}: ready "
+              f"{ready / first[0]:.2f}x, output "
+              f"{(tok / first[1]) if first[1] else float('nan'):.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

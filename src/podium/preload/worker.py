@@ -1,0 +1,124 @@
+"""The engine core's worker, forked from the engine core (itself forked from the preloader)
+instead of spawned, when its OpenMP threads can be bound exactly as a spawned worker's are.
+
+A spawned worker imports vLLM again (~9-12 s here). vLLM's CPU executor binds a spawned
+worker's OpenMP threads through the environment it starts with (`OMPProcessManager`:
+``GOMP_CPU_AFFINITY``, ``OMP_PLACES``/``OMP_PROC_BIND`` or ``KMP_AFFINITY``, and
+``OMP_NUM_THREADS``), which the OpenMP runtime reads when it loads. A forked worker has the
+runtime already loaded (by the preloader), so those variables do nothing there: forked
+naively, its threads floated over every core and a 16-chat load ran slow.
+
+So a worker is forked only when its binding is one CPU and one thread (vLLM's auto binding on a
+machine whose cores, less the one reserved for the engine core, leave one per worker, as here):
+the child binds itself to that CPU (`os.sched_setaffinity`, which the OpenMP runtime's single
+thread and every later thread inherit) and sizes torch's pool to one thread before vLLM's code
+runs; that is what the runtime would have done with the variables. Anything else (several CPUs,
+no binding, several workers, a binding variable set before the preloader started) is spawned
+as vLLM does it, with the reason logged.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from multiprocessing import context, popen_fork, popen_spawn_posix
+from typing import Any
+
+log = logging.getLogger("vllm.podium.preload")
+"""Under vLLM's logger: this runs in the engine core, whose logging vLLM set up."""
+BINDING = ("GOMP_CPU_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND", "KMP_AFFINITY", "OMP_NUM_THREADS")
+"""The variables vLLM's executor sets for a worker it starts (`OMPProcessManager`)."""
+FORK_ENV = "PODIUM_PRELOAD_WORKER_FORK"
+"""``0`` spawns every worker (the engine core alone forks from the preloader)."""
+_inherited: dict[str, str] = {}
+"""The binding variables the engine core's environment had before vLLM set its worker's."""
+
+
+def install(env: Mapping[str, str]) -> None:
+    """In an engine core forked from the preloader, before vLLM runs: its executor starts
+    workers through `WorkerContext` (when the preloader imported the executor)."""
+    global _inherited
+    _inherited = {k: env[k] for k in BINDING if k in env}
+    executor = sys.modules.get("vllm.v1.executor.multiproc_executor")  # the preloader's import
+    if env.get(FORK_ENV, "1") == "0" or executor is None:
+        return  # the worker is spawned, as vLLM does it
+    executor.get_mp_context = _worker_context  # type: ignore[assignment]
+
+
+def _worker_context() -> context.BaseContext:
+    from vllm.utils.system_utils import get_mp_context
+
+    found = get_mp_context()  # vLLM's own checks (Ray, NUMA binding, ...) run as before
+    return WorkerContext() if found.get_start_method() == "spawn" else found
+
+
+def fork_plan(env: Mapping[str, str], world_size: int) -> tuple[int | None, str]:
+    """(the CPU to bind a forked worker to, "") or (None, why it is spawned)."""
+    if world_size != 1:
+        return None, f"{world_size} workers (each would inherit the others' pipes)"
+    if _inherited:
+        return None, (f"{', '.join(sorted(_inherited))} set before the preloader started "
+                      "(its OpenMP runtime read them)")
+    cpus = _cpus(env)
+    threads = env.get("OMP_NUM_THREADS")
+    if cpus is None or threads is None:
+        return None, "vLLM set no OpenMP binding for it"
+    if len(cpus) != 1 or threads != "1":
+        return None, (f"its OpenMP binding is {len(cpus)} CPU(s), {threads} thread(s): only one "
+                      "of each is bound exactly without the runtime reading the environment")
+    return cpus[0], ""
+
+
+def _cpus(env: Mapping[str, str]) -> list[int] | None:
+    """The CPUs of the binding vLLM set: `GOMP_CPU_AFFINITY` ("0 1"), `OMP_PLACES` ("{0,1}"),
+    or `KMP_AFFINITY`'s proclist ("granularity=fine,explicit,proclist=[0,1]")."""
+    raw = env.get("GOMP_CPU_AFFINITY")
+    if raw is None and "OMP_PLACES" in env:
+        raw = env["OMP_PLACES"].strip("{}")
+    if raw is None and "KMP_AFFINITY" in env:
+        found = re.search(r"proclist=\[([^\]]*)\]", env["KMP_AFFINITY"])
+        raw = found.group(1) if found else None
+    if raw is None:
+        return None
+    try:
+        return [int(x) for x in re.split(r"[\s,]+", raw.strip()) if x]
+    except ValueError:  # a range or a stride: not what vLLM writes; spawn
+        return None
+
+
+def enter_worker(cpu: int, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run in the forked worker first: bind to `cpu`, one OpenMP thread, then vLLM's target."""
+    os.sched_setaffinity(0, {cpu})
+    import torch
+
+    torch.set_num_threads(1)  # the pool was sized, never run, in the engine core: no deadlock
+    return target(*args, **kwargs)
+
+
+class WorkerProcess(context.SpawnProcess):
+    """vLLM's worker process: forked and bound when `fork_plan` allows it, else spawned."""
+
+    _start_method = "spawn"
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        config = process_obj._kwargs.get("vllm_config")
+        world_size = config.parallel_config.world_size if config is not None else 0
+        cpu, why = fork_plan(os.environ, world_size)
+        if cpu is None:
+            log.info("engine worker spawned: %s", why)
+            return popen_spawn_posix.Popen(process_obj)
+        log.info("engine worker forked from the engine core, bound to CPU %d with one OpenMP "
+                 "thread", cpu)
+        process_obj._target = functools.partial(enter_worker, cpu, process_obj._target)
+        return popen_fork.Popen(process_obj)
+
+
+class WorkerContext(context.SpawnContext):
+    """A spawn context whose processes fork when they can (`WorkerProcess`)."""
+
+    Process = WorkerProcess
