@@ -8,7 +8,9 @@ model cache) with one start path:
 - `off`: no preloader (``PODIUM_PRELOAD=0``): engine core and worker spawned, as vLLM does;
 - `spawn`: engine core forked from the preloader, worker spawned
   (``PODIUM_PRELOAD_WORKER_FORK=0``);
-- `fork`: engine core forked from the preloader, worker forked from it (the default).
+- `fork`: engine core forked from the preloader, worker forked from it (the default);
+- `iomp`: as `fork`, with Intel OpenMP (the `intel-openmp` wheel's ``libiomp5.so``) preloaded
+  instead of torch's libgomp, as vLLM's CPU guide recommends.
 
 It measures the wall time from the process start to `/health/ready` answering 200, then to the
 first chat completion answered, the boot steps from /health/ready, the CPUs the worker's
@@ -35,7 +37,9 @@ from bench.harness import free_port, median, serve
 
 ENVS = {"off": {"PODIUM_PRELOAD": "0"},
         "spawn": {"PODIUM_PRELOAD_WORKER_FORK": "0"},
-        "fork": {"PODIUM_PRELOAD_WORKER_FORK": "1"}}
+        "fork": {"PODIUM_PRELOAD_WORKER_FORK": "1"},
+        "iomp": {"PODIUM_PRELOAD_WORKER_FORK": "1",
+                 "LD_PRELOAD": str(Path(sys.prefix) / "lib" / "libiomp5.so")}}
 STEPS = ("check engine", "start engine")
 
 

@@ -48,12 +48,12 @@ def test_a_binding_variable_the_preloader_started_with_means_spawn(
     assert cpu is None and "OMP_NUM_THREADS set before the preloader started" in reason
 
 
-def report(path: str, **_: object) -> None:
+def report(path: str, inherited_fds: list[int], **_: object) -> None:
     import torch
 
     Path(path).write_text(json.dumps({"cpus": sorted(os.sched_getaffinity(0)),
                                       "threads": torch.get_num_threads(),
-                                      "ppid": os.getppid()}))
+                                      "ppid": os.getppid(), "to_close": inherited_fds}))
 
 
 def test_a_forked_worker_binds_itself_before_its_target_runs(
@@ -63,10 +63,17 @@ def test_a_forked_worker_binds_itself_before_its_target_runs(
         monkeypatch.setenv(key, value)  # as vLLM's executor sets them around the start
     out = tmp_path / "worker.json"
     config = SimpleNamespace(parallel_config=SimpleNamespace(world_size=1))
-    proc = worker.WorkerContext().Process(target=report, args=(str(out),),
-                                          kwargs={"vllm_config": config})
+    context = worker.WorkerContext()  # as vLLM's make_worker_process uses it
+    ready_reader, ready_writer = context.Pipe(duplex=False)
+    death_reader, death_writer = context.Pipe(duplex=False)
+    proc = context.Process(target=report, args=(str(out),), kwargs={
+        "vllm_config": config, "ready_pipe": ready_writer, "death_pipe": death_reader,
+        "inherited_fds": []})
     proc.start()
     proc.join(120)
     assert proc.exitcode == 0
     child = json.loads(out.read_text())
-    assert child == {"cpus": [cpu], "threads": 1, "ppid": os.getpid()}
+    # vLLM's worker_main closes `inherited_fds`: the parent's ends, so the death pipe's EOF
+    # reaches the worker when the engine core dies
+    assert child == {"cpus": [cpu], "threads": 1, "ppid": os.getpid(),
+                     "to_close": [ready_reader.fileno(), death_writer.fileno()]}

@@ -103,6 +103,8 @@ class WorkerProcess(context.SpawnProcess):
     """vLLM's worker process: forked and bound when `fork_plan` allows it, else spawned."""
 
     _start_method = "spawn"
+    pipe_fds: list[int] = []
+    """Every pipe end its context made so far (`WorkerContext.Pipe`)."""
 
     @staticmethod
     def _Popen(process_obj: Any) -> Any:
@@ -114,11 +116,32 @@ class WorkerProcess(context.SpawnProcess):
             return popen_spawn_posix.Popen(process_obj)
         log.info("engine worker forked from the engine core, bound to CPU %d with one OpenMP "
                  "thread", cpu)
+        # A forked child holds every pipe end of its parent: vLLM (told "spawn") passes none
+        # for it to close, and a worker holding its own death pipe's write end would never see
+        # the engine core die. Its worker_main closes what `inherited_fds` names.
+        kwargs = process_obj._kwargs
+        own = {c.fileno() for c in (kwargs.get("ready_pipe"), kwargs.get("death_pipe"))
+               if c is not None}
+        kwargs["inherited_fds"] = [*kwargs.get("inherited_fds", []),
+                                   *(fd for fd in process_obj.pipe_fds if fd not in own)]
         process_obj._target = functools.partial(enter_worker, cpu, process_obj._target)
         return popen_fork.Popen(process_obj)
 
 
 class WorkerContext(context.SpawnContext):
-    """A spawn context whose processes fork when they can (`WorkerProcess`)."""
+    """A spawn context whose processes fork when they can (`WorkerProcess`). vLLM makes one
+    per worker (`get_mp_context` in `make_worker_process`), its two pipes, then the process."""
 
-    Process = WorkerProcess
+    def __init__(self) -> None:
+        super().__init__()
+        self.pipe_fds: list[int] = []
+
+    def Pipe(self, duplex: bool = True) -> tuple[Any, Any]:
+        ends = super().Pipe(duplex)
+        self.pipe_fds += [end.fileno() for end in ends]
+        return ends
+
+    def Process(self, *args: Any, **kwargs: Any) -> WorkerProcess:  # type: ignore[override]
+        process = WorkerProcess(*args, **kwargs)
+        process.pipe_fds = list(self.pipe_fds)
+        return process
