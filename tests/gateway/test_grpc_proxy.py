@@ -87,3 +87,30 @@ def test_name_and_version_are_read_from_fields_1_and_2() -> None:
     assert read_name_version(infer, request.SerializeToString()) == ("echo", "7")
     ready = service_pb2.ModelReadyRequest(name="m").SerializeToString()
     assert read_name_version(service_pb2.ModelReadyRequest, ready) == ("m", None)
+
+
+def test_a_grpc_call_at_zero_is_held_until_an_instance_is_ready(
+        echo_instances: dict[str, Instance]) -> None:
+    import threading
+
+    from podium.gateway.hold import Hold
+    from tests.support.polling import eventually
+
+    table = RouteTable()
+    table.set_split("echo", {"1": 100})
+    table.set_on_demand("echo", "1", True)  # at zero, started on demand
+    gateway = GrpcFront(table, hold=Hold(max_held=4, max_wait_s=30, poll_s=0.01))
+    try:
+        answers: list[tuple[str, float]] = []
+        call = threading.Thread(target=lambda: answers.append(
+            _infer(grpcclient.InferenceServerClient(gateway.target))))
+        call.start()
+        eventually(lambda: gateway.gateway.hold.counts() == {"echo": {"1": 1}})
+        instance = echo_instances["1"]
+        table.add_endpoint("echo", "1", Endpoint(
+            "echo-1", f"http://127.0.0.1:{instance.http_port}",
+            grpc_target=f"127.0.0.1:{instance.grpc_port}"))
+        call.join(30)
+        assert answers == [("1", 15.0)]
+    finally:
+        gateway.stop()

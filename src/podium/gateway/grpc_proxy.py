@@ -26,6 +26,7 @@ from podium.auth_keys import Access
 from podium.errors import InvalidArgument
 from podium.errors.interceptor import ErrorInterceptor
 from podium.gateway.admission import Admission
+from podium.gateway.hold import Hold
 from podium.gateway.limits import DEFAULT_MAX_GRPC_MESSAGE_BYTES, DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE
 from podium.gateway.retry import Attempts, Target
 from podium.gateway.wire import read_name_version
@@ -65,8 +66,11 @@ class GrpcGateway:
                  clock_ms: Callable[[], int] | None = None,
                  max_message_bytes: int = DEFAULT_MAX_GRPC_MESSAGE_BYTES,
                  upstream_credential: str | None = None,
-                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE) -> None:
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE,
+                 hold: Hold | None = None) -> None:
         self.table = table
+        self.hold = hold or Hold()
+        """Requests held for a version at zero instances (shared with the HTTP proxy)."""
         # sent to instances in place of the client's own authorization (a gateway key)
         self._authorization = f"Bearer {upstream_credential}" if upstream_credential else None
         self.max_message_bytes = max_message_bytes
@@ -137,7 +141,7 @@ class GrpcGateway:
         async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             model, version = read_name_version(ROUTED[method], request)
             attempts = self._attempts(model, version)
-            target = attempts.first()
+            target = await self.hold.first(self.table, model, version, attempts.first)
             while True:
                 payload = _with_version(ROUTED[method], request, version, target.version)
                 started = time.perf_counter()
@@ -165,7 +169,8 @@ class GrpcGateway:
         if first is None:
             return
         model, version = read_name_version(service_pb2.ModelInferRequest, first)
-        target = self._attempts(model, version).first()
+        target = await self.hold.first(self.table, model, version,
+                                       self._attempts(model, version).first)
         resolved, endpoint = target.version, target.endpoint
         cls = service_pb2.ModelInferRequest
 

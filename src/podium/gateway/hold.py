@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from podium.errors import ColdStart
+from podium.errors import ColdStart, NotFound, Unavailable
+from podium.routes.table import RouteTable
 
 T = TypeVar("T")
 MAX_HELD = 64
@@ -52,6 +53,27 @@ class Hold:
             if num > 0:
                 out.setdefault(model, {})[version] = num
         return out
+
+    async def first(self, table: RouteTable, model: str, version: str | None,
+                    attempt: Callable[[], T]) -> T:
+        """`attempt()` (a request's first attempt, by the HTTP or the gRPC proxy); for a
+        version at zero instances that starts on demand, once an instance is ready."""
+        try:
+            return attempt()
+        except (NotFound, Unavailable):
+            waiting = table.waiting_version(model, version)
+            if waiting is None:
+                raise
+
+        def again() -> T | None:
+            try:
+                return attempt()
+            except (NotFound, Unavailable):
+                if table.waiting_version(model, version) is None:
+                    raise  # no longer started on demand: the usual answer
+                return None
+
+        return await self.until_routable(model, waiting, again)
 
     async def until_routable(self, model: str, version: str,
                              attempt: Callable[[], T | None]) -> T:

@@ -145,7 +145,8 @@ async def _serve(config: GatewayConfig, watchdog: ShutdownWatchdog) -> None:
                                                    credential=credential))]
     grpc_gateway = GrpcGateway(table, stats, max_message_bytes=config.limits.max_grpc_message_bytes,
                                upstream_credential=credential,
-                               max_in_flight=config.limits.max_in_flight_per_instance)
+                               max_in_flight=config.limits.max_in_flight_per_instance,
+                               hold=gateway.hold)
     grpc_server = None
     if config.grpc_port >= 0:
         # grpc binds with SO_REUSEPORT unless told not to

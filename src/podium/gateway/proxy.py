@@ -28,7 +28,7 @@ from urllib.parse import quote
 import aiohttp
 
 from podium.cancellation import ClientLeft, unless_client_leaves
-from podium.errors import MethodNotAllowed, NotFound, Unavailable, UpstreamFailed
+from podium.errors import MethodNotAllowed, UpstreamFailed
 from podium.gateway import asgi
 from podium.gateway.admission import Admission
 from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
@@ -146,29 +146,11 @@ class Gateway:
                                          self.stats.record_prefix_pick)
         attempts = Attempts(self.table, self.admission, self.stats, route.model, route.version,
                             max_attempts=self.max_attempts, choose=choose)
-        target: Target | None = await self._first(attempts, route)
+        # a version at zero instances started on demand: held until one is ready
+        target: Target | None = await self.hold.first(self.table, route.model, route.version,
+                                                      attempts.first)
         while target is not None:
             target = await self._attempt(scope, route, headers, target, attempts, receive, send)
-
-    async def _first(self, attempts: Attempts, route: RequestRoute) -> Target:
-        """The first attempt; for a version at zero instances that starts on demand, once an
-        instance is ready (held meanwhile, `gateway.hold`)."""
-        try:
-            return attempts.first()
-        except (NotFound, Unavailable):
-            waiting = self.table.waiting_version(route.model, route.version)
-            if waiting is None:
-                raise
-
-        def attempt() -> Target | None:
-            try:
-                return attempts.first()
-            except (NotFound, Unavailable):
-                if self.table.waiting_version(route.model, route.version) is None:
-                    raise  # no longer started on demand: the usual answer
-                return None
-
-        return await self.hold.until_routable(route.model, waiting, attempt)
 
     async def _attempt(self, scope: Scope, route: RequestRoute, headers: list[tuple[str, str]],
                        target: Target, attempts: Attempts, receive: Receive,
