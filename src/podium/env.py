@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -116,3 +117,11 @@ def force_offline() -> None:
 def preload() -> bool:
     """PODIUM_PRELOAD: ``0`` turns the engine preloader off (`podium.preload`); on otherwise."""
     return os.environ.get("PODIUM_PRELOAD", "1") != "0"
+
+
+def preload_worker_fork(environ: Mapping[str, str] | None = None) -> bool:
+    """PODIUM_PRELOAD_WORKER_FORK: ``0`` spawns the engine core's worker; on otherwise
+    (`podium.preload.worker`). Read from `environ`: the server's environment at the engine's
+    start, which the engine core forked from the preloader takes."""
+    return (os.environ if environ is None else environ).get(
+        "PODIUM_PRELOAD_WORKER_FORK", "1") != "0"

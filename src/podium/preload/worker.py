@@ -32,8 +32,6 @@ log = logging.getLogger("vllm.podium.preload")
 """Under vLLM's logger: this runs in the engine core, whose logging vLLM set up."""
 BINDING = ("GOMP_CPU_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND", "KMP_AFFINITY", "OMP_NUM_THREADS")
 """The variables vLLM's executor sets for a worker it starts (`OMPProcessManager`)."""
-FORK_ENV = "PODIUM_PRELOAD_WORKER_FORK"
-"""``0`` spawns every worker (the engine core alone forks from the preloader)."""
 _inherited: dict[str, str] = {}
 """The binding variables the engine core's environment had before vLLM set its worker's."""
 
@@ -43,8 +41,10 @@ def install(env: Mapping[str, str]) -> None:
     workers through `WorkerContext` (when the preloader imported the executor)."""
     global _inherited
     _inherited = {k: env[k] for k in BINDING if k in env}
+    from podium import env as podium_env
+
     executor = sys.modules.get("vllm.v1.executor.multiproc_executor")  # the preloader's import
-    if env.get(FORK_ENV, "1") == "0" or executor is None:
+    if not podium_env.preload_worker_fork(env) or executor is None:
         return  # the worker is spawned, as vLLM does it
     executor.get_mp_context = _worker_context  # type: ignore[assignment]
 
