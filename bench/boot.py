@@ -51,19 +51,31 @@ class Run:
     steps: dict[str, float]
     worker_cpus: str
     tok_s: float
+    cpu_ms_per_tok: float
+    """CPU time of the engine's processes (engine core and worker, user + system) per output
+    token during the serving benchmark: far less sensitive than tokens/s to a busy machine."""
 
 
 def _worker_cpus(pid: int) -> str:
-    """The distinct `Cpus_allowed_list` values of the worker's threads."""
-    for child in psutil.Process(pid).children(recursive=True):
-        if child.name().startswith("VLLM::Worker"):
-            found = set()
-            for task in Path(f"/proc/{child.pid}/task").iterdir():
-                for line in (task / "status").read_text().splitlines():
-                    if line.startswith("Cpus_allowed_list"):
-                        found.add(line.split()[1])
-            return "|".join(sorted(found))
-    return "?"
+    """The distinct `Cpus_allowed_list` values of the worker's threads. The worker is the
+    deepest process under the server (server → [preloader →] engine core → worker; a forked
+    worker keeps its parent's process name, so it is found by depth, not name)."""
+    def depth(process: psutil.Process) -> int:
+        n = 0
+        while process.pid != pid:
+            process, n = psutil.Process(process.ppid()), n + 1
+        return n
+
+    children = psutil.Process(pid).children(recursive=True)
+    if not children:
+        return "?"
+    worker = max(children, key=depth)
+    found = set()
+    for task in Path(f"/proc/{worker.pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list"):
+                found.add(line.split()[1])
+    return "|".join(sorted(found))
 
 
 def measure(mode: str, log: Path, prompts: int, timeout_s: float) -> Run:
@@ -85,20 +97,32 @@ def measure(mode: str, log: Path, prompts: int, timeout_s: float) -> Run:
         steps = {step: sum(s["seconds"] for s in ready["boot_steps"]
                            if s["step"].startswith(step)) for step in STEPS}
         cpus = _worker_cpus(served.pid)
-        tok_s = 0.0
+        tok_s = cpu_ms = 0.0
         if prompts:
             from bench.harness.vllm_serving import serving_benchmark
 
+            engine = psutil.Process(served.pid).children(recursive=True)
+            before = sum(_cpu(p) for p in engine)
             result = serving_benchmark(f"{base}", model, default_model_dir(), prompts, 16,
                                        ready_check=False)
             tok_s = result["output_throughput"]
-        return Run(mode, served.boot_s, first_s, steps, cpus, tok_s)
+            cpu_ms = 1000 * (sum(_cpu(p) for p in engine) - before) / result["total_output_tokens"]
+        return Run(mode, served.boot_s, first_s, steps, cpus, tok_s, cpu_ms)
+
+
+def _cpu(process: psutil.Process) -> float:
+    try:
+        times = process.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return times.user + times.system
 
 
 def _line(run: Run) -> str:
     steps = "  ".join(f"{name} {run.steps[name]:5.1f}s" for name in STEPS)
     return (f"{run.mode:<6} ready {run.ready_s:6.1f}s  first answer {run.first_s:6.1f}s  "
-            f"({steps})  worker CPUs {run.worker_cpus}  output {run.tok_s:6.1f} tok/s")
+            f"({steps})  worker CPUs {run.worker_cpus}  output {run.tok_s:6.1f} tok/s, "
+            f"{run.cpu_ms_per_tok:5.1f} engine CPU ms/token")
 
 
 def main() -> None:
@@ -129,12 +153,14 @@ def main() -> None:
         mine = [r for r in runs if r.mode == mode]
         ready, answer = median(r.ready_s for r in mine), median(r.first_s for r in mine)
         tok = median(r.tok_s for r in mine)
-        first = first or (ready, tok)
+        cpu_ms = median(r.cpu_ms_per_tok for r in mine)
+        first = first or (ready, tok, cpu_ms)
         spread = f"ready {min(r.ready_s for r in mine):.1f}..{max(r.ready_s for r in mine):.1f}s"
         print(f"median {mode:<6} ready {ready:6.1f}s  first answer {answer:6.1f}s  output "
               f"{tok:6.1f} tok/s  ({len(mine)} runs, {spread}; vs {modes[0]}: ready "
               f"{ready / first[0]:.2f}x, output "
-              f"{(tok / first[1]) if first[1] else float('nan'):.2f}x)")
+              f"{(tok / first[1]) if first[1] else float('nan'):.2f}x, CPU/token "
+              f"{(cpu_ms / first[2]) if first[2] else float('nan'):.2f}x; {cpu_ms:.1f} ms)")
 
 
 if __name__ == "__main__":
