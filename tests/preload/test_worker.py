@@ -52,6 +52,7 @@ def report(path: str, inherited_fds: list[int], **_: object) -> None:
     import torch
 
     Path(path).write_text(json.dumps({"cpus": sorted(os.sched_getaffinity(0)),
+                                      "name": Path("/proc/self/comm").read_text().strip(),
                                       "threads": torch.get_num_threads(),
                                       "ppid": os.getppid(), "to_close": inherited_fds}))
 
@@ -75,5 +76,5 @@ def test_a_forked_worker_binds_itself_before_its_target_runs(
     child = json.loads(out.read_text())
     # vLLM's worker_main closes `inherited_fds`: the parent's ends, so the death pipe's EOF
     # reaches the worker when the engine core dies
-    assert child == {"cpus": [cpu], "threads": 1, "ppid": os.getpid(),
+    assert child == {"cpus": [cpu], "name": "VLLM::Worker", "threads": 1, "ppid": os.getpid(),
                      "to_close": [ready_reader.fileno(), death_writer.fileno()]}

@@ -6,8 +6,9 @@ Off unless `PODIUM_TEST_ENGINE_LOG=FILE` is set: then a thread polls the process
 actor, an in-process probe) that descends from this run (this process, or a process whose
 environment carries the run's token, is among its ancestors), and appends one line per new
 engine to FILE: `<test node id>\t<pid>`. An engine core forked from Podium's preloader keeps
-the preloader's process name, so it is found by its worker (`VLLM::Worker...`, which vLLM
-always spawns and titles): the worker's parent is the engine core. An engine core lives for
+the preloader's process name, so it is found by its worker (`VLLM::Worker...`: titled by
+vLLM when spawned, named so by `podium.preload.worker` when forked): the worker's parent is
+the engine core. An engine core lives for
 the whole boot (tens of seconds), so none is missed. The token is set in `os.environ` before
 any test runs, so every process the run spawns inherits it; engines of other runs on the
 machine are not counted.

@@ -19,6 +19,7 @@ as vLLM does it, with the reason logged.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -91,12 +92,25 @@ def _cpus(env: Mapping[str, str]) -> list[int] | None:
 
 
 def enter_worker(cpu: int, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run in the forked worker first: bind to `cpu`, one OpenMP thread, then vLLM's target."""
+    """Run in the forked worker first: bind to `cpu`, one OpenMP thread, its process name,
+    then vLLM's target."""
     os.sched_setaffinity(0, {cpu})
+    _name(f"{os.environ.get('VLLM_PROCESS_NAME_PREFIX', 'VLLM')}::Worker")
     import torch
 
     torch.set_num_threads(1)  # the pool was sized, never run, in the engine core: no deadlock
     return target(*args, **kwargs)
+
+
+def _name(name: str) -> None:
+    """The process's name (`comm`, what `ps` and psutil show) as vLLM titles a spawned worker:
+    its own `setproctitle` leaves a forked child named after the preloader, and tools find
+    the worker (and so its engine core) by this name (`tests/support/engine_count.py`)."""
+    import ctypes
+
+    pr_set_name = 15
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_name, name.encode()[:15], 0, 0, 0)
 
 
 class WorkerProcess(context.SpawnProcess):
