@@ -30,10 +30,12 @@ def _preloader(log: str) -> int:
 
 def _engine_processes(parent: int) -> tuple[psutil.Process, list[psutil.Process]]:
     """The first engine core among `parent`'s children (a forked engine core keeps the
-    preloader's process name, a spawned one is named by vLLM)."""
+    preloader's process name, a spawned one is named by vLLM; either has its worker, spawned
+    or forked, as its child; the server's and the preloader's other children have none)."""
     children = psutil.Process(parent).children()
     cores = [c for c in children if c.name().startswith("VLLM::EngineCore")
-             or any(w.name().startswith("VLLM::Worker") for w in c.children())]
+             or any(w.name().startswith("VLLM::Worker") for w in c.children())
+             or c.children()]
     assert len(cores) >= 1, [c.name() for c in children]
     return cores[0], cores[0].children()
 

@@ -78,3 +78,18 @@ def test_a_forked_worker_binds_itself_before_its_target_runs(
     # reaches the worker when the engine core dies
     assert child == {"cpus": [cpu], "name": "VLLM::Worker", "threads": 1, "ppid": os.getpid(),
                      "to_close": [ready_reader.fileno(), death_writer.fileno()]}
+
+
+def test_vllms_own_title_becomes_the_forked_workers_name(tmp_path: Path) -> None:
+    import setproctitle
+
+    out = tmp_path / "comm"
+    pid = os.fork()
+    if pid == 0:  # the child: as vLLM's worker_main titles itself
+        try:
+            worker._naming(lambda: setproctitle.setproctitle("VLLM::Worker_TP0 extra"))()
+            out.write_text(Path("/proc/self/comm").read_text())
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert out.read_text().strip() == "VLLM::Worker_TP"  # the kernel keeps 15 characters

@@ -96,6 +96,9 @@ def enter_worker(cpu: int, target: Callable[..., Any], *args: Any, **kwargs: Any
     then vLLM's target."""
     os.sched_setaffinity(0, {cpu})
     _name(f"{os.environ.get('VLLM_PROCESS_NAME_PREFIX', 'VLLM')}::Worker")
+    executor = sys.modules.get("vllm.v1.executor.multiproc_executor")
+    if executor is not None:  # vLLM titles the worker again as it starts: name it the same
+        executor.set_process_title = _naming(executor.set_process_title)
     import torch
 
     torch.set_num_threads(1)  # the pool was sized, never run, in the engine core: no deadlock
@@ -111,6 +114,18 @@ def _name(name: str) -> None:
     pr_set_name = 15
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_name, name.encode()[:15], 0, 0, 0)
+
+
+def _naming(set_title: Callable[..., None]) -> Callable[..., None]:
+    """vLLM's `set_process_title`, then the process's name set to the title it wrote."""
+    def titled(*args: Any, **kwargs: Any) -> None:
+        set_title(*args, **kwargs)
+        with contextlib.suppress(ImportError):
+            import setproctitle
+
+            _name(setproctitle.getproctitle().split()[0])
+
+    return titled
 
 
 class WorkerProcess(context.SpawnProcess):
