@@ -81,15 +81,27 @@ def test_a_forked_worker_binds_itself_before_its_target_runs(
 
 
 def test_vllms_own_title_becomes_the_forked_workers_name(tmp_path: Path) -> None:
-    import setproctitle
+    titles: list[str] = []
+
+    def set_process_title(name: str, suffix: str = "", prefix: str = "VLLM") -> None:
+        titles.append(name)  # vLLM's: setproctitle, which does nothing in a forked child
 
     out = tmp_path / "comm"
     pid = os.fork()
     if pid == 0:  # the child: as vLLM's worker_main titles itself
         try:
-            worker._naming(lambda: setproctitle.setproctitle("VLLM::Worker_TP0 extra"))()
+            worker._naming(set_process_title)(name="Worker", suffix="TP0")
             out.write_text(Path("/proc/self/comm").read_text())
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
     assert out.read_text().strip() == "VLLM::Worker_TP"  # the kernel keeps 15 characters
+
+
+def test_naming_never_fails_the_start() -> None:
+    def odd_title(*args: object) -> None:
+        pass
+
+    comm = Path("/proc/self/comm").read_text()
+    worker._naming(odd_title)("not", "what", "vLLM", "passes")  # no exception, no name
+    assert Path("/proc/self/comm").read_text() == comm

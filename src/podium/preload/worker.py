@@ -95,7 +95,7 @@ def enter_worker(cpu: int, target: Callable[..., Any], *args: Any, **kwargs: Any
     """Run in the forked worker first: bind to `cpu`, one OpenMP thread, its process name,
     then vLLM's target."""
     os.sched_setaffinity(0, {cpu})
-    _name(f"{os.environ.get('VLLM_PROCESS_NAME_PREFIX', 'VLLM')}::Worker")
+    _name("VLLM::Worker")  # vLLM's default prefix; its own title below replaces it
     executor = sys.modules.get("vllm.v1.executor.multiproc_executor")
     if executor is not None:  # vLLM titles the worker again as it starts: name it the same
         executor.set_process_title = _naming(executor.set_process_title)
@@ -117,13 +117,22 @@ def _name(name: str) -> None:
 
 
 def _naming(set_title: Callable[..., None]) -> Callable[..., None]:
-    """vLLM's `set_process_title`, then the process's name set to the title it wrote."""
+    """vLLM's `set_process_title(name, suffix, prefix)`, then the process's name set to the
+    title it means (`prefix::name[_suffix]`). setproctitle cannot set it in a forked child
+    (its `getproctitle()` is empty there). Naming never fails the worker's start."""
+    import inspect
+
+    signature = inspect.signature(set_title)
+
     def titled(*args: Any, **kwargs: Any) -> None:
         set_title(*args, **kwargs)
-        with contextlib.suppress(ImportError):
-            import setproctitle
-
-            _name(setproctitle.getproctitle().split()[0])
+        with contextlib.suppress(Exception):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            name, suffix, prefix = (bound.arguments.get(k, "") for k in ("name", "suffix",
+                                                                       "prefix"))
+            if name:
+                _name(f"{prefix}::{name}_{suffix}" if suffix else f"{prefix}::{name}")
 
     return titled
 
