@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from podium.backends.vllm.openai_fields import HONOURED, REFUSED, WITHOUT_EFFECT
+from podium.backends.vllm.openai_fields import HONOURED, REFUSED, REFUSED_ON, WITHOUT_EFFECT
 from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
@@ -19,8 +19,10 @@ from tests.support.fake_backends import FakeLlmBackend, add_ready
 
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
 TOKENIZE, DETOKENIZE = "/tokenize", "/detokenize"
+BATCH = "/v1/chat/completions/batch"
 USER = [{"role": "user", "content": "hello"}]
 BASE = {CHAT: {"model": "fake-llm", "messages": USER},
+        BATCH: {"model": "fake-llm", "messages": [USER, USER]},
         COMPLETIONS: {"model": "fake-llm", "prompt": "hello"},
         EMBEDDINGS: {"model": "fake-llm", "input": "hello"},
         TOKENIZE: {"model": "fake-llm", "prompt": "hello"},
@@ -43,13 +45,17 @@ class FakeServing:
         return SimpleNamespace(model_dump=lambda **_: {"object": "fake", "choices": []})
 
     create_chat_completion = create_completion = __call__ = _answer
+    create_batch_chat_completion = _answer
     create_tokenize = create_detokenize = _answer
 
 
 def _client() -> tuple[httpx.AsyncClient, FakeServing]:
     instance = Instance(ServerConfig(grpc_port=-1))
     backend, serving = FakeLlmBackend(), FakeServing()
+    # priority is honoured under vLLM's priority scheduling (test_openai_vllm_routes: fcfs)
+    backend.args = SimpleNamespace(scheduling_policy="priority")  # type: ignore[attr-defined]
     backend.state = SimpleNamespace(openai_serving_chat=serving,
+                                    openai_serving_chat_batch=serving,
                                     openai_serving_completion=serving,
                                     serving_embedding=serving,
                                     serving_tokenization=serving)
@@ -74,6 +80,10 @@ GENERATION = {
     "truncation_side": "left", "add_special_tokens": False, "request_id": "r-1",
     "cache_salt": "tenant-a", "return_tokens_as_token_ids": True, "return_token_ids": True,
     "constraint": {"type": "choice", "choices": ["a", "b"]},
+    "logprob_token_ids": {"logprob_token_ids": [5, 6], "logprobs": True},
+    "kv_transfer_params": {"do_remote_decode": False}, "priority": -3, "user": "user-42",
+    "repetition_detection": {"max_pattern_size": 4, "min_count": 3},
+    "stream_interval": {"stream_interval": 2, "stream": True}, "return_token_offsets": True,
 }
 CHAT_TEMPLATE = {"add_generation_prompt": False,
                  "continue_final_message": {"continue_final_message": True,
@@ -84,13 +94,19 @@ SAMPLES: dict[str, dict[str, Any]] = {
            "top_logprobs": {"top_logprobs": 2, "logprobs": True}, "tools": TOOLS,
            "tool_choice": {"tool_choice": "none", "tools": TOOLS},
            "parallel_tool_calls": {"parallel_tool_calls": False, "tools": TOOLS},
-           "messages": USER, "model": "fake-llm"},
+           "messages": USER, "model": "fake-llm", "return_prompt_text": True},
+    BATCH: {**{name: GENERATION[name] for name in HONOURED[BATCH] & GENERATION.keys()},
+            **CHAT_TEMPLATE, "model": "fake-llm", "messages": [USER, USER], "n": 1,
+            "logprobs": True, "top_logprobs": {"top_logprobs": 2, "logprobs": True},
+            "max_completion_tokens": 5, "tool_choice": "none", "use_beam_search": False,
+            "response_format": {"type": "json_object"}},
     COMPLETIONS: {**GENERATION, "logprobs": 2, "prompt": "hi", "model": "fake-llm"},
     EMBEDDINGS: {"model": "fake-llm", "input": ["a", "b"], "encoding_format": "base64",
                  "dimensions": 4, "embed_dtype": "float16", "endianness": "big",
                  "truncate_prompt_tokens": 5, "truncation_side": "left",
                  "add_special_tokens": False, "use_activation": False, "request_id": "r-1",
                  "cache_salt": "tenant-a", "messages": {"messages": USER, "input": None},
+                 "priority": 2, "user": "user-42",
                  **{name: {name: value, **(value if isinstance(value, dict) and name in value
                                            else {}), "messages": USER, "input": None}
                     for name, value in CHAT_TEMPLATE.items()}},
@@ -113,7 +129,7 @@ def _body(path: str, field: str) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
 
-NAMES = {CHAT: "chat", COMPLETIONS: "completions", EMBEDDINGS: "embeddings",
+NAMES = {CHAT: "chat", BATCH: "batch", COMPLETIONS: "completions", EMBEDDINGS: "embeddings",
          TOKENIZE: "tokenize", DETOKENIZE: "detokenize"}
 HONOURED_CASES = [pytest.param(path, field, id=f"{NAMES[path]}-{field}")
                   for path in HONOURED for field in sorted(HONOURED[path])]
@@ -138,7 +154,10 @@ async def test_honoured_field_reaches_vllm(path: str, field: str) -> None:
 
 
 def _declared(path: str) -> set[str]:
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        BatchChatCompletionRequest,
+        ChatCompletionRequest,
+    )
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
     from vllm.entrypoints.pooling.embed.protocol import (
         EmbeddingChatRequest,
@@ -150,7 +169,8 @@ def _declared(path: str) -> set[str]:
         TokenizeCompletionRequest,
     )
 
-    models = {CHAT: [ChatCompletionRequest], COMPLETIONS: [CompletionRequest],
+    models = {CHAT: [ChatCompletionRequest], BATCH: [BatchChatCompletionRequest],
+              COMPLETIONS: [CompletionRequest],
               EMBEDDINGS: [EmbeddingChatRequest, EmbeddingCompletionRequest],
               TOKENIZE: [TokenizeChatRequest, TokenizeCompletionRequest],
               DETOKENIZE: [DetokenizeRequest]}[path]
@@ -162,13 +182,24 @@ def test_every_field_vllm_declares_is_decided(path: str) -> None:
     """A vLLM upgrade that adds a request field fails here until Podium decides on it."""
     declared = _declared(path)
     assert HONOURED[path] - {"constraint"} <= declared  # honoured fields exist in vLLM
-    undecided = declared - HONOURED[path] - WITHOUT_EFFECT[path].keys() - REFUSED.keys()
-    assert not undecided
+    decided = (HONOURED[path] | WITHOUT_EFFECT[path].keys() | REFUSED.keys()
+               | REFUSED_ON.get(path, {}).keys())
+    assert not declared - decided
+    assert not HONOURED[path] & (REFUSED.keys() | REFUSED_ON.get(path, {}).keys())
+
+
+def test_every_refusal_names_a_field_vllm_declares() -> None:
+    """The refused lists hold only fields of vLLM's request models (no stale entries)."""
+    declared = set().union(*(_declared(path) for path in HONOURED))
+    assert REFUSED.keys() <= declared
+    for path, reasons in REFUSED_ON.items():  # the batch's: its own, or chat's it lacks
+        assert reasons.keys() <= _declared(path) | _declared(CHAT)
 
 
 REFUSED_CASES = [pytest.param(path, field, id=f"{NAMES[path]}-{field}")
                  for path in HONOURED
-                 for field in sorted((_declared(path) & REFUSED.keys()) | {"frobnicate"})]
+                 for field in sorted(((_declared(path) & REFUSED.keys()) - HONOURED[path])
+                                     | REFUSED_ON.get(path, {}).keys() | {"frobnicate"})]
 REFUSED_CASES += [pytest.param(EMBEDDINGS, "constraint", id="embeddings-constraint"),
                   pytest.param(EMBEDDINGS, "temperature", id="embeddings-temperature")]
 
@@ -181,7 +212,8 @@ async def test_refused_field_is_a_400_naming_it(path: str, field: str) -> None:
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert field in error["message"]
-        if field in REFUSED:
-            assert REFUSED[field] in error["message"]  # says why
+        reasons = {**REFUSED, **REFUSED_ON.get(path, {})}
+        if field in reasons:
+            assert reasons[field] in error["message"]  # says why
         assert not serving.requests
         assert (await client.post(path, json=BASE[path])).status_code == 200

@@ -81,10 +81,12 @@ def test_openai_model_at_version_routes_and_strips_the_version(front: Front) -> 
     assert (r.json()["version"], r.json()["body"]) == ("1", {"model": "iris", "prompt": "hi"})
 
 
-@pytest.mark.parametrize("path", ["/tokenize", "/detokenize", "/invocations"])
+@pytest.mark.parametrize("path", ["/tokenize", "/detokenize", "/invocations",
+                                  "/v1/chat/completions/batch"])
 def test_vllms_routes_outside_v1_route_by_their_model(front: Front, path: str) -> None:
-    """`vllm serve`'s /tokenize, /detokenize and /invocations go through the gateway like /v1:
-    by the body's `model` (which the gateway needs: it serves many models)."""
+    """`vllm serve`'s /tokenize, /detokenize, /invocations (and /v1/chat/completions/batch, a
+    /v1 path) go through the gateway like /v1: by the body's `model` (which the gateway needs:
+    it serves many models)."""
     r = front.client.post(path, json={"model": "iris@2", "prompt": "hi"})
     body = r.json()
     assert (body["path"], body["version"], body["body"]["model"]) == (path, "2", "iris")

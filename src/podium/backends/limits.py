@@ -36,6 +36,9 @@ class InstanceLimits:
     """Characters of one stop string or bad word (`--max-stop-chars`)."""
     max_messages: int = 1024
     """Entries of an OpenAI request's `messages` (`--max-messages`)."""
+    max_batch_conversations: int = 64
+    """Conversations of one /v1/chat/completions/batch request, each an engine request
+    (`--max-batch-conversations`)."""
 
     n_from_package: bool = False
     """True when `max_n` is a package's own (`for_package`): the fix a 400 names differs."""

@@ -30,11 +30,13 @@ class OpenAIRoute:
 
 
 CHAT = OpenAIRoute("chat_completions", "/v1/chat/completions", "generate")
+CHAT_BATCH = OpenAIRoute("chat_completions_batch", "/v1/chat/completions/batch", "generate")
+"""vLLM's batched chat: `messages` is a list of conversations, one choice each (no stream)."""
 COMPLETIONS = OpenAIRoute("completions", "/v1/completions", "generate")
 EMBEDDINGS = OpenAIRoute("embeddings", "/v1/embeddings", "embed")
 TOKENIZE = OpenAIRoute("tokenize", "/tokenize", "any", model_optional=True)
 DETOKENIZE = OpenAIRoute("detokenize", "/detokenize", "any", model_optional=True)
-ROUTES = (CHAT, COMPLETIONS, EMBEDDINGS, TOKENIZE, DETOKENIZE)
+ROUTES = (CHAT, CHAT_BATCH, COMPLETIONS, EMBEDDINGS, TOKENIZE, DETOKENIZE)
 INVOCATIONS = OpenAIRoute("invocations", "/invocations", "any", model_optional=True)
 """vLLM's SageMaker-style route: the body's shape picks CHAT, COMPLETIONS or EMBEDDINGS."""
 

@@ -87,6 +87,8 @@ def _handler(repository: ModelRepository, route: OpenAIRoute, limits: BodyLimits
             service = _service(entry, target, model_id)
             body["model"] = name
             call = await service.admit(target, body)
+            if isinstance(body.get("user"), str):  # admitted: the request log's, per user
+                request_log.annotate(user=body["user"])
             stack.enter_context(track_in_flight("openai", route.path, name, entry.version))
             # a client that leaves before the answer (or a stream's start) aborts the
             # generation: vLLM's serving objects do not watch the connection themselves

@@ -50,6 +50,8 @@ class RequestContext:
     status: int | str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    user: str | None = None
+    """The end user the client named (OpenAI's `user`), for per-user accounting."""
     started: float = field(default_factory=time.perf_counter, repr=False)
     latency_s: float | None = None
     traceparent: str | None = field(default=None, repr=False)
@@ -108,6 +110,8 @@ def format_line(ctx: RequestContext, log_format: LogFormat) -> str:
     """One log line for a finished request."""
     record = asdict(ctx)
     del record["started"], record["traceparent"]
+    if record["user"] is None:
+        del record["user"]  # the line's shape is unchanged for requests without one
     if log_format == "json":
         # The same envelope as the instance's other JSON log lines (podium.server.logs), so one
         # log pipeline parses both.
@@ -124,9 +128,11 @@ def format_line(ctx: RequestContext, log_format: LogFormat) -> str:
     model = f"{ctx.model}@{ctx.version}" if ctx.model else "-"
     tokens = (f"{ctx.prompt_tokens}+{ctx.completion_tokens}tok"
               if ctx.prompt_tokens is not None or ctx.completion_tokens is not None else "-")
+    # the user is the client's own text: quoted and escaped, so it cannot forge a line
+    user = f" user={json.dumps(ctx.user)}" if ctx.user is not None else ""
     return (
         f"{ctx.request_id} {ctx.method} {ctx.path} {ctx.status} {latency} "
-        f"{ctx.protocol or '-'} {model} {tokens}"
+        f"{ctx.protocol or '-'} {model} {tokens}{user}"
     )
 
 

@@ -100,6 +100,10 @@ class ServerConfig(ProcessConfig):
     max_messages: Annotated[int, Flag("--max-messages")] = Field(
         default=InstanceLimits.max_messages, ge=1, le=1 << 20, strict=True,
         description="Entries of an OpenAI request's messages.")
+    max_batch_conversations: Annotated[int, Flag("--max-batch-conversations")] = Field(
+        default=InstanceLimits.max_batch_conversations, ge=1, le=4096, strict=True,
+        description="Conversations of one /v1/chat/completions/batch request (each one "
+        "engine request).")
     max_queue: Annotated[int | None, Flag("--max-queue")] = Field(
         default=None, ge=1, le=1_000_000, strict=True,
         description="Requests one model's dynamic batcher lets wait (429 past it); overrides "
@@ -157,7 +161,8 @@ class ServerConfig(ProcessConfig):
             max_num_queued_reqs=self.max_num_queued_reqs,
             max_num_queued_tokens=self.max_num_queued_tokens, max_n=self.max_n,
             max_stop_strings=self.max_stop_strings, max_stop_chars=self.max_stop_chars,
-            max_messages=self.max_messages)
+            max_messages=self.max_messages,
+            max_batch_conversations=self.max_batch_conversations)
 
     def body_limits(self) -> BodyLimits:
         """The bounds on an OpenAI request's JSON body."""

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from podium.backends.limits import InstanceLimits
 from podium.backends.openai_service import (
     CHAT,
+    CHAT_BATCH,
     COMPLETIONS,
     DETOKENIZE,
     EMBEDDINGS,
@@ -30,9 +31,10 @@ from podium.backends.openai_service import (
     Usage,
 )
 from podium.backends.vllm import constraint, openai_request
-from podium.errors import BackendDead, PodiumError
+from podium.errors import BackendDead, InvalidArgument, PodiumError
 
 _SERVING = {CHAT: ("openai_serving_chat", "create_chat_completion"),
+            CHAT_BATCH: ("openai_serving_chat_batch", "create_batch_chat_completion"),
             COMPLETIONS: ("openai_serving_completion", "create_completion"),
             EMBEDDINGS: ("serving_embedding", None),  # None: the object itself is called
             TOKENIZE: ("serving_tokenization", "create_tokenize"),
@@ -73,6 +75,7 @@ class VllmOpenAI(OpenAIService):
         model = self.model
         model.check_seed(body.get("seed"))
         request = openai_request.validate(route, body, model.caps, model.max_model_len)
+        _check_priority(body.get("priority"), model)
         # the admitted constraint compiled before the engine sees it
         xargs = getattr(request, "vllm_xargs", None) if "constraint" in body else None
         compile_seconds = await constraint.precompile(xargs, model.engine)
@@ -135,6 +138,21 @@ class VllmOpenAI(OpenAIService):
         _name_the_field(response, call.request)
         return OpenAIAnswer(status=response.error.code, body=response.model_dump(),
                             compile_seconds=call.compile_seconds)
+
+
+def _check_priority(priority: Any, model: Model) -> None:
+    """`priority` takes effect only under vLLM's priority scheduling (engine_args
+    scheduling_policy: priority); under first come, first served a non-zero one is refused,
+    as vLLM would silently ignore it."""
+    if priority in (None, 0) or isinstance(priority, bool) or not isinstance(priority, int):
+        return  # 0 is every request's priority; a wrong type is the request model's 400
+    args = getattr(model, "args", None)
+    if getattr(args, "scheduling_policy", "fcfs") == "priority":
+        return
+    raise InvalidArgument(
+        f"priority={priority} has no effect: {model.package.key} schedules first come, first "
+        "served; remove priority, or serve the package with engine_args scheduling_policy: "
+        "priority (lower values are served first)", param="priority")
 
 
 class _Stream:

@@ -18,10 +18,17 @@ from typing import Any
 from pydantic import ConfigDict, ValidationError, ValidationInfo, model_validator
 
 from podium.backends.limits import InstanceLimits
-from podium.backends.openai_service import CHAT, COMPLETIONS, DETOKENIZE, TOKENIZE, OpenAIRoute
+from podium.backends.openai_service import (
+    CHAT,
+    CHAT_BATCH,
+    COMPLETIONS,
+    DETOKENIZE,
+    TOKENIZE,
+    OpenAIRoute,
+)
 from podium.backends.vllm import constraint
 from podium.backends.vllm.openai_fields import check_fields
-from podium.backends.vllm.openai_limits import check_limits
+from podium.backends.vllm.openai_limits import check_int64, check_limits
 from podium.backends.vllm.openai_structured import check_structured_output, structured_field
 from podium.backends.vllm.openai_types import check_types
 from podium.errors import InvalidArgument
@@ -81,6 +88,8 @@ def strict_model(base: type) -> type:
 def _check(base: type, data: dict[str, Any], request: RequestContext) -> dict[str, Any]:
     path = request.route.path
     check_fields(path, data)
+    for name in ("seed", "priority"):
+        check_int64(name, data.get(name))
     check_types(base, data)
     check_limits(path, data, request.caps, max_model_len=request.context)
     if "constraint" in data:
@@ -110,6 +119,12 @@ def request_model(route: OpenAIRoute, body: dict[str, Any]) -> type:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
         return ChatCompletionRequest
+    if route is CHAT_BATCH:
+        from vllm.entrypoints.openai.chat_completion.protocol import (
+            BatchChatCompletionRequest,
+        )
+
+        return BatchChatCompletionRequest
     if route is COMPLETIONS:
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 

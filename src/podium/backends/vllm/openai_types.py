@@ -20,6 +20,9 @@ from podium.errors import InvalidArgument
 
 _SCALARS = (int, float, bool, str, type(None))
 _STRICT = ConfigDict(strict=True)
+COERCED = frozenset({"logprobs"})
+"""Fields checked in lax mode, as vLLM's model coerces them: clients send `"logprobs": "true"`
+and `vllm serve` answers it with logprobs (an unparseable value is still a 400)."""
 
 
 def check_types(model_cls: type, body: dict[str, Any]) -> None:
@@ -77,7 +80,8 @@ def _adapters(model_cls: type) -> dict[str, TypeAdapter]:
         if _is_plain(field.annotation):
             annotation = (Annotated[field.annotation, *field.metadata] if field.metadata
                           else field.annotation)
-            adapters[field.alias or name] = TypeAdapter(annotation, config=_STRICT)
+            key = field.alias or name
+            adapters[key] = TypeAdapter(annotation, config=None if key in COERCED else _STRICT)
     return adapters
 
 
