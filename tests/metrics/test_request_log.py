@@ -129,6 +129,22 @@ def test_text_format_is_one_readable_line() -> None:
     assert line.endswith(" openai smol@2 7+3tok")
 
 
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_the_user_is_logged_escaped_and_only_when_named(log_format: str) -> None:
+    ctx = request_log.RequestContext(request_id="r", method="POST", path="/v1/completions",
+                                     status=200, prompt_tokens=7, completion_tokens=3)
+    ctx.latency_s = 0.1
+    plain = request_log.format_line(ctx, log_format)  # type: ignore[arg-type]
+    assert "user" not in plain
+    ctx.user = 'alice"\nforged 200'
+    line = request_log.format_line(ctx, log_format)  # type: ignore[arg-type]
+    assert "\n" not in line  # one line, whatever the client sent
+    if log_format == "json":
+        assert json.loads(line)["user"] == ctx.user
+    else:
+        assert line == plain + ' user="alice\\"\\nforged 200"'
+
+
 def test_annotate_rejects_unknown_fields_and_protocols() -> None:
     ctx = request_log.RequestContext(request_id="r")
     token = request_log._current.set(ctx)
