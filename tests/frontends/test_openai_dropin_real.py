@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import API_KEY, LLM
 from tests.support.harness import RunningInstance
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.engine
 CONVERSATIONS = [[{"role": "user", "content": f"Count from {i} to {i + 3}."}] for i in range(3)]
@@ -112,11 +113,23 @@ def test_logprob_token_ids_scores_the_tokens_asked_for(instance: RunningInstance
         assert {f"token_id:{i}" for i in wanted} <= set(tokens), tokens
 
 
-def test_kv_transfer_params_reach_the_engine_and_come_back(instance: RunningInstance) -> None:
+def test_kv_transfer_params_reach_the_engine(instance: RunningInstance) -> None:
+    """Without a KV connector vLLM still reads one key: `prompt_token_ids`, the prefill
+    stage's ids a decode stage reuses instead of rendering the messages again."""
+    other = [{"role": "user", "content": "A longer question, rendered once by the prefill "
+                                         "stage, whose ids the decode stage reuses."}]
+    ids = _post(instance, "/tokenize", {"messages": other}).json()["tokens"]
+    plain = _post(instance, "/v1/chat/completions", {"messages": CONVERSATIONS[0], **GREEDY})
     r = _post(instance, "/v1/chat/completions", {"messages": CONVERSATIONS[0], **GREEDY,
-                                                 "kv_transfer_params": {"do_remote_decode": False}})
+                                                 "kv_transfer_params": {"prompt_token_ids": ids}})
     assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == len(ids)
+    assert plain.json()["usage"]["prompt_tokens"] != len(ids)
     assert "kv_transfer_params" in r.json()  # None: this engine runs no KV connector
+    r = _post(instance, "/v1/chat/completions", {"messages": CONVERSATIONS[0], **GREEDY,
+                                                 "kv_transfer_params": {"prompt_token_ids": []}})
+    _refused(r, "kv_transfer_params", "non-empty")
+    _good_chat(instance)
 
 
 def test_priority_is_refused_under_first_come_first_served(instance: RunningInstance) -> None:
@@ -159,20 +172,28 @@ def test_user_reaches_the_request_log(instance: RunningInstance) -> None:
                                                  "user": "tenant-7/alice"})
     assert r.status_code == 200, r.text
     request_id = r.headers["x-request-id"]
-    (line,) = [line for line in instance.log().splitlines() if line.startswith(request_id)]
+
+    def lines() -> list[str]:  # written once the last byte is sent: maybe after we read it
+        return [line for line in instance.log().splitlines() if line.startswith(request_id)]
+
+    assert eventually(lambda: bool(lines()))
+    (line,) = lines()
     assert 'user="tenant-7/alice"' in line
     assert f"+{r.json()['usage']['completion_tokens']}tok" in line
 
 
 def test_vllm_extensions_take_effect(instance: RunningInstance) -> None:
-    r = _post(instance, "/v1/completions", {"prompt": "One, two,", **GREEDY,
-                                            "return_token_offsets": True,
-                                            "repetition_detection": {"max_pattern_size": 2,
-                                                                     "min_count": 2}})
+    # a prompt that invites a loop, cut short once a 1-2 token pattern repeats 3 times
+    loop = {"prompt": "a a a a a a a a a a a a", "temperature": 0, "max_tokens": 32,
+            "ignore_eos": True}
+    free = _post(instance, "/v1/completions", loop).json()
+    r = _post(instance, "/v1/completions", {**loop, "repetition_detection": {
+        "max_pattern_size": 2, "min_count": 3}})
     assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] < free["usage"]["completion_tokens"]
     r = _post(instance, "/v1/completions", {"prompt": "One, two,", "temperature": 0,
                                             "max_tokens": 6, "stream": True,
-                                            "stream_interval": 3})
+                                            "ignore_eos": True, "stream_interval": 3})
     assert r.status_code == 200, r.text
     texts = [json.loads(line.removeprefix("data: "))["choices"] for line in r.text.splitlines()
              if line.startswith("data: {")]

@@ -83,7 +83,7 @@ GENERATION = {
     "logprob_token_ids": {"logprob_token_ids": [5, 6], "logprobs": True},
     "kv_transfer_params": {"do_remote_decode": False}, "priority": -3, "user": "user-42",
     "repetition_detection": {"max_pattern_size": 4, "min_count": 3},
-    "stream_interval": {"stream_interval": 2, "stream": True}, "return_token_offsets": True,
+    "stream_interval": {"stream_interval": 2, "stream": True},
 }
 CHAT_TEMPLATE = {"add_generation_prompt": False,
                  "continue_final_message": {"continue_final_message": True,

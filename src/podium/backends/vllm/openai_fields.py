@@ -22,7 +22,6 @@ _GENERATION = _SAMPLING | {
     "cache_salt", "return_tokens_as_token_ids", "return_token_ids",
     "constraint",  # Podium's own: admitted, then carried to the engine in vllm_xargs
     "logprob_token_ids", "kv_transfer_params", "repetition_detection", "stream_interval",
-    "return_token_offsets",
     "priority",  # checked against the engine's scheduling policy (`check_priority`)
     "user",  # the request log's, and so per-user accounting (`podium.frontends.openai`)
 }
@@ -74,6 +73,8 @@ REFUSED: dict[str, str] = {
     "routed_experts_prompt_start": "the engine returns no routed-expert data (no model Podium "
                                    "packages is a mixture of experts that records it)",
     "padding": "a vLLM extension Podium does not offer",
+    "return_token_offsets": "vLLM reads it only on its /render endpoints and ignores it when "
+                            "generating",
     "guided_decoding_backend": "vLLM ignores it (deprecated); the engine picks the backend",
 }
 """Fields vLLM's request models declare that Podium refuses on every endpoint, and why (the
