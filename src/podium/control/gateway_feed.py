@@ -181,6 +181,11 @@ class PublishedTable(RouteTable):
         super().set_alias(model, alias, version)
         self._changed()
 
+    def set_adapter(self, adapter: str, base: str, version: str, placed: bool) -> None:
+        """Place (or remove) adapter@version on its base's instances."""
+        super().set_adapter(adapter, base, version, placed)
+        self._changed()
+
     def add_endpoint(self, model: str, version: str, endpoint: Endpoint) -> None:
         """Start routing to a (ready) instance."""
         super().add_endpoint(model, version, endpoint)

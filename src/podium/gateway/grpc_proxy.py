@@ -142,8 +142,10 @@ class GrpcGateway:
             model, version = read_name_version(ROUTED[method], request)
             attempts = self._attempts(model, version)
             target = await self.hold.first(self.table, model, version, attempts.first)
+            pinned = self.table.base_of(model) is not None
             while True:
-                payload = _with_version(ROUTED[method], request, version, target.version)
+                payload = _with_version(ROUTED[method], request, version, target.version,
+                                        pinned=pinned)
                 started = time.perf_counter()
                 endpoint = target.endpoint
                 endpoint.num_in_flight += 1
@@ -173,18 +175,19 @@ class GrpcGateway:
                                        self._attempts(model, version).first)
         resolved, endpoint = target.version, target.endpoint
         cls = service_pb2.ModelInferRequest
+        pinned = self.table.base_of(model) is not None
 
         malformed: list[InvalidArgument] = []
 
         async def upstream_requests() -> AsyncIterator[bytes]:
-            yield _with_version(cls, first, version, resolved)
+            yield _with_version(cls, first, version, resolved, pinned=pinned)
             async for message in requests:
                 try:
                     read_name_version(cls, message)
                 except InvalidArgument as exc:  # end the stream here; the client hears why
                     malformed.append(exc)
                     return
-                yield _with_version(cls, message, version, resolved)
+                yield _with_version(cls, message, version, resolved, pinned=pinned)
 
         call = self._channel(endpoint).stream_stream(f"/{SERVICE}/ModelStreamInfer")(
             upstream_requests(), metadata=self._metadata(context))
@@ -249,9 +252,11 @@ class GrpcGateway:
             self.clock_ms(), (time.perf_counter() - started) * 1000, code not in _FAILED))
 
 
-def _with_version(cls: Any, payload: bytes, asked: str | None, resolved: str) -> bytes:
-    """Replace an alias (e.g. `latest`) by the version it resolved to; otherwise untouched."""
-    if asked is None or asked == resolved:
+def _with_version(cls: Any, payload: bytes, asked: str | None, resolved: str, *,
+                  pinned: bool = False) -> bytes:
+    """Replace an alias (e.g. `latest`) by the version it resolved to; otherwise untouched.
+    `pinned` (a LoRA adapter, whose base instance serves all its versions) always names it."""
+    if not pinned and (asked is None or asked == resolved):
         return payload
     message = cls.FromString(payload)
     field = cls.DESCRIPTOR.fields_by_number[2].name

@@ -157,12 +157,14 @@ class Gateway:
                        send: Send) -> Target | None:
         """Send the request to `target`; where to send it next, or None once answered."""
         route.check_served_by(target.version, target.endpoint, scope["path"])
+        pinned = self.table.base_of(route.model) is not None  # a LoRA adapter: name its version
         url = _upstream_url(target.endpoint.url,
-                            route.upstream_path(scope["path"], target.version),
+                            route.upstream_path(scope["path"], target.version, pinned=pinned),
                             scope.get("query_string", b""))
         attempt = self._start(route.model, target.version, target.endpoint)
         try:
-            return await self._send(scope["method"], url, headers, route.body, attempt,
+            return await self._send(scope["method"], url, headers,
+                                    route.upstream_body(target.version, pinned=pinned), attempt,
                                     attempts, target, receive, send)
         finally:  # cancelled, or failed past every count: never leave it holding the bound
             if attempt.open:
@@ -286,8 +288,13 @@ class Gateway:
             for name, version, endpoint in self.table.routed():
                 if endpoint.frontends != "standalone" and version not in served.get(name, []):
                     served.setdefault(name, []).append(version)
+            parents = {}  # a LoRA adapter is listed with its base as `parent`, as vLLM does
+            for name, (base, placed) in self.table.adapters().items():
+                if base in served and placed:
+                    served[name], parents[name] = placed, base
             data = [{"id": name if i == 0 else f"{name}@{v}", "object": "model",
-                     "owned_by": "podium"}
+                     "owned_by": "podium",
+                     **({"parent": parents[name]} if name in parents else {})}
                     for name, versions in sorted(served.items())
                     for i, v in enumerate(["", *versions]) if versions]
             return Answer.json({"object": "list", "data": data})

@@ -43,13 +43,24 @@ class RequestRoute:
                 f"({path}); package it with \"frontends\": \"embedded\" to serve /v1",
                 param="model")
 
-    def upstream_path(self, path: str, version: str) -> str:
-        """The path to send upstream once the version is resolved (aliases replaced)."""
-        if self.kind == "kserve" and self.version is not None:
+    def upstream_path(self, path: str, version: str, *, pinned: bool = False) -> str:
+        """The path to send upstream once the version is resolved (aliases replaced; always
+        named when `pinned`: a LoRA adapter's instance serves all its versions)."""
+        if self.kind == "kserve" and (self.version is not None or pinned):
             match = KSERVE_PATH.match(path)
             assert match is not None
             return f"/v2/models/{self.model}/versions/{version}{match['rest'] or ''}"
         return path
+
+
+    def upstream_body(self, version: str, *, pinned: bool = False) -> bytes:
+        """The body to send upstream: an OpenAI request for a LoRA adapter (`pinned`) names
+        `name@version`, since one base instance serves every placed version of it."""
+        if not pinned or self.kind != "openai":
+            return self.body
+        data = json.loads(self.body)
+        data["model"] = f"{self.model}@{version}"
+        return json.dumps(data).encode()
 
 
 def route_of(method: str, path: str, body: bytes, *, content_encoding: str = "",

@@ -15,7 +15,7 @@ import collections
 import msgspec
 
 from podium.routes.stats import Outcome, VersionStats
-from podium.routes.table import Endpoint, Routes, RouteTable
+from podium.routes.table import Adapter, Endpoint, Routes, RouteTable
 
 MAX_PENDING = 100_000
 """Outcomes a gateway keeps for the control plane while it cannot reach it (oldest dropped)."""
@@ -47,6 +47,9 @@ class ModelSpec(msgspec.Struct, frozen=True):
     endpoints: dict[str, list[EndpointSpec]] = {}
     on_demand: list[str] = []
     """Versions started on demand (held requests wait for their instance)."""
+    base: str | None = None
+    """A LoRA adapter's base model: its `placed` versions run on the base's instances."""
+    placed: list[str] = []
 
 
 class Outcomes(msgspec.Struct, frozen=True):
@@ -92,13 +95,20 @@ class SyncAnswer(msgspec.Struct, frozen=True):
 def snapshot(table: RouteTable) -> dict[str, ModelSpec]:
     """The whole table as plain specs (the control plane's side)."""
     on_demand = table.on_demand()
-    return {name: ModelSpec(
+    adapters = table.adapters()
+    specs = {name: ModelSpec(
         splits=splits, aliases=aliases,
         endpoints={v: [EndpointSpec(e.id, e.url, e.grpc_target, e.healthy, e.draining,
                                     e.max_in_flight, e.idempotent, e.frontends)
                        for e in eps] for v, eps in endpoints.items()},
         on_demand=on_demand.get(name, []))
         for name, (splits, aliases, endpoints) in table.routes().items()}
+    for name, (base, placed) in adapters.items():
+        spec = specs.get(name, ModelSpec())
+        specs[name] = ModelSpec(splits=spec.splits, aliases=spec.aliases,
+                                endpoints=spec.endpoints, on_demand=spec.on_demand,
+                                base=base, placed=placed)
+    return specs
 
 
 class TableFollower:
@@ -127,13 +137,17 @@ class TableFollower:
                 self.epoch, self.generation):
             return False
         routes: dict[str, Routes] = {}
+        adapters: dict[str, Adapter] = {}
         told: dict[str, bool] = {}
         for name, spec in answer.routes.items():
             endpoints = {v: [self._endpoint(s, told) for s in specs]
                          for v, specs in spec.endpoints.items()}
             routes[name] = (dict(spec.splits), dict(spec.aliases), endpoints)
+            if spec.base is not None:
+                adapters[name] = (spec.base, list(spec.placed))
         self.table.replace(routes, {name: list(spec.on_demand)
-                                    for name, spec in answer.routes.items()})
+                                    for name, spec in answer.routes.items()},
+                           adapters=adapters)
         self._told_healthy = told
         self.epoch, self.generation = answer.epoch, answer.generation
         return True

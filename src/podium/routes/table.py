@@ -3,6 +3,10 @@
 Pure and synchronous: the control plane changes splits, aliases and endpoints live; the proxy
 asks `pick` once per attempt. Versions are chosen by smooth weighted round robin, so a 10% split
 sends exactly 1 request in 10, not 10% on average; instances by least in-flight requests.
+
+A LoRA adapter is a model of its own here (its splits, aliases, versions), with no instances of
+its own: each version *placed* (`set_adapter`) is served by every instance of its base model,
+whichever base versions run (the control plane only keeps base versions that fit its adapters).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from typing import Any
 from podium.errors import NotFound, Unavailable
 
 LATEST = "latest"
+Adapter = tuple[str, list[str]]
+"""A LoRA adapter's routing: its base model and its versions placed on the base's instances."""
 Routes = tuple[dict[str, int], dict[str, str], dict[str, list["Endpoint"]]]
 """One model's splits, aliases and endpoints per version, as `RouteTable.replace` takes them."""
 Choose = Callable[[str, list["Endpoint"], list["Endpoint"]], "Endpoint | None"]
@@ -70,6 +76,10 @@ class _Model:
     on_demand: set[str] = field(default_factory=set)
     """Versions whose instances start on demand (scaled to zero when idle): a request for one
     with no ready instance is held at the gateway while one starts (`gateway.hold`)."""
+    base: str | None = None
+    """A LoRA adapter's base model (None: a model with instances of its own)."""
+    placed: set[str] = field(default_factory=set)
+    """An adapter's versions placed on its base's instances."""
 
 
 class RouteTable:
@@ -97,6 +107,16 @@ class RouteTable:
         """Point an alias (e.g. `latest`) at a version."""
         with self._lock:
             self._models.setdefault(model, _Model()).aliases[alias] = version
+
+    def set_adapter(self, adapter: str, base: str, version: str, placed: bool) -> None:
+        """Place (or remove) adapter@version on the instances of its base model."""
+        with self._lock:
+            entry = self._models.setdefault(adapter, _Model())
+            entry.base = base
+            if placed:
+                entry.placed.add(version)
+            else:
+                entry.placed.discard(version)
 
     def add_endpoint(self, model: str, version: str, endpoint: Endpoint) -> None:
         """Start routing to a (ready) instance."""
@@ -129,10 +149,12 @@ class RouteTable:
             return {m: sorted(e.on_demand) for m, e in self._models.items() if e.on_demand}
 
     def replace(self, routes: dict[str, Routes],
-                on_demand: Mapping[str, list[str]] | None = None) -> None:
+                on_demand: Mapping[str, list[str]] | None = None,
+                adapters: dict[str, Adapter] | None = None) -> None:
         """Swap in a whole table at once (a gateway process taking the control plane's): model
-        → (splits, aliases, endpoints per version), and the versions started on demand. Pass
-        an `Endpoint` already in the table to keep it: its in-flight count carries over."""
+        → (splits, aliases, endpoints per version), the versions started on demand, adapter →
+        (base, placed versions). Pass an `Endpoint` already in the table to keep it: its
+        in-flight count carries over."""
         on_demand = on_demand or {}
         with self._lock:
             models: dict[str, _Model] = {}
@@ -146,6 +168,9 @@ class RouteTable:
                 # the round robin's position survives, so a re-sent split stays exact
                 entry.wrr = {v: old.wrr.get(v, 0) if old else 0 for v in entry.splits}
                 models[name] = entry
+            for name, (base, placed) in (adapters or {}).items():
+                entry = models.setdefault(name, _Model())
+                entry.base, entry.placed = base, set(placed)
             self._models = models
             self._by_id = {e.id: e for entry in models.values()
                            for eps in entry.endpoints.values() for e in eps}
@@ -156,6 +181,24 @@ class RouteTable:
             return {name: (dict(e.splits), dict(e.aliases),
                            {v: list(eps) for v, eps in e.endpoints.items()})
                     for name, e in self._models.items()}
+
+    def adapters(self) -> dict[str, Adapter]:
+        """Every adapter: its base model and its placed versions (sorted)."""
+        with self._lock:
+            return {name: (e.base, sorted(e.placed)) for name, e in self._models.items()
+                    if e.base is not None}
+
+    def base_of(self, model: str) -> str | None:
+        """The base model serving `model` when it is a LoRA adapter, else None."""
+        with self._lock:
+            entry = self._models.get(model)
+            return entry.base if entry else None
+
+    def adapter_endpoints(self, adapter: str, version: str) -> list[Endpoint]:
+        """The instances serving adapter@version ([] when it is not placed)."""
+        with self._lock:
+            entry = self._models.get(adapter)
+            return self._served(entry).get(version, []) if entry else []
 
     def endpoint(self, endpoint_id: str) -> Endpoint:
         """The endpoint with this id (KeyError when unknown)."""
@@ -227,16 +270,17 @@ class RouteTable:
             if entry is None:
                 raise NotFound(f"model {model!r} is not deployed; deployed: "
                                f"{', '.join(sorted(self._models)) or 'none'}", param="model")
+            served = self._served(entry)
             if version is not None:
                 version = entry.aliases.get(version, version)
-                if version not in entry.endpoints:
+                if version not in served:
                     raise NotFound(f"{model}@{version} is not deployed; versions: "
-                                   f"{', '.join(sorted(entry.endpoints)) or 'none'}",
+                                   f"{', '.join(sorted(served)) or 'none'}",
                                    param="version")
-                return version, self._instance(model, version, entry, exclude, choose)
+                return version, self._instance(model, version, served, exclude, choose)
             candidates = {v: w for v, w in entry.splits.items()
                           if any(e.can_take and e.id not in exclude
-                                 for e in entry.endpoints.get(v, []))}
+                                 for e in served.get(v, []))}
             if candidates:
                 chosen = self._weighted(entry, candidates)
             elif LATEST in entry.aliases:
@@ -245,7 +289,7 @@ class RouteTable:
                 chosen = max(entry.splits, key=lambda v: entry.splits[v])
             else:
                 raise Unavailable(f"model {model!r} has no version taking traffic")
-            return chosen, self._instance(model, chosen, entry, exclude, choose)
+            return chosen, self._instance(model, chosen, served, exclude, choose)
 
     def saturated(self, model: str, version: str | None,
                   has_room: Callable[[Endpoint], bool]) -> bool:
@@ -261,7 +305,8 @@ class RouteTable:
                 versions = [entry.aliases.get(version, version)]
             else:
                 versions = list(entry.splits)
-            usable = [e for v in versions for e in entry.endpoints.get(v, ()) if e.can_take]
+            served = self._served(entry)
+            usable = [e for v in versions for e in served.get(v, ()) if e.can_take]
             return bool(usable) and not any(has_room(e) for e in usable)
 
     @staticmethod
@@ -274,10 +319,18 @@ class RouteTable:
         entry.wrr[chosen] -= total
         return chosen
 
-    @staticmethod
-    def _instance(model: str, version: str, entry: _Model, exclude: frozenset[str],
-                  choose: Choose | None) -> Endpoint:
-        endpoints = entry.endpoints.get(version, [])
+    def _served(self, entry: _Model) -> dict[str, list[Endpoint]]:
+        """Endpoints per version; an adapter's placed versions share its base's instances."""
+        if entry.base is None:
+            return entry.endpoints
+        base = self._models.get(entry.base)
+        shared = [e for eps in base.endpoints.values() for e in eps] if base else []
+        return {v: shared for v in entry.placed}
+
+    def _instance(self, model: str, version: str, served: dict[str, list[Endpoint]],
+                  exclude: frozenset[str], choose: Choose | None) -> Endpoint:
+        entry = self._models[model]
+        endpoints = served.get(version, [])
         usable = [e for e in endpoints if e.can_take and e.id not in exclude]
         if not usable:
             raise Unavailable(f"{model}@{version} has no ready instance")
