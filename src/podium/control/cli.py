@@ -272,15 +272,13 @@ def _human(path: str, data: Any) -> str:
         return _events_table(data)
     if path == "/v1/status":
         lines = []
-        for model, entry in data["models"].items():
-            regions = entry.get("regions") or {"default": entry}
-            for region, part in regions.items():
-                where = "" if list(regions) == ["default"] else f"  [{region}]"
-                lines.append(f"{model}{where}  split={part['splits']}  aliases={part['aliases']}")
-                for version, info in part["versions"].items():
-                    states = ",".join(i["state"] for i in info["instances"]) or "-"
-                    lines.append(f"  @{version}  {info['strategy']:<10} "
-                                 f"wanted={info['num_desired']}  instances={states}")
+        models = data["models"]
+        for model, entry in models.items():
+            if entry.get("base") in models:
+                continue  # shown under its base
+            lines += _status_lines(model, entry)
+            for adapter in entry.get("adapters", []):
+                lines += _status_lines(adapter, models[adapter], indent="  ")
         for r in data["rollouts"]:
             lines.append(_rollout_line(r))
         return "\n".join(lines) or "nothing deployed"
@@ -299,6 +297,27 @@ def _human(path: str, data: Any) -> str:
     if "to_version" in data:
         return _rollout_line(data)
     return json.dumps(data, indent=2)
+
+
+def _status_lines(model: str, entry: dict[str, Any], indent: str = "") -> list[str]:
+    """A model's lines of `podium status`; a LoRA adapter's, indented under its base, say
+    where its versions are placed instead of instances of their own."""
+    lines = []
+    regions = entry.get("regions") or {"default": entry}
+    kind = "LoRA adapter " if entry.get("base") else ""
+    for region, part in regions.items():
+        where = "" if list(regions) == ["default"] else f"  [{region}]"
+        lines.append(f"{indent}{kind}{model}{where}  split={part['splits']}  "
+                     f"aliases={part['aliases']}")
+        for version, info in part["versions"].items():
+            if entry.get("base"):
+                placed = f"on {entry['base']}" if info["num_desired"] else "removed"
+                lines.append(f"{indent}  @{version}  {info['strategy']:<10} {placed}")
+                continue
+            states = ",".join(i["state"] for i in info["instances"]) or "-"
+            lines.append(f"{indent}  @{version}  {info['strategy']:<10} "
+                         f"wanted={info['num_desired']}  instances={states}")
+    return lines
 
 
 def _rollout_line(r: dict[str, Any]) -> str:

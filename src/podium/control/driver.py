@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from podium.control import region_rollout, rollout
 from podium.control.actions import DEFAULT_REGION, Decision
+from podium.control.adapter_deploy import (
+    adapter_of_row,
+    check_adapter_deploy,
+    check_base_carries,
+)
 from podium.control.commit import Commit, World
 from podium.control.rollout import LATEST
 from podium.control.rollout_config import RolloutConfig
@@ -29,14 +34,20 @@ class RolloutDriver:
     def start(self, model: str, version: str, config: RolloutConfig, now_ms: int) -> int:
         """Begin a rollout of model@version in its regions (default: every region, in declared
         order); Conflict if one is running, NotFound if unknown."""
-        self.store.get_package(model, version)
+        package = self.store.get_package(model, version)
         declared = self.store.region_names()
         unknown = [r for r in config.regions if r not in declared]
         if unknown:
             raise InvalidArgument(f"region {unknown[0]!r} is not declared; declared regions: "
                                   f"{', '.join(declared)}", param="regions")
+        regions = list(config.regions or declared)
+        adapter = adapter_of_row(package)
+        if adapter is not None:  # placed on its base's instances: the base must run first
+            config = check_adapter_deploy(self.store, model, version, adapter, config, regions)
+        else:  # a base carries the adapters placed on it to its new version
+            check_base_carries(self.store, model, version, regions)
         legs = []
-        for region in config.regions or declared:
+        for region in regions:
             from_version, num_old = self._current(model, config, region)
             if from_version == version and config.strategy == "red-black":
                 continue  # already there: nothing to roll in this region

@@ -14,6 +14,7 @@ from datetime import UTC
 from typing import Any
 
 from podium.control import region_rollout
+from podium.control.adapter_deploy import adapter_bases
 from podium.control.commit import World
 from podium.control.driver import RolloutDriver
 from podium.control.models import DeploymentRow, EventRow
@@ -163,8 +164,9 @@ class ControlPlane:
 
     def status(self) -> dict[str, Any]:
         """Per model and region: versions with instances, splits and aliases (the model's first
-        region also at the top, as a single-region plane shows it), plus running rollouts.
-        Read in a fixed handful of queries whatever the number of deployments."""
+        region also at the top, as a single-region plane shows it), plus running rollouts. A
+        LoRA adapter names its `base`, and a base lists its `adapters`. Read in a fixed handful
+        of queries whatever the number of deployments."""
         deployments, split_rows, alias_rows, instances = self.store.routing_rows()
         order = {name: i for i, name in enumerate(self.store.region_names())}
         splits: dict[tuple[str, str], dict[str, int]] = {}
@@ -193,6 +195,11 @@ class ControlPlane:
                 "instances": by_deployment.get(dep.id, [])}
         for entry in models.values():
             entry.update(next(iter(entry["regions"].values())))
+        for name, base in adapter_bases(self.store).items():
+            if name in models:  # shown under its base: it runs on the base's instances
+                models[name]["base"] = base
+                if base in models:
+                    models[base].setdefault("adapters", []).append(name)
         running = [rollout_summary(r) for r in self.store.list_rollouts(status="running")]
         return {"models": models, "rollouts": running}
 

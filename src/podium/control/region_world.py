@@ -4,6 +4,7 @@ each leg of a rollout is observed in its own region."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from podium.control.actions import DEFAULT_REGION, Action
@@ -34,8 +35,10 @@ class Region:
 class RegionWorlds:
     """The World of a control plane with regions (one `RuntimeWorld` each)."""
 
-    def __init__(self, regions: list[Region]) -> None:
-        self.worlds = {r.name: RuntimeWorld(r.runtime, r.table, r.stats) for r in regions}
+    def __init__(self, regions: list[Region], *,
+                 base_of: Callable[[str], str | None] = lambda _model: None) -> None:
+        self.worlds = {r.name: RuntimeWorld(r.runtime, r.table, r.stats, base_of=base_of)
+                       for r in regions}
         self._warned: set[str] = set()
 
     def apply(self, actions: list[Action]) -> None:

@@ -32,6 +32,7 @@ import uvicorn
 
 from podium import credential as internal_credential
 from podium import env
+from podium.control.adapter_deploy import AdapterIndex
 from podium.control.api import create_app
 from podium.control.engine_api import add_engine_routes
 from podium.control.engine_figures import EngineFigures
@@ -89,7 +90,7 @@ def run_up(config: UpConfig) -> int:
                 part.table, part.home / "instances", ray_address=address,
                 ray_num_cpus=config.ray_num_cpus, credential=credential)
             regions.append(Region(part.spec.name, part.runtime, part.table, part.stats))
-        plane = ControlPlane(store, RegionWorlds(regions))
+        plane = ControlPlane(store, RegionWorlds(regions, base_of=AdapterIndex(store).base_of))
         first = regions[0]
         loop = ControlLoop(plane, first.runtime, first.table, first.stats, config.loop,
                            feeds=[p.feed for p in served],

@@ -1,6 +1,12 @@
-"""The real world a rollout acts on: a runtime for instances, a gateway for traffic."""
+"""The real world a rollout acts on: a runtime for instances, a gateway for traffic.
+
+A LoRA adapter has no instances of its own: scaling one of its versions above 0 places it on
+its base's instances in the route table (0 removes it), and it is ready while one of them is.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from podium.control.actions import Action, MoveAlias, Scale, SetSplit
 from podium.control.rollout import Observation, RolloutState, VersionHealth
@@ -13,16 +19,23 @@ class RuntimeWorld:
     """Scale goes to the runtime, splits and aliases to the gateway's route table; health comes
     from the runtime (readiness, crashes) and the gateway (errors, latency)."""
 
-    def __init__(self, runtime: Runtime, table: RouteTable, stats: VersionStats) -> None:
+    def __init__(self, runtime: Runtime, table: RouteTable, stats: VersionStats, *,
+                 base_of: Callable[[str], str | None] = lambda _model: None) -> None:
         self.runtime = runtime
         self.table = table
         self.stats = stats
+        self.base_of = base_of
+        """A LoRA adapter's base model (None: a model with instances of its own)."""
 
     def apply(self, actions: list[Action]) -> None:
         """Carry out idempotent actions."""
         for action in actions:
             if isinstance(action, Scale):
-                self.runtime.scale(action.model, action.version, action.count)
+                base = self.base_of(action.model)
+                if base is not None:  # an adapter: placed on its base's instances, no process
+                    self.table.set_adapter(action.model, base, action.version, action.count > 0)
+                else:
+                    self.runtime.scale(action.model, action.version, action.count)
             elif isinstance(action, SetSplit):
                 self.table.set_split(action.model, action.weights)
             elif isinstance(action, MoveAlias):
@@ -36,10 +49,14 @@ class RuntimeWorld:
 
     def _health(self, model: str, version: str, since_ms: int) -> VersionHealth:
         traffic = self.stats.health(model, version, since_ms)
-        num_ready = sum(1 for i in self.runtime.instances(model, version)
-                        if i.state == READY and self._answering(i.id))
-        return VersionHealth(num_ready=num_ready,
-                             num_crashes=self.runtime.num_crashes(model, version),
+        if self.base_of(model) is not None:  # one placement, ready while a base instance is
+            num_ready = int(any(e.can_take for e in self.table.adapter_endpoints(model, version)))
+            num_crashes = 0
+        else:
+            num_ready = sum(1 for i in self.runtime.instances(model, version)
+                            if i.state == READY and self._answering(i.id))
+            num_crashes = self.runtime.num_crashes(model, version)
+        return VersionHealth(num_ready=num_ready, num_crashes=num_crashes,
                              num_requests=traffic.num_requests, num_errors=traffic.num_errors,
                              p99_ms=traffic.p99_ms)
 

@@ -1,0 +1,117 @@
+"""Deploying LoRA adapters and the bases that carry them: the checks a rollout starts with,
+and which models are adapters (for the world that places them).
+
+`podium deploy support-tone@2` is a rollout like any other, but its `Scale`s are placements on
+the base's instances (`adapters`), so it needs the base running first: the base deployed in
+the region, at the version the adapter was trained on. A rollout of the base itself carries
+the placed adapters over to its new version, or is refused naming the ones that do not fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from podium.control.adapters import AdapterRef, misfit, read_adapter
+from podium.control.models import PackageRow
+from podium.control.rollout_config import RolloutConfig
+from podium.control.store import Store
+from podium.errors import Conflict
+
+
+def adapter_of_row(row: PackageRow) -> AdapterRef | None:
+    """The adapter an announced package is (None: a model with instances of its own)."""
+    return read_adapter(row.manifest, row.location)
+
+
+def check_adapter_deploy(store: Store, name: str, version: str, adapter: AdapterRef,
+                         config: RolloutConfig, regions: list[str]) -> RolloutConfig:
+    """Refuse an adapter rollout whose base does not run as it needs in every region; the
+    config it runs with (one placement per version: no instance of its own)."""
+    key = f"{name}@{version}"
+    for region in regions:
+        where = "" if regions == ["default"] else f" in region {region}"
+        deployed = _running_versions(store, adapter.base, region)
+        if not deployed:
+            raise Conflict(f"{key} is a LoRA adapter of {adapter.base_key}, and {adapter.base} "
+                           f"is not deployed{where}: deploy the base first (`podium deploy "
+                           f"{adapter.base_key}`)", param="model")
+        if adapter.base_version not in deployed:
+            raise Conflict(f"{key} is a LoRA adapter of {adapter.base_key}, but {adapter.base} "
+                           f"runs version {', '.join(sorted(deployed))}{where}: package the "
+                           f"adapter for the running base (\"base\": \"{adapter.base}@"
+                           f"{max(deployed, key=_order)}\") or deploy {adapter.base_key}",
+                           param="version")
+        for other in sorted(deployed - {adapter.base_version}, key=_order):
+            why = misfit(adapter, other, store.get_package(adapter.base, other).manifest)
+            if why is not None:  # every running base version serves its placed adapters
+                raise Conflict(f"{key} cannot be placed on {adapter.base}@{other}, which also "
+                               f"runs{where}: {why}", param="version")
+    return replace(config, num_instances=1)
+
+
+def check_base_carries(store: Store, model: str, version: str, regions: list[str]) -> None:
+    """Refuse a rollout of a base to `version` when adapters placed on it do not fit it,
+    naming each with the reason; they are carried over otherwise."""
+    adapters = placed_adapters(store, model, regions)
+    if not adapters:
+        return
+    manifest = store.get_package(model, version).manifest
+    unfit = [f"{key} ({why})" for key, adapter in sorted(adapters.items())
+             if (why := misfit(adapter, version, manifest)) is not None]
+    if unfit:
+        raise Conflict(f"{model}@{version} cannot carry the LoRA adapters placed on {model}: "
+                       f"{'; '.join(unfit)}. Roll those adapters out to versions that fit "
+                       f"{model}@{version} first, or stop them (`podium scale ADAPTER@VERSION "
+                       "--min 0 --max 0`)", param="version")
+
+
+def placed_adapters(store: Store, base: str, regions: list[str]) -> dict[str, AdapterRef]:
+    """`name@version` → adapter, for every adapter version placed on `base` in `regions`."""
+    rows = {(p.name, p.version): p for p in store.list_packages()}
+    found: dict[str, AdapterRef] = {}
+    for dep in store.list_deployments():
+        row = rows.get((dep.model, dep.version))
+        if dep.region not in regions or dep.num_desired == 0 or row is None:
+            continue
+        adapter = adapter_of_row(row)
+        if adapter is not None and adapter.base == base:
+            found[f"{dep.model}@{dep.version}"] = adapter
+    return found
+
+
+def adapter_bases(store: Store) -> dict[str, str]:
+    """Adapter name → its base model's name, for every announced adapter."""
+    found: dict[str, str] = {}
+    for row in store.list_packages():
+        adapter = adapter_of_row(row)
+        if adapter is not None:
+            found[row.name] = adapter.base
+    return found
+
+
+class AdapterIndex:
+    """Which model names are LoRA adapters, and of which base (read from the announced
+    packages; an adapter's name stays an adapter's)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._bases: dict[str, str | None] = {}
+
+    def base_of(self, model: str) -> str | None:
+        """The base model of adapter `model`; None for a model with instances of its own."""
+        if model not in self._bases:
+            rows = [p for p in self.store.list_packages() if p.name == model]
+            if not rows:
+                return None  # not announced (yet): asked again next time
+            adapter = adapter_of_row(rows[-1])
+            self._bases[model] = adapter.base if adapter else None
+        return self._bases[model]
+
+
+def _running_versions(store: Store, model: str, region: str) -> set[str]:
+    return {d.version for d in store.list_deployments(model, region=region)
+            if d.num_desired > 0}
+
+
+def _order(version: str) -> tuple[int, str]:
+    return (int(version), version) if version.isdigit() else (1 << 62, version)
