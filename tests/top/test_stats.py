@@ -93,3 +93,35 @@ def test_reads_a_real_engine_exposition() -> None:
     assert (snap.requests, snap.generated_tokens, snap.prompt_tokens) == (3, 24, 12)
     assert snap.ttft_buckets[math.inf] == 3
     assert (snap.kv_cache_perc, snap.running, snap.waiting) == (0.0, 0, 0)
+
+
+def _with_adapter(elapsed: float) -> str:
+    """An instance of `smol` that also answered LoRA adapter `tone` (2 requests/s)."""
+    labels = 'model="tone",version="2",protocol="openai",endpoint="/v1/completions",code="200"'
+    return exposition(elapsed).replace(
+        "# TYPE podium:ready gauge",
+        f"podium:requests_total{{{labels}}} {2.0 * elapsed}\n"
+        "# TYPE podium:model_loaded gauge\n"
+        'podium:model_loaded{model="smol",version="1"} 1.0\n'
+        "# TYPE podium:ready gauge")
+
+
+def test_adapters_are_shown_under_the_instance_of_their_base() -> None:
+    from rich.console import Console
+
+    from podium.top import view
+
+    before, after = parse(_with_adapter(10), 100.0), parse(_with_adapter(12), 102.0)
+    assert stats.adapter_rows(before, after) == [("tone", stats.AdapterRow(pytest.approx(2)))]
+    assert stats.row(before, after).requests_per_s == pytest.approx(6)  # base and adapter
+    assert stats.adapter_rows(None, after) == [("tone", stats.AdapterRow(None))]
+    # an instance that reports no loaded model (a bare vLLM) shows no adapter lines
+    assert stats.adapter_rows(before, parse(exposition(12), 102.0)) == []
+    rows = [("http://a", stats.row(before, after)),
+            ("  └ tone (LoRA)", *[r for _n, r in stats.adapter_rows(before, after)])]
+    console = Console(width=160)
+    with console.capture() as captured:
+        console.print(view.table(rows, None, 2.0))
+    lines = captured.get().splitlines()
+    [base] = [i for i, line in enumerate(lines) if "http://a" in line]
+    assert "└ tone (LoRA)" in lines[base + 1] and "2.00" in lines[base + 1]

@@ -30,9 +30,11 @@ class Watcher:
         self.client = httpx.Client(headers=headers, timeout=timeout)
         self.previous: dict[str, Snapshot | None] = dict.fromkeys(self.urls)
 
-    def poll(self) -> tuple[list[tuple[str, stats.Row | str]], stats.Row | None]:
-        """Scrape all instances once: a line each (or an error) and, for several, a total."""
-        rows: list[tuple[str, stats.Row | str]] = []
+    def poll(self) -> tuple[list[tuple[str, stats.Row | stats.AdapterRow | str]],
+                            stats.Row | None]:
+        """Scrape all instances once: a line each (or an error), one under it per LoRA adapter
+        it answered, and, for several, a total."""
+        rows: list[tuple[str, stats.Row | stats.AdapterRow | str]] = []
         pairs: list[tuple[Snapshot | None, Snapshot]] = []
         for url in self.urls:
             name = url.removesuffix("/metrics")
@@ -44,6 +46,9 @@ class Watcher:
                 continue
             pairs.append((self.previous[url], snap))
             rows.append((name, stats.row(self.previous[url], snap)))
+            # LoRA adapters under the instance of their base
+            rows += [(f"  └ {adapter} (LoRA)", line)
+                     for adapter, line in stats.adapter_rows(self.previous[url], snap)]
             self.previous[url] = snap
         total = stats.total(pairs) if len(self.urls) > 1 else None
         return rows, total

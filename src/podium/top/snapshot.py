@@ -18,6 +18,7 @@ KV_CACHE = "vllm:kv_cache_usage_perc"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 READY = "podium:ready"
+LOADED = "podium:model_loaded"
 
 
 @dataclass
@@ -33,6 +34,10 @@ class Snapshot:
     running: float = 0.0
     waiting: float = 0.0
     ready: bool | None = None
+    requests_by_model: dict[str, float] = field(default_factory=dict)
+    """Podium's answered requests per `model` label (a LoRA adapter's under its own name)."""
+    loaded: frozenset[str] = frozenset()
+    """Models the instance has loaded; one answered but not loaded is an adapter on them."""
 
 
 def parse(text: str, taken_at: float) -> Snapshot:
@@ -41,8 +46,14 @@ def parse(text: str, taken_at: float) -> Snapshot:
     buckets: dict[float, float] = defaultdict(float)
     kv: list[float] = []
     ready: bool | None = None
+    by_model: dict[str, float] = defaultdict(float)
+    loaded: set[str] = set()
     for family in text_string_to_metric_families(text):
         for s in family.samples:
+            if s.name == REQUESTS and "model" in s.labels:
+                by_model[s.labels["model"]] += s.value
+            if s.name == LOADED and s.value >= 1 and "model" in s.labels:
+                loaded.add(s.labels["model"])
             if s.name == TTFT_BUCKETS:
                 buckets[float(s.labels["le"])] += s.value
             elif s.name == KV_CACHE:
@@ -63,6 +74,8 @@ def parse(text: str, taken_at: float) -> Snapshot:
         running=totals[RUNNING],
         waiting=totals[WAITING],
         ready=ready,
+        requests_by_model=dict(by_model),
+        loaded=frozenset(loaded),
     )
 
 

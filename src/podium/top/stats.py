@@ -24,6 +24,28 @@ class Row:
     ready: bool | None
 
 
+@dataclass(frozen=True)
+class AdapterRow:
+    """A LoRA adapter's line under the instance of its base: requests it answered."""
+
+    requests_per_s: float | None
+
+
+def adapter_rows(before: Snapshot | None, after: Snapshot) -> list[tuple[str, AdapterRow]]:
+    """One line per adapter the instance answered (a model it has not loaded), by name."""
+    if not after.loaded:
+        return []
+    dt = after.taken_at - before.taken_at if before is not None else 0.0
+    rows = []
+    for model, count in sorted(after.requests_by_model.items()):
+        if model in after.loaded:
+            continue
+        seen = before.requests_by_model.get(model, 0.0) if before is not None else None
+        rows.append((model, AdapterRow(rate(seen, count, dt) if seen is not None and dt > 0
+                                       else None)))
+    return rows
+
+
 def rate(before: float, after: float, seconds: float) -> float:
     """Per-second increase of a counter; a drop means the instance restarted (count from 0)."""
     increase = after - before if after >= before else after

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from podium.top.stats import Row
+from podium.top.stats import AdapterRow, Row
 
 COLUMNS = (
     "instance",
@@ -51,14 +51,20 @@ def cells(row: Row) -> list[str | Text]:
 
 
 def table(
-    rows: list[tuple[str, Row | str]], total: Row | None, interval: float, title_extra: str = ""
+    rows: list[tuple[str, Row | AdapterRow | str]],
+    total: Row | None,
+    interval: float,
+    title_extra: str = "",
 ) -> Table:
-    """A table with one line per instance (a string row is an error) and an optional total."""
+    """A table with one line per instance (a string row is an error; an adapter row, under its
+    instance, shows the requests of one LoRA adapter) and an optional total."""
     t = Table(title=f"podium top - every {interval:g}s{title_extra}", title_justify="left")
     for i, name in enumerate(COLUMNS):
         t.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
     for name, row in rows:
-        if isinstance(row, str):
+        if isinstance(row, AdapterRow):
+            t.add_row(Text(name, style="dim"), "", _num(row.requests_per_s, "{:.2f}"), *[""] * 7)
+        elif isinstance(row, str):
             t.add_row(name, Text("down", style="red"), Text(row, style="red"), *[""] * 7)
         else:
             t.add_row(name, *cells(row))
