@@ -12,7 +12,8 @@ read the first failure.
 v1 is the default LLM with `max_num_seqs=2` and an autoscale policy on `num_requests_waiting`
 (an in-flight target too high to trigger, so only the engine's signal scales it); its scaling
 range is 1..2 during the autoscale scenario only. v2 is the default LLM as written by
-`write_llm`.
+`write_llm`, with LoRA adapters on; the last scenario rolls adapters out on it (no engine
+start: they run on v2's instance).
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ from podium.package.package import write_manifest
 from tests.support.control_cli import podium
 from tests.support.llm_load import ChatLoad, PostLoad, engine_core, gateway_counts
 from tests.support.llm_up import instances, write_llm
+from tests.support.lora_rollout import (
+    HAS_LORA,
+    NO_LORA,
+    adapter_package,
+    break_stored_adapter,
+    forget_stored_adapter,
+    rollout,
+    with_lora,
+)
 from tests.support.up_process import Up, alive, wait
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
@@ -76,7 +86,8 @@ def up(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> Ite
             u.start()
             packages = root / "packages"
             assert podium("announce", str(scaled_llm(packages)), "--api", u.api) == 0
-            assert podium("announce", str(write_llm(packages, "2")), "--api", u.api) == 0
+            assert podium("announce", str(with_lora(write_llm(packages, "2"))),
+                          "--api", u.api) == 0
             assert podium("deploy", f"{DEFAULT_MODEL}@1", "--stages", "100",
                           "--analysis-window", "0", "--warm-delay", "0",
                           "--ready-timeout", str(BOOT_TIMEOUT_S), "--api", u.api) == 0
@@ -287,3 +298,71 @@ def test_red_black_rollout_of_the_llm_under_openai_clients_drops_no_request(up: 
     assert end.get(("2", "ok"), 0) >= after_rollout.get(("2", "ok"), 0) + 4
     assert len(instances(up, "2")) == 1
     assert up.status()["models"][DEFAULT_MODEL]["splits"] == {"2": 100}
+
+
+ADAPTER = "tone"
+ADAPTER_ROLLOUT = {"stages": [50, 100], "analysis_window_ms": 8_000, "min_requests": 3,
+                   "max_p99_ratio": 10.0, "p99_slack_ms": 5_000.0, "warm_delay_ms": 2_000}
+
+
+@pytest.mark.skipif(not HAS_LORA, reason=NO_LORA)
+def test_adapter_rollouts_move_the_split_on_the_base_and_roll_a_broken_version_back(
+        up: Up, tmp_path: Path) -> None:
+    """LoRA adapters of v2 announced (nothing starts) and deployed onto v2's instance; a
+    Red-Black rollout tone@1 -> tone@2 under OpenAI clients moves the split (50%, then 100%)
+    with no failed request; tone@3, whose weights fail to load, is rolled back by the
+    analysis at its first stage."""
+    wait(lambda: len(instances(up, "2")) == 1, what="v2 ready", timeout_s=BOOT_TIMEOUT_S,
+         interval_s=BOOT_POLL_S)
+    [base] = instances(up, "2")
+    base_key = f"{DEFAULT_MODEL}@2"
+    for version, seed in (("1", 3001), ("2", 3002), ("3", 93003)):
+        package = adapter_package(tmp_path, ADAPTER, version, base_key, seed)
+        assert podium("announce", str(package), "--api", up.api) == 0
+    assert ADAPTER not in up.status()["models"]  # announcing starts nothing
+    first = rollout(up.api, ADAPTER, "1", stages=[100], analysis_window_ms=0, warm_delay_ms=0)
+    wait(lambda: up.rollout(first)["status"] != "running", what="tone@1 placed", timeout_s=60)
+    assert up.rollout(first)["status"] == "succeeded", up.rollout(first)
+    status = up.status()
+    assert status["models"][ADAPTER]["base"] == DEFAULT_MODEL
+    assert status["models"][DEFAULT_MODEL]["adapters"] == [ADAPTER]
+    assert instances(up, "2") == [base]  # no instance, no boot: the same process serves it
+
+    start = gateway_counts(up.gateway, ADAPTER)
+    load = ChatLoad(up.gateway + "/v1", model=ADAPTER, pause_s=0.5)
+    load.start()
+    broken: Path | None = None
+    try:
+        load.wait_calls(8)
+        second = rollout(up.api, ADAPTER, "2", **ADAPTER_ROLLOUT)
+        weights = []
+        while up.rollout(second)["status"] == "running":
+            weights.append(up.rollout(second)["weight_new"])
+            time.sleep(0.2)
+        assert up.rollout(second)["status"] == "succeeded", up.rollout(second)
+        assert 50 in weights, weights  # the split was seen at its first stage
+        during = gateway_counts(up.gateway, ADAPTER)
+        load.wait_calls(len(load.calls) + 8)
+        after = gateway_counts(up.gateway, ADAPTER)
+        assert [c for c in load.calls if c.error] == []  # 0 failed requests
+        assert during[("1", "ok")] - start[("1", "ok")] >= 3  # both versions served
+        assert during[("2", "ok")] - start[("2", "ok")] >= 3
+        assert after[("1", "ok")] == during[("1", "ok")]  # then only tone@2
+        assert after[("2", "error")] == after[("1", "error")] == 0, after
+
+        broken = break_stored_adapter(base_key, ADAPTER, "3")
+        third = rollout(up.api, ADAPTER, "3", **ADAPTER_ROLLOUT)
+        wait(lambda: up.rollout(third)["status"] != "running", what="tone@3 judged",
+             timeout_s=120)
+        record = up.rollout(third)
+        assert record["status"] == "rolled_back", record
+        assert "analysis failed at 50%: error rate" in record["reason"], record
+        assert up.status()["models"][ADAPTER]["splits"] == {"2": 100}
+        count = len(load.calls)
+        load.wait_calls(count + 8)
+        assert [c for c in load.calls[count + 4:] if c.error] == []  # tone@2 serves on
+    finally:
+        load.stop()
+        if broken is not None:
+            forget_stored_adapter(broken)
+    assert instances(up, "2") == [base]

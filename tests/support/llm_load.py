@@ -16,8 +16,9 @@ from podium.package.defaults import DEFAULT_MODEL
 from tests.support.up_process import wait
 
 
-def gateway_counts(gateway: str) -> Counter[tuple[str, str]]:
-    """(version, outcome) -> requests of the default LLM, from the gateway's own /metrics."""
+def gateway_counts(gateway: str, model: str = DEFAULT_MODEL) -> Counter[tuple[str, str]]:
+    """(version, outcome) -> requests of `model` (default: the default LLM), from the
+    gateway's own /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(gateway + "/metrics", timeout=10).text
@@ -26,7 +27,7 @@ def gateway_counts(gateway: str) -> Counter[tuple[str, str]]:
         for sample in family.samples:
             labels = sample.labels
             if sample.name == "podium:gateway_requests_total" and \
-                    labels.get("model") == DEFAULT_MODEL:
+                    labels.get("model") == model:
                 counts[(labels["version"], labels["outcome"])] += int(sample.value)
     return counts
 
@@ -66,6 +67,8 @@ class ChatLoad:
     base_url: str
     num_clients: int = 4
     pause_s: float = 2.0
+    model: str = DEFAULT_MODEL
+    """What the clients ask for (a LoRA adapter's name, for one)."""
     calls: list[Call] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -93,7 +96,7 @@ class ChatLoad:
             started = time.monotonic()
             try:
                 answer = client.chat.completions.create(
-                    model=DEFAULT_MODEL, max_tokens=8, temperature=0,
+                    model=self.model, max_tokens=8, temperature=0,
                     messages=[{"role": "user", "content": f"Say hello to client {n}."}])
                 tokens = answer.usage.completion_tokens if answer.usage else 0
                 error = "" if answer.choices and tokens > 0 else f"empty answer: {answer}"
