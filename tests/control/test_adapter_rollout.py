@@ -4,7 +4,6 @@ on errors, collected when idle, carried over by a base rollout; on SQLite and Po
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -18,9 +17,11 @@ from podium.control.plane import ControlPlane
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import Store
 from podium.control.world import RuntimeWorld
-from podium.errors import Conflict
+from podium.errors import Conflict, PackageError
+from podium.package.package import Package, open_package, write_manifest
 from podium.routes.stats import Outcome, VersionStats
 from podium.routes.table import Endpoint, RouteTable
+from tests.support.lora_adapters import write_adapter_package
 from tests.support.ready_runtime import FakeRuntime
 
 FAST = RolloutConfig(stages=(10, 50, 100), analysis_window_ms=1_000, warm_delay_ms=0,
@@ -36,20 +37,37 @@ class Plane:
         self.runtime, self.table, self.stats = FakeRuntime(), RouteTable(), VersionStats()
         self.world = RuntimeWorld(self.runtime, self.table, self.stats,
                                   base_of=AdapterIndex(store).base_of)
+        self.carried: list[tuple[str, str]] = []
+        self.unfit: dict[str, str] = {}
+        """Adapter key → why carrying it to another base version fails (its files' check)."""
         self.plane = ControlPlane(store, self.world, clock=lambda: self.now_ms,
-                                  materialize=lambda _p: None)
+                                  materialize=lambda _p: None, carry_adapter=self._carry)
 
-    def announce_base(self, version: str, **lora: object) -> None:
-        self.store.announce_package("llm", version, "vllm", f"/p/llm/{version}", {
-            "name": "llm", "version": version, "backend": "vllm", "lora": lora})
+    def _carry(self, adapter: Package, base: Package) -> None:
+        if adapter.key in self.unfit:
+            raise PackageError(self.unfit[adapter.key], param="target_modules")
+        self.carried.append((adapter.key, base.key))
+
+    def announce_base(self, version: str, lora: dict[str, int] | None = None) -> None:
+        self._announce({"name": "llm", "version": version, "backend": "vllm", "task": "generate",
+                        "weights": {"source": "path", "path": "/w"},
+                        "lora": {} if lora is None else lora})
 
     def announce_adapter(self, version: str, base: str = "llm@1", rank: int = 8) -> None:
-        where = self.tmp_path / f"tone-{version}"
-        where.mkdir()
-        (where / "adapter_config.json").write_text(json.dumps(
-            {"r": rank, "target_modules": ["q_proj", "v_proj"], "peft_type": "LORA"}))
-        self.store.announce_package("tone", version, "lora", str(where), {
-            "name": "tone", "version": version, "backend": "lora", "base": base, "path": "."})
+        folder = write_adapter_package(self.tmp_path / f"tone-{version}", "tone",
+                                       seed=int(version), version=version, base=base,
+                                       rank=rank, layers=1)
+        self._record(open_package(folder))
+
+    def _announce(self, manifest: dict[str, object]) -> None:
+        where = self.tmp_path / f"{manifest['name']}-{manifest['version']}"
+        self._record(write_manifest(where, manifest))
+
+    def _record(self, package: Package) -> None:
+        """Recorded as `podium announce` records it (its manifest, where it lives)."""
+        self.store.announce_package(package.manifest.name, package.manifest.version,
+                                    package.manifest.backend, str(package.root),
+                                    package.manifest.model_dump(mode="json"))
 
     def deploy_base(self, version: str) -> None:
         """The base rolled out to `version`, its instance in the table once the runtime has it."""
@@ -168,24 +186,28 @@ def test_versioned_adapter_versions_side_by_side_then_idle_ones_collected(
     assert plane.runtime.counts == {("llm", "1"): 1}
 
 
-@pytest.mark.parametrize(("lora", "why"), [
-    ({"max_lora_rank": 4}, "rank 8 is above llm@2's max_lora_rank 4"),
-    (None, 'llm@2 does not enable LoRA adapters (no "lora" settings)'),
-], ids=["rank-too-high", "lora-off"])
+@pytest.mark.parametrize(("lora", "unfit", "why"), [
+    ({"max_lora_rank": 1}, None, "rank 8 is above llm@2's max_lora_rank 1"),
+    ({}, "target_modules ['q_proj'] are not modules of base llm@2",
+     "target_modules ['q_proj'] are not modules of base llm@2"),
+], ids=["rank-too-high", "files-do-not-fit"])
 def test_a_base_rollout_carries_its_adapters_or_refuses_naming_the_misfits(
-        plane: Plane, lora: dict[str, int] | None, why: str) -> None:
+        plane: Plane, lora: dict[str, int], unfit: str | None, why: str) -> None:
     plane.deploy_base("1")
     plane.plane.deploy("tone", "1", FAST)
     plane.settle()
-    plane.store.announce_package("llm", "2", "vllm", "/p/llm/2", {
-        "name": "llm", "version": "2", "backend": "vllm", "lora": lora})
+    plane.announce_base("2", lora)
+    if unfit is not None:
+        plane.unfit["tone@1"] = unfit
     with pytest.raises(Conflict, match=re.escape(
             f"llm@2 cannot carry the LoRA adapters placed on llm: tone@1 ({why})")):
         plane.plane.deploy("llm", "2", FAST)
     assert plane.store.list_rollouts("llm")[0].state.to_version == "1"  # nothing started
-    plane.announce_base("3", max_lora_rank=16)
+    plane.unfit.clear()
+    plane.announce_base("3")
     plane.deploy_base("3")
     assert plane.store.list_rollouts("llm")[0].status == "succeeded"
+    assert ("tone@1", "llm@3") in plane.carried  # stored for llm@3's instances first
     # carried over: the adapter runs on the new base version's instance
     assert plane.table.adapter_endpoints("tone", "1")[-1].id == "llm-3-0"
     plane.table.remove_endpoint("llm-1-0")

@@ -311,7 +311,10 @@ def test_adapter_rollouts_move_the_split_on_the_base_and_roll_a_broken_version_b
     """LoRA adapters of v2 announced (nothing starts) and deployed onto v2's instance; a
     Red-Black rollout tone@1 -> tone@2 under OpenAI clients moves the split (50%, then 100%)
     with no failed request; tone@3, whose weights fail to load, is rolled back by the
-    analysis at its first stage."""
+    analysis at its first stage. (Run alone, it first rolls v2 out itself.)"""
+    if up.status()["models"][DEFAULT_MODEL]["splits"] != {"2": 100}:
+        rollout(up.api, DEFAULT_MODEL, "2", stages=[100], analysis_window_ms=0,
+                warm_delay_ms=0, ready_timeout_ms=BOOT_TIMEOUT_S * 1000)
     wait(lambda: len(instances(up, "2")) == 1, what="v2 ready", timeout_s=BOOT_TIMEOUT_S,
          interval_s=BOOT_POLL_S)
     [base] = instances(up, "2")

@@ -9,42 +9,45 @@ the placed adapters over to its new version, or is refused naming the ones that 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
-from podium.control.adapters import AdapterRef, misfit, read_adapter
+from podium.control.adapters import AdapterInfo, adapter_of, misfit
 from podium.control.models import PackageRow
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import Store
-from podium.errors import Conflict
+from podium.errors import Conflict, PackageError
+from podium.package.package import Package, open_package
 
 
-def adapter_of_row(row: PackageRow) -> AdapterRef | None:
+def adapter_of_row(row: PackageRow) -> AdapterInfo | None:
     """The adapter an announced package is (None: a model with instances of its own)."""
-    return read_adapter(row.manifest, row.location)
+    return adapter_of(row.manifest)
 
 
-def check_adapter_deploy(store: Store, name: str, version: str, adapter: AdapterRef,
+def check_adapter_deploy(store: Store, name: str, version: str, adapter: AdapterInfo,
                          config: RolloutConfig, regions: list[str]) -> RolloutConfig:
     """Refuse an adapter rollout whose base does not run as it needs in every region; the
     config it runs with (one placement per version: no instance of its own)."""
     key = f"{name}@{version}"
+    base = adapter.base_name
     for region in regions:
         where = "" if regions == ["default"] else f" in region {region}"
-        deployed = _running_versions(store, adapter.base, region)
+        deployed = _running_versions(store, base, region)
         if not deployed:
-            raise Conflict(f"{key} is a LoRA adapter of {adapter.base_key}, and {adapter.base} "
-                           f"is not deployed{where}: deploy the base first (`podium deploy "
+            raise Conflict(f"{key} is a LoRA adapter of {adapter.base_key}, and {base} is not "
+                           f"deployed{where}: deploy the base first (`podium deploy "
                            f"{adapter.base_key}`)", param="model")
         if adapter.base_version not in deployed:
-            raise Conflict(f"{key} is a LoRA adapter of {adapter.base_key}, but {adapter.base} "
-                           f"runs version {', '.join(sorted(deployed))}{where}: package the "
-                           f"adapter for the running base (\"base\": \"{adapter.base}@"
+            raise Conflict(f"{key} is a LoRA adapter of {adapter.base_key}, but {base} runs "
+                           f"version {', '.join(sorted(deployed))}{where}: package the "
+                           f"adapter for the running base (\"base\": \"{base}@"
                            f"{max(deployed, key=_order)}\") or deploy {adapter.base_key}",
                            param="version")
         for other in sorted(deployed - {adapter.base_version}, key=_order):
-            why = misfit(adapter, other, store.get_package(adapter.base, other).manifest)
+            why = misfit(adapter, other, store.get_package(base, other).manifest)
             if why is not None:  # every running base version serves its placed adapters
-                raise Conflict(f"{key} cannot be placed on {adapter.base}@{other}, which also "
+                raise Conflict(f"{key} cannot be placed on {base}@{other}, which also "
                                f"runs{where}: {why}", param="version")
     return replace(config, num_instances=1)
 
@@ -65,16 +68,38 @@ def check_base_carries(store: Store, model: str, version: str, regions: list[str
                        "--min 0 --max 0`)", param="version")
 
 
-def placed_adapters(store: Store, base: str, regions: list[str]) -> dict[str, AdapterRef]:
+def carry_adapters(store: Store, model: str, version: str, regions: list[str],
+                   carry: Callable[[Package, Package], object]) -> list[str]:
+    """Before a rollout of a base to `version`: each adapter placed on the base, checked
+    against the new version's weights and stored for its instances (`carry`); Conflict naming
+    every one that does not fit. Returns the adapters carried (`name@version`)."""
+    adapters = placed_adapters(store, model, regions)
+    if not adapters:
+        return []
+    check_base_carries(store, model, version, regions)  # the manifests' verdict first
+    base = open_package(store.get_package(model, version).location)
+    unfit = []
+    for key, adapter in sorted(adapters.items()):
+        try:
+            carry(open_package(store.get_package(adapter.name, adapter.version).location), base)
+        except PackageError as exc:
+            unfit.append(f"{key} ({exc.message})")
+    if unfit:
+        raise Conflict(f"{model}@{version} cannot carry the LoRA adapters placed on {model}: "
+                       f"{'; '.join(unfit)}", param="version")
+    return sorted(adapters)
+
+
+def placed_adapters(store: Store, base: str, regions: list[str]) -> dict[str, AdapterInfo]:
     """`name@version` → adapter, for every adapter version placed on `base` in `regions`."""
     rows = {(p.name, p.version): p for p in store.list_packages()}
-    found: dict[str, AdapterRef] = {}
+    found: dict[str, AdapterInfo] = {}
     for dep in store.list_deployments():
         row = rows.get((dep.model, dep.version))
         if dep.region not in regions or dep.num_desired == 0 or row is None:
             continue
         adapter = adapter_of_row(row)
-        if adapter is not None and adapter.base == base:
+        if adapter is not None and adapter.base_name == base:
             found[f"{dep.model}@{dep.version}"] = adapter
     return found
 
@@ -85,7 +110,7 @@ def adapter_bases(store: Store) -> dict[str, str]:
     for row in store.list_packages():
         adapter = adapter_of_row(row)
         if adapter is not None:
-            found[row.name] = adapter.base
+            found[row.name] = adapter.base_name
     return found
 
 
@@ -104,7 +129,7 @@ class AdapterIndex:
             if not rows:
                 return None  # not announced (yet): asked again next time
             adapter = adapter_of_row(rows[-1])
-            self._bases[model] = adapter.base if adapter else None
+            self._bases[model] = adapter.base_name if adapter else None
         return self._bases[model]
 
 

@@ -14,7 +14,7 @@ from datetime import UTC
 from typing import Any
 
 from podium.control import region_rollout
-from podium.control.adapter_deploy import adapter_bases
+from podium.control.adapter_deploy import adapter_bases, carry_adapters
 from podium.control.commit import World
 from podium.control.driver import RolloutDriver
 from podium.control.models import DeploymentRow, EventRow
@@ -40,6 +40,12 @@ def _store_adapter(adapter: Package, base: Package) -> object:
     return store_adapter(adapter, base)
 
 
+def _carry_adapter(adapter: Package, base: Package) -> object:
+    from podium.package.adapter_carry import carry_adapter
+
+    return carry_adapter(adapter, base)
+
+
 def materialize_weights(package: Package) -> None:
     """Put an LLM package's weights into the model cache, and its compiled engine build where
     it runs compiled on this machine (classic packages need nothing)."""
@@ -56,13 +62,16 @@ class ControlPlane:
 
     def __init__(self, store: Store, world: World, *, clock: Clock = wall_clock_ms,
                  materialize: Callable[[Package], None] = materialize_weights,
-                 materialize_adapter: Callable[[Package, Package], object] | None = None
+                 materialize_adapter: Callable[[Package, Package], object] | None = None,
+                 carry_adapter: Callable[[Package, Package], object] = _carry_adapter
                  ) -> None:
         self.store = store
         self.world = world
         self.clock = clock
         self.materialize = materialize
         self.materialize_adapter = materialize_adapter or _store_adapter
+        self.carry_adapter = carry_adapter
+        """Stores an adapter for another version of its base (a base rollout carries it)."""
         self.driver = RolloutDriver(store, world)
         # API threads and the control loop thread take turns: one change at a time
         self.lock = threading.RLock()
@@ -95,7 +104,13 @@ class ControlPlane:
     def deploy(self, model: str, version: str, config: RolloutConfig) -> int:
         """Start a rollout of model@version; returns the rollout id."""
         with self.lock:
+            carried = carry_adapters(self.store, model, version,
+                                     list(config.regions or self.store.region_names()),
+                                     self.carry_adapter)
             rollout_id = self.driver.start(model, version, config, self.clock())
+            if carried:
+                self.store.record_event("rollout", f"rollout {rollout_id}: {model}@{version} "
+                                        f"carries {', '.join(carried)}", model)
             try:
                 self.driver.tick(self.clock())  # take the first step now, not at the next pass
             except Exception as exc:

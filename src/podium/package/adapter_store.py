@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from podium import env
@@ -98,6 +98,14 @@ class AdapterStore:
         except FileNotFoundError:
             return False
         return True
+
+    def carry(self, stored: StoredAdapter, base_key: str) -> StoredAdapter:
+        """Index a stored adapter under another version of its base as well (a base rollout
+        carries its adapters over): instances of that version find it as their own."""
+        base_name, _, base_version = base_key.partition("@")
+        info = replace(stored.info, base_name=base_name, base_version=base_version)
+        self._write_index(info, stored.path.name)
+        return StoredAdapter(info, stored.path)
 
     def _index_dir(self, base_key: str) -> Path:
         if "/" in base_key or base_key.startswith("."):
