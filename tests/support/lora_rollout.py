@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import struct
 from pathlib import Path
 
 import httpx
@@ -37,11 +38,14 @@ def adapter_package(root: Path, name: str, version: str, base: str, seed: int) -
 
 
 def break_stored_adapter(base: str, name: str, version: str) -> Path:
-    """Overwrite the announced adapter's weights in the model cache, so that loading it fails
-    on the instance (as a file gone bad on disk would); returns its folder, to remove."""
+    """Cut the announced adapter's weights in the model cache after their header, so that
+    the instance's checks (which read the header) pass and the engine's load fails, as a file
+    gone bad on disk would; returns its folder, to remove."""
     index = ModelCache().root / "adapters" / base / f"{name}@{version}.json"
     folder = ModelCache().root / "objects" / json.loads(index.read_text())["key"]
-    (folder / "adapter_model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken")
+    weights = folder / "adapter_model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:8 + struct.unpack("<Q", data[:8])[0]])
     return folder
 
 
