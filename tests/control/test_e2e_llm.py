@@ -331,12 +331,12 @@ def test_adapter_rollouts_move_the_split_on_the_base_and_roll_a_broken_version_b
     assert status["models"][DEFAULT_MODEL]["adapters"] == [ADAPTER]
     assert instances(up, "2") == [base]  # no instance, no boot: the same process serves it
 
-    start = gateway_counts(up.gateway, ADAPTER)
     load = ChatLoad(up.gateway + "/v1", model=ADAPTER, pause_s=0.5)
     load.start()
     broken: Path | None = None
     try:
         load.wait_calls(8)
+        start = gateway_counts(up.gateway, ADAPTER)  # tone@1 alone so far
         second = rollout(up.api, ADAPTER, "2", **ADAPTER_ROLLOUT)
         weights = []
         while up.rollout(second)["status"] == "running":
