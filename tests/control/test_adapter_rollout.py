@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from podium.control.plane import ControlPlane
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import Store
 from podium.control.world import RuntimeWorld
-from podium.errors import Conflict, PackageError
+from podium.errors import Conflict, InvalidArgument, PackageError
 from podium.package.package import Package, open_package, write_manifest
 from podium.routes.stats import Outcome, VersionStats
 from podium.routes.table import Endpoint, RouteTable
@@ -117,6 +118,9 @@ def test_an_adapter_needs_its_base_running_then_is_placed_without_an_instance(
         plane.plane.deploy("tone", "1", FAST)
     assert plane.store.list_rollouts() == []  # refused before anything was written
     plane.deploy_base("1")
+    with pytest.raises(InvalidArgument, match=r"num_instances=2: tone@1 is a LoRA adapter, it "
+                                              r"runs on every instance of llm"):
+        plane.plane.deploy("tone", "1", replace(FAST, num_instances=2))
     plane.plane.deploy("tone", "1", FAST)
     plane.settle()
     assert plane.runtime.counts == {("llm", "1"): 1}  # no instance, no boot for the adapter

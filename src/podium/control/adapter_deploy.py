@@ -10,13 +10,12 @@ the placed adapters over to its new version, or is refused naming the ones that 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from podium.control.adapters import AdapterInfo, adapter_of, misfit
 from podium.control.models import PackageRow
 from podium.control.rollout_config import RolloutConfig
 from podium.control.store import Store
-from podium.errors import Conflict, PackageError
+from podium.errors import Conflict, InvalidArgument, PackageError
 from podium.package.package import Package, open_package
 
 
@@ -27,10 +26,16 @@ def adapter_of_row(row: PackageRow) -> AdapterInfo | None:
 
 def check_adapter_deploy(store: Store, name: str, version: str, adapter: AdapterInfo,
                          config: RolloutConfig, regions: list[str]) -> RolloutConfig:
-    """Refuse an adapter rollout whose base does not run as it needs in every region; the
-    config it runs with (one placement per version: no instance of its own)."""
+    """Refuse an adapter rollout whose base does not run as it needs in every region, or that
+    asks for instances of its own (it has one placement per version); the config it runs
+    with."""
     key = f"{name}@{version}"
     base = adapter.base_name
+    if config.num_instances != 1:
+        raise InvalidArgument(f"num_instances={config.num_instances}: {key} is a LoRA adapter, "
+                              f"it runs on every instance of {base} and has none of its own; "
+                              f"scale {base} instead (`podium scale {base}@VERSION`)",
+                              param="num_instances")
     for region in regions:
         where = "" if regions == ["default"] else f" in region {region}"
         deployed = _running_versions(store, base, region)
@@ -49,7 +54,7 @@ def check_adapter_deploy(store: Store, name: str, version: str, adapter: Adapter
             if why is not None:  # every running base version serves its placed adapters
                 raise Conflict(f"{key} cannot be placed on {base}@{other}, which also "
                                f"runs{where}: {why}", param="version")
-    return replace(config, num_instances=1)
+    return config
 
 
 def check_base_carries(store: Store, model: str, version: str, regions: list[str]) -> None:
