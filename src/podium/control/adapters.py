@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from podium.package.adapter import AdapterInfo, adapter_of
-from podium.package.lora_settings import LoraSettings
+from podium.package.lora_manifest import LoraSettings
 
 __all__ = ["AdapterInfo", "adapter_of", "max_lora_rank", "misfit"]
 
