@@ -5,14 +5,25 @@ requests the gateways report holding for it (`gateway.hold`, tested in tests/gat
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
 from podium.control.runtime.base import READY
-from tests.control.test_autoscale_loop import Env, env  # noqa: F401  (the fixture)
+from tests.support.autoscale_env import Env, open_env
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    with open_env(tmp_path) as e:
+        yield e
 
 IRIS = {"name": "iris", "version": "1", "backend": "python",
         "autoscale": {"scale_down_cooldown_ms": 5_000}}
 
 
-def _none_left(env: Env) -> None:  # noqa: F811
+def _none_left(env: Env) -> None:
     for _ in range(50):
         if not env.runtime.instances() and not env.table.endpoints():
             return
@@ -20,7 +31,7 @@ def _none_left(env: Env) -> None:  # noqa: F811
     raise AssertionError(f"instances left: {env.runtime.instances()}")
 
 
-def test_an_idle_deployment_scales_to_zero_and_back_on_held_requests(env: Env) -> None:  # noqa: F811
+def test_an_idle_deployment_scales_to_zero_and_back_on_held_requests(env: Env) -> None:
     env.deploy(IRIS, 0, 2)
     env.ready(1)
     assert env.step() == 1
@@ -40,7 +51,7 @@ def test_an_idle_deployment_scales_to_zero_and_back_on_held_requests(env: Env) -
     assert env.table.waiting_version("iris", "1") is None  # served straight through now
 
 
-def test_a_deployment_with_a_floor_is_not_started_on_demand(env: Env) -> None:  # noqa: F811
+def test_a_deployment_with_a_floor_is_not_started_on_demand(env: Env) -> None:
     env.deploy(IRIS, 1, 2)
     env.ready(1)
     for _ in range(3):
