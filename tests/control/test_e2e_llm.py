@@ -302,15 +302,14 @@ def test_red_black_rollout_of_the_llm_under_openai_clients_drops_no_request(up: 
 
 ADAPTER = "tone"
 ADAPTER_ROLLOUT = {"stages": [50, 100], "analysis_window_ms": 8_000, "min_requests": 3,
-                   "max_p99_ratio": 10.0, "p99_slack_ms": 5_000.0, "warm_delay_ms": 2_000}
+                   "evidence_wait_ms": 240_000, "max_p99_ratio": 10.0,
+                   "p99_slack_ms": 5_000.0, "warm_delay_ms": 2_000}
+"""Each stage is judged on at least 3 answered requests of the new version: an adapter's
+answer took 8-35 s on a loaded 2-core machine, longer than the window, so without the wait
+every stage passed unjudged (the first run of this test, 2026-12-03)."""
 
 
 @pytest.mark.skipif(not HAS_LORA, reason=NO_LORA)
-@pytest.mark.xfail(strict=False, reason=(
-    "first real run (2026-12-03): placement, status, Red-Black to 100% and 0 failed client "
-    "requests held, but the gateway counted no answered request of tone@2 during its stages "
-    "(the analysis passed for lack of evidence); cause not found before the deadline, see the "
-    "lorarollout report"))
 def test_adapter_rollouts_move_the_split_on_the_base_and_roll_a_broken_version_back(
         up: Up, tmp_path: Path) -> None:
     """LoRA adapters of v2 announced (nothing starts) and deployed onto v2's instance; a
@@ -355,6 +354,7 @@ def test_adapter_rollouts_move_the_split_on_the_base_and_roll_a_broken_version_b
             time.sleep(0.2)
         assert up.rollout(second)["status"] == "succeeded", up.rollout(second)
         assert 50 in weights, weights  # the split was seen at its first stage
+        done = time.monotonic()
         during = gateway_counts(up.gateway, ADAPTER)
         load.wait_calls(len(load.calls) + 8)
         after = gateway_counts(up.gateway, ADAPTER)
@@ -362,8 +362,9 @@ def test_adapter_rollouts_move_the_split_on_the_base_and_roll_a_broken_version_b
         why = (start, during, after, weights, steps)
         assert [c for c in load.calls if c.error] == []  # 0 failed requests
         assert during[("1", "ok")] - start[("1", "ok")] >= 3, why  # both versions served
-        assert during[("2", "ok")] - start[("2", "ok")] >= 3, why
-        assert after[("1", "ok")] == during[("1", "ok")]  # then only tone@2
+        assert during[("2", "ok")] - start[("2", "ok")] >= 3, why  # judged on evidence
+        later = [c.model for c in load.calls if c.started > done]
+        assert later and set(later) == {f"{ADAPTER}@2"}, (later, why)  # then only tone@2
         assert after[("2", "error")] == after[("1", "error")] == 0, after
 
         broken = break_stored_adapter(base_key, ADAPTER, "3")

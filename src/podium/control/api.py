@@ -68,6 +68,7 @@ class DeployRequest(_Strict):
     ready_timeout_ms: int | None = None
     analysis_window_ms: int | None = None
     min_requests: int | None = None
+    evidence_wait_ms: int | None = None
     max_error_rate_increase: float | None = None
     max_p99_ratio: float | None = None
     p99_slack_ms: float | None = None

@@ -234,6 +234,9 @@ def _analyze(state: RolloutState, obs: Observation, now_ms: int) -> Decision[Rol
     if now_ms - state.phase_since_ms < state.config.analysis_window_ms:
         return None
     enough = max(state.config.min_requests, 1)
+    if obs.new.num_requests < enough and now_ms - state.phase_since_ms < (
+            state.config.analysis_window_ms + state.config.evidence_wait_ms):
+        return None  # too few requests on the new version yet: the stage serves on
     old = obs.old
     if old.num_requests < enough and state.baseline is not None:
         old = VersionHealth(**state.baseline)

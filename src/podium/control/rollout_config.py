@@ -31,6 +31,10 @@ class RolloutConfig:
     """Red-Black: how long each stage serves traffic before it is judged."""
     min_requests: int = 20
     """Analysis judges a stage only on at least this many requests to the new version."""
+    evidence_wait_ms: int = 0
+    """Red-Black: a stage whose window ends with fewer than `min_requests` answered requests on
+    the new version serves on up to this much longer, judged as soon as they are there; past
+    it the stage passes for lack of evidence, as it does at once with the default 0."""
     max_error_rate_increase: float = 0.01
     """Fail when new error rate exceeds the old one's by more than this (absolute, 0-1)."""
     max_p99_ratio: float = 1.5
@@ -69,6 +73,7 @@ class RolloutConfig:
         _check_range("ready_timeout_ms", self.ready_timeout_ms, 1, 86_400_000)
         _check_range("analysis_window_ms", self.analysis_window_ms, 0, 86_400_000)
         _check_range("min_requests", self.min_requests, 0, 1_000_000)
+        _check_range("evidence_wait_ms", self.evidence_wait_ms, 0, 86_400_000)
         _check_range("max_error_rate_increase", self.max_error_rate_increase, 0.0, 1.0)
         _check_range("max_p99_ratio", self.max_p99_ratio, 1.0, 1000.0)
         _check_range("p99_slack_ms", self.p99_slack_ms, 0.0, 60_000.0)
