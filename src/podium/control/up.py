@@ -38,6 +38,7 @@ from podium.control.engine_api import add_engine_routes
 from podium.control.engine_figures import EngineFigures
 from podium.control.gateway_api import QuietSync, add_gateway_routes
 from podium.control.loop import ControlLoop
+from podium.control.pipeline_figures import PipelineFigures, add_pipeline_routes
 from podium.control.plane import ControlPlane
 from podium.control.plane_lock import PlaneLock, holder_info
 from podium.control.region_world import Region, RegionWorlds
@@ -135,6 +136,8 @@ async def _serve(config: UpConfig, plane: ControlPlane, served: list[RegionServe
         assert part.runtime is not None
         add_engine_routes(app, plane.store, EngineFigures(part.runtime.instances, probe),
                           region=part.spec.name, prefix=part.prefix)
+        add_pipeline_routes(app, plane.store, PipelineFigures(part.runtime.instances, probe),
+                            region=part.spec.name, prefix=part.prefix)
     if served[0].prefix:  # regions declared: `podium gateways` lists every region's
 
         @app.get("/v1/gateways")
