@@ -25,7 +25,7 @@ def test_console_files_are_open_and_the_data_needs_the_key(tmp_path: Path) -> No
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert '<script src="console.js">' in page.text
         for name, kind in (("console.js", "javascript"), ("views.js", "javascript"),
-                           ("console.css", "text/css")):
+                           ("related.js", "javascript"), ("console.css", "text/css")):
             r = client.get(f"/console/{name}")
             assert r.status_code == 200 and kind in r.headers["content-type"], name
         # the data the page reads stays behind the admin key

@@ -3,10 +3,10 @@
 // when a page renders, not at load.
 "use strict";
 
-// Where views still to come plug in (adapters under their base model, pipelines with their
-// steps): each list holds functions returning HTML, called with the model's name and its status
-// entry (`model`, `overview`) or the model, a version and its region (`version`). Empty until
-// they exist.
+// Where the views of related things plug in (related.js: adapters under their base model,
+// pipelines with their steps): each list holds functions returning HTML, called with the model's
+// name, its status entry and the page's data (`overview`: the status; `model`: what its fetch
+// read), or the model, a version and its region (`version`).
 const hooks = {overview: [], model: [], version: []};
 
 // --- traffic figures per version (GET /v1/traffic: the gateways' reports, bucketed) ---
@@ -121,12 +121,13 @@ const views = {
       const running = status.rollouts.length
         ? `<ul class="plain">${status.rollouts.map((r) => `<li>${rolloutLink(r)}</li>`).join("")}</ul>`
         : `<p class="muted">no rollout running</p>`;
-      const cards = models.map(([name, m]) => `<article class="card" data-model="${esc(name)}">
+      // an adapter is shown under its base (it runs on the base's instances)
+      const cards = models.filter(([, m]) => !(m.base && status.models[m.base])).map(([name, m]) => `<article class="card" data-model="${esc(name)}">
         <h3><a href="#/model/${esc(name)}">${esc(name)}</a>
           <span class="muted">latest: ${esc(m.aliases.latest ?? "–")}</span></h3>
         ${splitBar(name, m.splits)}
         ${Object.entries(m.regions).map(([region, entry]) => regionTable(region, entry)).join("")}
-        ${hooks.overview.map((f) => f(name, m)).join("")}
+        ${hooks.overview.map((f) => f(name, m, status)).join("")}
       </article>`).join("");
       return `<h2>Running rollouts</h2>${running}${gatewayTable(status.gateways)}
         <h2>Models <span class="muted">(${models.length})</span></h2>
@@ -147,11 +148,18 @@ const views = {
         api(`${at(r)}/v1/traffic${q}&span_s=600&step_s=10`).catch(() => null),
         api(`${at(r)}/v1/engines${q}`).catch(() => null)])));
       const figures = Object.fromEntries(regions.map((r, i) => [r, {traffic: read[i][0], engines: read[i][1]}]));
-      return {status, rollouts, figures, name};
+      // adapters' own figures (routed per adapter version), a pipeline's steps (none: not one)
+      const adapters = (status.models[name] || {}).adapters || [];
+      const [pipelines, ...adapterTraffic] = await Promise.all([
+        api("/v1/pipelines" + q).catch(() => null),
+        ...adapters.map((a) => api(`/v1/traffic?model=${encodeURIComponent(a)}&span_s=60&step_s=10`).catch(() => null))]);
+      return {status, rollouts, figures, name, pipelines,
+              adapterTraffic: Object.fromEntries(adapters.map((a, i) => [a, adapterTraffic[i]]))};
     },
     actions: (name) => deployForm(name) + scaleForm(name) + `<div class="panel">
       <h2>Roll back</h2><button type="button" id="rollback">Roll ${esc(name)} back</button></div>`,
-    live({status, rollouts, figures, name}) {
+    live(data) {
+      const {status, rollouts, figures, name} = data;
       const m = status.models[name];
       if (!m) return `<h2>${esc(name)}</h2><p class="muted">not deployed</p>`;
       const versions = [...new Set(Object.values(m.regions).flatMap((e) => Object.keys(e.versions)))];
@@ -179,7 +187,7 @@ const views = {
         ${splitBar(name, m.splits)}
         <div class="grid">${cols}</div>
         ${Object.entries(m.regions).map(([region, entry]) => regionTable(region, entry)).join("")}
-        ${hooks.model.map((f) => f(name, m)).join("")}
+        ${hooks.model.map((f) => f(name, m, data)).join("")}
         <h2>Rollouts</h2><ul class="plain">${rollouts.map((r) => `<li>${rolloutLink(r)}</li>`).join("")}</ul>`;
     },
   },
