@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from podium.control.pipeline_figures import PipelineFigures
 from podium.control.rollout_config import RolloutConfig
 from podium.examples.builders import write_xgb_example
 from podium.examples.recommend import recommend_manifest, write_recommend_example
@@ -51,3 +52,12 @@ def test_announce_and_deploy_a_pipeline_that_calls_a_model_through_the_gateway(
     assert outputs["variant"] == ["control"] and outputs["ranked_by"] == ["xgb-example"]
     assert len(outputs["titles"]) == 3
     assert answer.json()["parameters"]["pipeline_path"] == "live"
+
+    # the console's step figures (`GET /v1/pipelines`), read from the real instance's /metrics
+    figures = PipelineFigures(platform.runtime.instances, httpx.Client(timeout=5)).read(
+        "recommend", "1")
+    assert (figures["num_ready"], figures["num_read"]) == (1, 1), figures
+    steps = {s["step"]: s for s in figures["steps"]}
+    assert steps["arm"]["num_requests"] == 1 and steps["arm"]["outcomes"] == {"ok": 1}, steps
+    assert figures["variants"] == {"control": 1}
+    assert all(s["p99_ms"] is not None and s["mean_ms"] is not None for s in steps.values())
