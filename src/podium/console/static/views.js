@@ -152,7 +152,10 @@ const views = {
       const adapters = (status.models[name] || {}).adapters || [];
       const [pipelines, ...adapterTraffic] = await Promise.all([
         api("/v1/pipelines" + q).catch(() => null),
-        ...adapters.map((a) => api(`/v1/traffic?model=${encodeURIComponent(a)}&span_s=60&step_s=10`).catch(() => null))]);
+        ...adapters.map((a) => {  // the adapter's first region (the overview's too)
+          const region = status.models[a] ? Object.keys(status.models[a].regions)[0] : "default";
+          return api(`${at(region)}/v1/traffic?model=${encodeURIComponent(a)}&span_s=60&step_s=10`).catch(() => null);
+        })]);
       return {status, rollouts, figures, name, pipelines,
               adapterTraffic: Object.fromEntries(adapters.map((a, i) => [a, adapterTraffic[i]]))};
     },
