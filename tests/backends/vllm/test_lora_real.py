@@ -28,6 +28,10 @@ PROMPT = "The three most important things to know about the ocean are"
 TOKENS = 16
 NEAR_TIE = 0.05
 """Log-prob gap under which two tokens are a tie in bf16 (measured: 0.000 at the tie seen)."""
+BATCH_ROUNDING = 0.3
+"""How far one token's log-prob moves between batch sizes on vLLM's CPU bf16 kernels
+(measured: 0.125 at the 2nd token, base alone vs 10 base requests; see `as_the_base`)."""
+TOP = 5
 
 
 @dataclass
@@ -79,21 +83,55 @@ def test_an_adapter_answers_as_peft_on_transformers_and_not_as_the_base(
     assert len(margins) >= TOKENS - 1 and max(margins) <= NEAR_TIE, margins
 
 
-@pytest.mark.xfail(strict=False, reason="open: in the one run so far (2026-12-03) the second "
-                   "base request of this batch answered ':\\n\\n1. The ocean...' where the base "
-                   "model's greedy choice leads by 2.5 nats (not a tie): a base row still gets "
-                   "an adapter's delta somewhere beside full slots; base alone beside full "
-                   "slots is fixed (asserted above the batch)")
 def test_a_full_mixed_batch_answers_each_request_with_its_own_adapter(
         adapters: Adapters, openai_client: openai.OpenAI) -> None:
     models = [LLM] + [f"{name}@1" for name in adapters.names[:LORA_SLOTS]]
-    alone = {model: complete(openai_client, model) for model in models}
+    alone = {model: scored(openai_client, model) for model in models}
     # every slot now holds an adapter: vLLM's CPU ops read "no adapter" (-1) as the last one
-    assert alone[LLM] == adapters.base_answer
-    assert len(set(alone.values())) == len(models), alone
-    with ThreadPoolExecutor(len(models) * 2) as pool:
-        together = list(pool.map(lambda m: (m, complete(openai_client, m)), models * 2))
-    assert all(answer == alone[model] for model, answer in together), together
+    assert alone[LLM].text == adapters.base_answer
+    assert len({answer.text for answer in alone.values()}) == len(models), alone
+    # the check below tells an adapter's answer from the base's (else it proves nothing)
+    assert not any(as_the_base(alone[model], alone[LLM]) for model in models[1:])
+    for _ in range(3):
+        with ThreadPoolExecutor(len(models) * 2) as pool:
+            together = list(pool.map(lambda m: (m, scored(openai_client, m)), models * 2))
+        for model, answer in together:
+            if model == LLM:  # never an adapter's delta, only batch-size rounding
+                assert as_the_base(answer, alone[LLM]), (answer, alone[LLM])
+            else:
+                assert as_the_base(answer, alone[model]), (model, answer, alone[model])
+
+
+@dataclass
+class Scored:
+    text: str
+    tokens: list[str]
+    logprobs: list[float]
+    top: list[dict[str, float]]
+
+
+def scored(client: openai.OpenAI, model: str) -> Scored:
+    answer = client.completions.create(model=model, prompt=PROMPT, max_tokens=TOKENS,
+                                       temperature=0, logprobs=TOP).choices[0]
+    lp = answer.logprobs
+    return Scored(answer.text, list(lp.tokens), list(lp.token_logprobs), list(lp.top_logprobs))
+
+
+def as_the_base(answer: Scored, reference: Scored) -> bool:
+    """Whether `answer` is `reference` computed in another batch: the same tokens with
+    log-probs within bf16 rounding, up to a first differing token (if any) where the two
+    tie within that rounding. A batch of 10 base requests (no adapter at all) already picks
+    '\\n\\n' over '\\n' at the 2nd token, 0.125 nats apart, where the base alone picks
+    '\\n': vLLM's CPU matmuls round differently by batch size. After such a tie the context
+    differs, so nothing after it compares."""
+    for token, logprob, top, expected, expected_lp in zip(
+            answer.tokens, answer.logprobs, answer.top, reference.tokens, reference.logprobs,
+            strict=False):
+        if token != expected:
+            return expected in top and logprob - top[expected] <= BATCH_ROUNDING
+        if abs(logprob - expected_lp) > BATCH_ROUNDING:
+            return False
+    return True
 
 
 def test_adapters_load_on_first_use_and_come_back_after_lru_eviction(
