@@ -374,7 +374,8 @@ def test_adapter_rollouts_move_the_split_on_the_base_and_roll_a_broken_version_b
         record = up.rollout(third)
         assert record["status"] == "rolled_back", record
         assert "analysis failed at 50%: error rate" in record["reason"], record
-        assert up.status()["models"][ADAPTER]["splits"] == {"2": 100}
+        # as a model's rollback leaves it: the broken version at 0%, all traffic on tone@2
+        assert up.status()["models"][ADAPTER]["splits"] == {"2": 100, "3": 0}
         count = len(load.calls)
         load.wait_calls(count + 8)
         assert [c for c in load.calls[count + 4:] if c.error] == []  # tone@2 serves on
