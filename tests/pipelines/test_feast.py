@@ -44,6 +44,7 @@ def feast_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _step(columns: list[str]) -> dict[str, object]:
     return {"name": "feats", "kind": "features", "keys": "$input.member_id",
             "columns": columns, "defaults": {"f0": 0.0, "genre": "unknown"},
+            "source_timeout_ms": 60_000,  # what is read is the point here, not the deadline
             "source": {"type": "feast", "repo_path": "feature_repo", "feature_view": "titles",
                        "entity": "title"}}
 

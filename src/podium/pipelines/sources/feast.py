@@ -8,6 +8,7 @@ when the step is prepared, never by `import podium`.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,10 @@ class FeastSource(FeatureSource):
         if missing:
             raise PackageError(f"feast source: feature view {self.view!r} has no feature "
                                f"{missing[0]!r} (features: {', '.join(sorted(names))})")
+        if columns:  # Feast builds its online read path on first use (seconds): pay it here
+            with contextlib.suppress(Exception):  # a probe key of another type: no warm-up
+                self._store.get_online_features(features=[f"{self.view}:{columns[0]}"],
+                                                entity_rows=[{self.entity: ""}])
 
     def fetch(self, keys: list[Any], columns: list[str]) -> dict[Any, dict[str, Any]]:
         if self._store is None:
