@@ -37,8 +37,6 @@ from tests.support.control_cli import podium
 from tests.support.llm_load import ChatLoad, PostLoad, engine_core, gateway_counts
 from tests.support.llm_up import instances, write_llm
 from tests.support.lora_rollout import (
-    HAS_LORA,
-    NO_LORA,
     adapter_package,
     break_stored_adapter,
     forget_stored_adapter,
@@ -309,7 +307,6 @@ answer took 8-35 s on a loaded 2-core machine, longer than the window, so withou
 every stage passed unjudged (the first run of this test, 2026-12-03)."""
 
 
-@pytest.mark.skipif(not HAS_LORA, reason=NO_LORA)
 def test_adapter_rollouts_move_the_split_on_the_base_and_roll_a_broken_version_back(
         up: Up, tmp_path: Path) -> None:
     """LoRA adapters of v2 announced (nothing starts) and deployed onto v2's instance; a

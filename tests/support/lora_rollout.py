@@ -4,7 +4,6 @@ packages, and an adapter version whose files stop loading."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import struct
@@ -15,16 +14,9 @@ import httpx
 from podium.package.cache import ModelCache
 from podium.package.package import write_manifest
 
-HAS_LORA = importlib.util.find_spec("podium.package.adapter_store") is not None
-"""Whether this tree serves adapters (issue 30 items 1-2): the adapter scenario needs it."""
-NO_LORA = "needs the LoRA instance side (podium.package.adapter_store, issue 30 items 1-2)"
-
 
 def with_lora(package: Path) -> Path:
-    """The LLM package at `package` with LoRA adapters on (the default settings), where this
-    tree serves them; untouched otherwise."""
-    if not HAS_LORA:
-        return package
+    """The LLM package at `package` with LoRA adapters on (the default settings)."""
     manifest = json.loads((package / "podium.json").read_text())
     return write_manifest(package, {**manifest, "lora": {}}).root
 
