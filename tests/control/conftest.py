@@ -3,8 +3,6 @@ server; the API tests share one control plane over a fake world (`env`)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,30 +13,14 @@ from sqlalchemy.engine import make_url
 
 from podium.control.store import Store
 from tests.support.control_api import Env
+from tests.support.postgres_url import postgres_url as shared_postgres_url
 from tests.support.up_process import Up
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _postgres_url() -> str:
-    """PODIUM_TEST_POSTGRES_URL, or start the server with scripts/postgres.sh (never skip)."""
-    url = os.environ.get("PODIUM_TEST_POSTGRES_URL")
-    if url:
-        return url
-    result = subprocess.run(["bash", str(REPO / "scripts" / "postgres.sh")], capture_output=True,
-                            text=True, timeout=600, check=False)
-    if result.returncode != 0:
-        pytest.fail(f"scripts/postgres.sh failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    line = result.stdout.strip().splitlines()[-1]
-    url = line.split("=", 1)[1]
-    os.environ["PODIUM_TEST_POSTGRES_URL"] = url
-    return url
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """URL of the test PostgreSQL server (started on demand)."""
-    return _postgres_url()
+    return shared_postgres_url()
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""The test PostgreSQL server's URL for tests outside tests/control (same rule as its
-`postgres_url` fixture: PODIUM_TEST_POSTGRES_URL, or start it with scripts/postgres.sh)."""
+"""The test PostgreSQL server's URL: PODIUM_TEST_POSTGRES_URL, or the server started with
+scripts/postgres.sh (never a skip). tests/control's `postgres_url` fixture and the tests
+outside it read it here."""
 
 from __future__ import annotations
 
