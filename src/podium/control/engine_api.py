@@ -4,6 +4,7 @@ time to first token p50/p99, KV-cache usage, queue), read from their instances' 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
@@ -15,10 +16,11 @@ from podium.errors import NotFound
 LLM_BACKENDS = ("vllm",)
 
 
-def add_engine_routes(app: FastAPI, store: Store, figures: EngineFigures, *,
-                      region: str | None = None, prefix: str = "") -> None:
-    """Serve a region's engine figures on the control API `app` (under `prefix`)."""
-    backends: dict[tuple[str, str], str] = {}  # packages never change
+def wanted_versions(store: Store, region: str | None,
+                    kinds: tuple[str, ...]) -> Callable[[str], list[str]]:
+    """model -> its versions in `region` with instances wanted whose package's backend is one
+    of `kinds` (each package's backend read once: packages never change)."""
+    backends: dict[tuple[str, str], str] = {}
 
     def backend(model: str, version: str) -> str:
         if (model, version) not in backends:
@@ -28,10 +30,21 @@ def add_engine_routes(app: FastAPI, store: Store, figures: EngineFigures, *,
                 return ""
         return backends[(model, version)]
 
+    def versions(model: str) -> list[str]:
+        return [d.version for d in store.list_deployments(model, region=region)
+                if d.num_desired > 0 and backend(model, d.version) in kinds]
+
+    return versions
+
+
+def add_engine_routes(app: FastAPI, store: Store, figures: EngineFigures, *,
+                      region: str | None = None, prefix: str = "") -> None:
+    """Serve a region's engine figures on the control API `app` (under `prefix`)."""
+    llm_versions = wanted_versions(store, region, LLM_BACKENDS)
+
     @app.get(prefix + "/v1/engines")
     def engines(model: Annotated[str, Query(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$",
                                             description="The model.")]) -> dict[str, Any]:
         """Per LLM version of `model` with instances wanted: its engines' figures now."""
-        versions = [d.version for d in store.list_deployments(model, region=region)
-                    if d.num_desired > 0 and backend(model, d.version) in LLM_BACKENDS]
-        return {"model": model, "versions": {v: figures.read(model, v) for v in versions}}
+        return {"model": model,
+                "versions": {v: figures.read(model, v) for v in llm_versions(model)}}

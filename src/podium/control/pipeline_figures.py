@@ -18,9 +18,9 @@ from typing import Annotated, Any
 import httpx
 from fastapi import FastAPI, Query
 
+from podium.control.engine_api import wanted_versions
 from podium.control.runtime.base import READY, InstanceView
 from podium.control.store import Store
-from podium.errors import NotFound
 from podium.top.stats import quantile
 
 STEPS = "podium:pipeline_step_total"
@@ -123,20 +123,11 @@ class PipelineFigures:
 def add_pipeline_routes(app: FastAPI, store: Store, figures: PipelineFigures, *,
                         region: str | None = None, prefix: str = "") -> None:
     """Serve a region's pipeline step figures on the control API `app` (under `prefix`)."""
-    backends: dict[tuple[str, str], str] = {}  # packages never change
-
-    def backend(model: str, version: str) -> str:
-        if (model, version) not in backends:
-            try:
-                backends[(model, version)] = store.get_package(model, version).backend
-            except NotFound:
-                return ""
-        return backends[(model, version)]
+    pipeline_versions = wanted_versions(store, region, PIPELINE_BACKENDS)
 
     @app.get(prefix + "/v1/pipelines")
     def pipelines(model: Annotated[str, Query(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$",
                                               description="The model.")]) -> dict[str, Any]:
         """Per pipeline version of `model` with instances wanted: its steps' figures now."""
-        versions = [d.version for d in store.list_deployments(model, region=region)
-                    if d.num_desired > 0 and backend(model, d.version) in PIPELINE_BACKENDS]
-        return {"model": model, "versions": {v: figures.read(model, v) for v in versions}}
+        return {"model": model,
+                "versions": {v: figures.read(model, v) for v in pipeline_versions(model)}}
