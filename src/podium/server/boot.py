@@ -27,7 +27,7 @@ from podium.errors import BootError, PodiumError
 from podium.package.adapter import adapter_of
 from podium.package.cache import ModelCache
 from podium.package.manifest import VllmManifest
-from podium.package.package import Package, open_package
+from podium.package.package import Package
 from podium.server.frontends import EMBEDDED, describe, mode_of
 from podium.server.instance import BootStep, Instance
 from podium.server.plugins import load_plugins
@@ -103,9 +103,10 @@ def _load_step(package: Package) -> str:
 
 def _open_packages(instance: Instance) -> list[Package]:
     from podium.repository import scan_repository
+    from podium.repository.scan import open_served
 
     config = instance.config
-    packages = [open_package(p) for p in config.packages]
+    packages = [p for location in config.packages for p in open_served(location)]
     if config.repository is not None:
         failures: dict[tuple[str, str], str] = {}
         packages += scan_repository(config.repository, failures)
