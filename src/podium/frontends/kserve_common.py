@@ -8,7 +8,7 @@ import podium
 from podium.backends.validation import expected_shape
 from podium.errors import InvalidArgument
 from podium.frontends.safe_json import loads_value
-from podium.repository import ModelRepository, VersionPolicy
+from podium.repository import LoadRequest, ModelRepository, VersionPolicy
 
 SERVER_NAME = "podium"
 EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "generate", "parameters"]
@@ -37,32 +37,38 @@ def model_metadata(repository: ModelRepository, name: str, version: str | None
     }
 
 
-def load_policy(parameters: dict[str, Any] | None) -> VersionPolicy | None:
-    """The version policy of a repository load request.
+def load_request(parameters: dict[str, Any] | None) -> LoadRequest:
+    """A repository load request's parameters: the version policy and Triton's config.
 
-    Taken from `parameters.version_policy` or from Triton's `parameters.config` (a model
-    config as a JSON string, of which only `version_policy` is honoured). None when the
-    request names none: the model's own default (a Triton model's config.pbtxt policy).
+    `parameters.version_policy`, or Triton's `parameters.config` (a model config as a JSON
+    string). A config of only `version_policy` (and `name`) changes the policy of any model; a
+    fuller one replaces a Triton model's config.pbtxt for this load, as in Triton (a Podium
+    package refuses it when the model is loaded). `file:` parameters are refused by name.
     """
     parameters = dict(parameters or {})
     policy = parameters.pop("version_policy", None)
     config = parameters.pop("config", None)
+    override = None
     if config is not None:
         config_data = (loads_value(config, field="load parameter 'config'")
                        if isinstance(config, str) else config)
         if not isinstance(config_data, dict):
             raise InvalidArgument("load parameter 'config' must be a JSON object",
                                   param="config")
-        unknown = sorted(set(config_data) - {"version_policy", "name"})
-        if unknown:
-            raise InvalidArgument(f"load parameter 'config' sets {unknown}; only version_policy "
-                                  "can be changed at load (repackage the model for the rest)",
-                                  param="config")
-        policy = config_data.get("version_policy", policy)
+        if set(config_data) - {"version_policy", "name"}:
+            override = config_data
+        else:
+            policy = config_data.get("version_policy", policy)
+    files = sorted(k for k in parameters if k.startswith("file:"))
+    if files:
+        raise InvalidArgument(f"load parameter {files[0]!r}: model files in a load request are "
+                              "not supported; put the files in the model's folder of the "
+                              "repository and load it (each load rescans the folder)",
+                              param=files[0])
     if parameters:
         raise InvalidArgument(f"load parameters {sorted(parameters)} are not supported; use "
                               "version_policy or config", param=sorted(parameters)[0])
-    return None if policy is None else VersionPolicy.parse(policy)
+    return LoadRequest(None if policy is None else VersionPolicy.parse(policy), override)
 
 
 def check_unload_parameters(parameters: dict[str, Any]) -> None:

@@ -53,7 +53,7 @@ async def boot(instance: Instance) -> None:
             await _step(instance, "store adapters", _store_adapters, adapters, packages)
         await _step(instance, "load plugins", _load_plugins)
         await _step(instance, "wipe metrics directory", _wipe_metrics_directory)
-        for package in packages:
+        for package in _loaded_at_start(instance, packages):
             if isinstance(package, TritonPackage):
                 await _step(instance, _load_step(package), _load_tolerant, instance, package)
                 continue
@@ -93,6 +93,18 @@ async def _step(instance: Instance, name: str, fn: Callable[..., Any], *args: An
 def summary(steps: list[BootStep]) -> str:
     """Every step with its duration, in order: `open packages 0.00s → … → open gRPC port`."""
     return " → ".join(f"{s.name} {s.seconds:.2f}s" for s in steps)
+
+
+def _loaded_at_start(instance: Instance, packages: list[Package]) -> list[Package]:
+    """The packages the model control mode loads now (explicit: the --load-model names; the
+    others stay in the index, loadable over the API)."""
+    control = instance.repository.control
+    names = {p.manifest.name for p in packages} | {r["name"] for r in instance.repository.index()}
+    missing = [n for n in control.load_models if n != "*" and n not in names]
+    if missing:
+        raise BootError(f"--load-model {' '.join(missing)}: no such model in the repository "
+                        f"(models: {', '.join(sorted(names)) or 'none'})")
+    return [p for p in packages if control.loads_at_start(p.manifest.name)]
 
 
 def _load_step(package: Package) -> str:
