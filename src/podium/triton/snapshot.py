@@ -79,7 +79,7 @@ def snapshot_version(root: Path, version: str, into: Path) -> Path:
     config = read_config(root / CONFIG_NAME)
     config.ClearField("version_policy")  # the snapshot holds one version: the default serves it
     config_text = text_format.MessageToString(config).encode()
-    files = _files_of(root, version)
+    files = snapshot_files(root, version)
     digest = hashlib.sha256(config_text)
     for relative in files:
         digest.update(relative.as_posix().encode() + b"\0")
@@ -107,7 +107,7 @@ def snapshot_version(root: Path, version: str, into: Path) -> Path:
     return target / root.name
 
 
-def _files_of(root: Path, version: str) -> list[Path]:
+def snapshot_files(root: Path, version: str) -> list[Path]:
     """The regular files a version's snapshot holds (relative to `root`): the version folder
     and every file outside the numbered folders; a link is refused (it may point anywhere)."""
     chosen: list[Path] = []
