@@ -92,7 +92,7 @@ def platform(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Platfo
     p.close()
 
 
-def test_red_black_rollout_of_a_triton_model_under_tritonclient_traffic(
+def test_red_black_then_versioned_rollouts_of_a_triton_model(
         platform: Platform, tmp_path: Path) -> None:
     repo = tmp_path / "triton-repo"
     write_model(repo, "scaled", CONFIG, SCALED, versions=("1", "2"))
@@ -114,3 +114,23 @@ def test_red_black_rollout_of_a_triton_model_under_tritonclient_traffic(
     assert versions["1"] > 0 and versions["2"] > 0
     assert {version for version, _ in results[-20:]} == {"2"}
     platform.wait_for(lambda: [i.version for i in platform.runtime.instances()] == ["2"])
+
+    # a new version folder, announced alone, then Versioned: both versions side by side
+    (repo / "scaled" / "3").mkdir()
+    (repo / "scaled" / "3" / "model.py").write_text(SCALED)
+    again = platform.plane.announce(str(repo / "scaled"))
+    assert [row["version"] for row in again["announced"]] == ["3"]
+    assert again["skipped"] == ["1", "2"]
+    versioned = RolloutConfig(strategy="versioned", num_instances=1, ready_timeout_ms=60_000)
+    assert platform.wait_done(platform.plane.deploy("scaled", "3", versioned)) == "succeeded"
+    platform.wait_for(lambda: platform.gateway.table.models().get("scaled") == ["2", "3"])
+    client = httpclient.InferenceServerClient(platform.url.removeprefix("http://"))
+    x = np.array([[1.0, 2.0]], dtype=np.float32)
+    for version in ("2", "3", "latest"):  # unversioned requests stay on the split (v2)
+        tensor = httpclient.InferInput("X", [1, 2], "FP32")
+        tensor.set_data_from_numpy(x)
+        result = client.infer("scaled", [tensor], model_version=version)
+        served = result.get_response()["model_version"]
+        assert served == ("3" if version == "latest" else version)
+        np.testing.assert_allclose(result.as_numpy("Y"), x * float(served))
+    client.close()
