@@ -110,3 +110,29 @@ def test_a_model_without_a_version_folder_is_refused(env: Env) -> None:
     (repo / "empty" / "1").mkdir()
     (repo / "empty" / "1" / "model.py").write_text(SCALE)
     assert _announce(env, repo / "empty")[0] == 201
+
+
+def test_podium_announce_of_a_triton_model_on_the_command_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from podium.control.api import create_app
+    from tests.support.control_cli import podium
+    from tests.support.servers import Served
+
+    monkeypatch.setenv("PODIUM_HOME", str(tmp_path / "home"))
+    env = Env(tmp_path)
+    served = Served(create_app(env.plane))
+    try:
+        repo = tmp_path / "repo"
+        write_model(repo, "scale", SCALE_CONFIG, SCALE, versions=("1", "2"))
+        assert podium("announce", str(repo / "scale"), "--api", served.url) == 0
+        assert capsys.readouterr().out.strip() == (
+            f"announced scale@1, scale@2 from Triton model {repo / 'scale'}")
+        assert podium("announce", str(repo / "scale"), "--api", served.url) == 2
+        assert "already announced; add a numbered version folder" in capsys.readouterr().err
+        write_model(repo, "trt", 'backend: "tensorrt"\n', SCALE)
+        assert podium("announce", str(repo / "trt"), "--api", served.url) == 2
+        assert "backend='tensorrt'" in capsys.readouterr().err
+        assert podium("deploy", "scale@2", "--api", served.url) == 0
+    finally:
+        served.stop()
+        env.store.close()
