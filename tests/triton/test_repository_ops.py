@@ -163,6 +163,10 @@ def test_load_with_a_config_override_then_back_to_the_file(client, request, http
     assert served["version_policy"] == {"specific": {"versions": ["1"]}}
     stats = http.get_inference_statistics("onnx_add", "1")["model_stats"]
     assert [row["version"] for row in stats] == ["1"]
+    metadata = http.get_model_metadata("onnx_add", "1")
+    assert metadata["versions"] == ["1"] and metadata["platform"] == "onnxruntime_onnx"
+    with pytest.raises(InferenceServerException, match="'onnx_add' version 2 is not found"):
+        triton.get_model_metadata("onnx_add", "2")
     triton.load_model("onnx_add")  # no config: config.pbtxt again
     assert triton.is_model_ready("onnx_add", "2")
     assert "dynamic_batching" in http.get_model_config("onnx_add", "2")
