@@ -172,6 +172,27 @@ def test_load_with_a_config_override_then_back_to_the_file(client, request, http
     assert "dynamic_batching" in http.get_model_config("onnx_add", "2")
 
 
+SCALE_JSON = {"backend": "python", "max_batch_size": 8,
+              "input": [{"name": "RAW", "data_type": "TYPE_FP32", "dims": [3]}],
+              "output": [{"name": "SCALED", "data_type": "TYPE_FP32", "dims": [3]}]}
+
+
+@pytest.mark.parametrize("client", ["http", "grpc"])
+def test_load_with_files_then_back_to_the_repository(client, request):
+    triton = request.getfixturevalue(client)
+    module = httpclient if client == "http" else grpcclient
+    raw = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
+    triple = SCALE.replace("as_numpy() * 2", "as_numpy() * 3").encode()
+    triton.load_model("scale", config=json.dumps(SCALE_JSON),
+                      files={"file:1/model.py": triple})
+    np.testing.assert_allclose(triton.infer("scale", _raw(module, raw)).as_numpy("SCALED"),
+                               raw * 3)
+    triton.load_model("scale")  # the repository's folder again
+    np.testing.assert_allclose(triton.infer("scale", _raw(module, raw)).as_numpy("SCALED"),
+                               raw * 2)
+    triton.unload_model("scale")
+
+
 BAD_LOADS = [
     pytest.param("onnx_add", {"config": json.dumps({"backend": "onnxruntime", "optimization":
                                                     {"priority": "PRIORITY_MAX"}})},
@@ -181,8 +202,13 @@ BAD_LOADS = [
     pytest.param("onnx_add", {"config": json.dumps({"backend": "onnxruntime",
                                                     "max_batch_size": "lots"})},
                  "not a Triton model config", id="bad-value"),
-    pytest.param("scale", {"config": "{}", "files": {"file:1/model.py": b"print(1)"}},
-                 "file:1/model.py", id="files"),
+    pytest.param("scale", {"files": {"file:1/model.py": b"print(1)"}},
+                 "load parameter 'file:1/model.py': files replace the model's folder",
+                 id="files-without-config"),
+    pytest.param("scale", {"config": json.dumps({"backend": "python"}),
+                           "files": {"file:../escape.py": b"print(1)"}},
+                 "load parameter 'file:../escape.py': a file path inside the model folder",
+                 id="file-outside-the-folder"),
     pytest.param("nope", {}, "Request for unknown model: 'nope' is not found", id="unknown"),
 ]
 

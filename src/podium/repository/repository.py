@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -73,6 +74,8 @@ class ModelRepository:
         """The model control mode: what loads at start, whether the API may load/unload."""
         self._overridden: set[str] = set()
         """Triton models served under a load request's config (not their config.pbtxt)."""
+        self._load_dirs: dict[str, Path] = {}
+        """Model folders written from a load request's files, by model (removed when replaced)."""
 
     def register(self, packages: list[Package]) -> None:
         """Make packages known (loadable by name) without loading them."""
@@ -294,7 +297,8 @@ class ModelRepository:
     async def load_over_api(self, name: str, request: LoadRequest) -> list[ModelEntry]:
         """A load request of the repository API: allowed by the model control mode?"""
         self.control.check_api("load", name)
-        return await self.load_model(name, request.policy, config=request.config)
+        return await self.load_model(name, request.policy, config=request.config,
+                                     files=request.files)
 
     async def unload_over_api(self, name: str) -> list[ModelEntry]:
         """An unload request of the repository API: allowed by the model control mode?"""
@@ -302,10 +306,12 @@ class ModelRepository:
         return await self.unload(name)
 
     async def load_model(self, name: str, policy: VersionPolicy | None = None, *,
-                         config: dict[str, Any] | None = None) -> list[ModelEntry]:
+                         config: dict[str, Any] | None = None,
+                         files: dict[str, bytes] | None = None) -> list[ModelEntry]:
         """Serve the packaged versions of `name` that `policy` picks (newest by default):
         load the missing ones, then unload served versions the policy no longer picks.
-        `config` replaces a Triton model's config.pbtxt (the served versions reload)."""
+        `config` replaces a Triton model's config.pbtxt (the served versions reload), and
+        `files` its folder."""
         async with self._changes:
             if self.root is not None:
                 for key in [k for k in self._failures if not k[1]]:
@@ -321,7 +327,8 @@ class ModelRepository:
                                f"for model {name!r} in the repository; packaged: "
                                f"{', '.join(known) or 'none'})", param="model")
             if config is not None or name in self._overridden:
-                packaged = await self._reconfigure(name, list(packaged.values()), config)
+                packaged = await self._reconfigure(name, list(packaged.values()), config,
+                                                   files or {})
                 policy = None
             if policy is None and all(isinstance(p, TritonPackage) for p in packaged.values()):
                 policy = VersionPolicy(latest=None, all=True)  # the config's policy chose them
@@ -336,18 +343,24 @@ class ModelRepository:
             return [self._entries[name][v] for v in wanted]
 
     async def _reconfigure(self, name: str, packaged: list[Package],
-                           config: dict[str, Any] | None) -> dict[str, Package]:
+                           config: dict[str, Any] | None, files: dict[str, bytes]
+                           ) -> dict[str, Package]:
         """Serve `name` under a load request's config, or back under its config.pbtxt: the
         new packages are checked before any served version is unloaded."""
         if config is not None:
             root = check_override_target(name, packaged, config)
-            packages: list[Package] = list(override_packages(root, name, config))
+            packages: list[Package] = list(override_packages(root, name, config, files))
             self._overridden.add(name)
         else:
             packages = packaged  # the rescan read config.pbtxt again
             self._overridden.discard(name)
         if name in self._entries:
             await self.unload(name)  # its config changes: every served version reloads
+        old = self._load_dirs.pop(name, None)
+        if old is not None:  # the folder a former load's files were written to
+            shutil.rmtree(old.parent, ignore_errors=True)
+        if files:
+            self._load_dirs[name] = packages[0].root
         for key in [k for k, p in self.packages.items() if p.manifest.name == name]:
             self.packages.pop(key)
         self.register(packages)
