@@ -4,7 +4,8 @@ Triton's `--model-control-mode`.
     podium    (Podium's default) load every model at start; load/unload over the API
     none      load every model at start; load/unload refused, in Triton's words
     explicit  load only the `--load-model` names at start (`*`: all); load/unload over the API
-    poll      refused at start: Podium does not watch the repository (see docs/triton.md)
+    poll      load every model at start, then follow the folder (`repository/poll.py`) every
+              `--repository-poll-secs`; load/unload refused, in Triton's words
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ class ModelControl:
     mode: Mode = "podium"
     load_models: tuple[str, ...] = ()
     """`--load-model` names (explicit mode only); `*` loads every model."""
+    poll_secs: float | None = None
+    """`--repository-poll-secs` (poll mode only; 15 s, Triton's default, when not given)."""
 
     def __post_init__(self) -> None:
-        if self.mode == "poll":
-            raise InvalidArgument(
-                "--model-control-mode=poll is not supported: Podium does not watch the "
-                "repository for changes. Use --model-control-mode=explicit and call "
-                "POST /v2/repository/models/<m>/load after a change (each load rescans the "
-                "model's folder)", param="--model-control-mode")
+        if self.poll_secs is not None and self.mode != "poll":
+            raise InvalidArgument(f"--repository-poll-secs {self.poll_secs:g} needs "
+                                  "--model-control-mode=poll", param="--repository-poll-secs")
         if self.load_models and self.mode != "explicit":
             raise InvalidArgument(
                 f"--load-model {' '.join(self.load_models)} needs "
@@ -54,9 +54,15 @@ class ModelControl:
     def check_api(self, action: str, name: str) -> None:
         """Refuse a load/unload request where the mode forbids it (Triton's wording, which
         its clients match on)."""
-        if self.mode == "none":
+        if self.mode in ("none", "poll"):
             raise InvalidArgument(
                 f"explicit model load / unload is not allowed if polling is enabled: this "
-                f"instance runs with --model-control-mode=none, so {action} of {name!r} is "
-                "refused (start it with --model-control-mode=explicit)",
+                f"instance runs with --model-control-mode={self.mode}, so {action} of "
+                f"{name!r} is refused (start it with --model-control-mode=explicit)",
                 param="--model-control-mode")
+
+    @property
+    def poll_interval_s(self) -> float | None:
+        """Seconds between polls of the repository; None when not polling."""
+        return (15.0 if self.poll_secs is None else self.poll_secs) \
+            if self.mode == "poll" else None

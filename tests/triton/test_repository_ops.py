@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 from podium.errors import InvalidArgument
 from podium.server.config import ServerConfig
 from tests.support.harness import RunningInstance, running_instance, start_instance
+from tests.support.polling import eventually
 from tests.support.ports import free_port
 from tests.support.triton_layouts import (
     ADD_SUB,
@@ -240,15 +242,20 @@ def test_triton_metrics_on_the_metrics_port(server, http, metrics_port):
     assert "podium:" in text  # Podium's own metrics are there too
 
 
-def test_flags_that_cannot_be_honoured_are_refused_naming_them() -> None:
-    with pytest.raises(InvalidArgument, match="poll is not supported") as raised:
+def test_flags_that_cannot_be_honoured_are_refused_naming_them(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="poll follows a repository folder") as raised:
         ServerConfig(model_control_mode="poll")
     assert raised.value.param == "--model-control-mode"
     with pytest.raises(InvalidArgument, match="needs --model-control-mode=explicit") as raised:
         ServerConfig(load_models=["add_sub"])
     assert raised.value.param == "--load-model"
+    with pytest.raises(InvalidArgument, match="needs --model-control-mode=poll") as raised:
+        ServerConfig(repository=tmp_path, repository_poll_secs=2.0)
+    assert raised.value.param == "--repository-poll-secs"
     good = ServerConfig(model_control_mode="explicit", load_models=["*"])
     assert good.model_control().loads_at_start("anything")
+    polling = ServerConfig(model_control_mode="poll", repository=tmp_path)
+    assert polling.model_control().poll_interval_s == 15.0  # Triton's default
 
 
 def test_none_mode_refuses_the_load_api_in_tritons_words(tmp_path: Path) -> None:
@@ -276,3 +283,46 @@ def test_a_load_model_that_names_no_model_stops_the_boot(tmp_path: Path) -> None
     finally:
         instance.stop()
     assert "--load-model add_sbu: no such model in the repository" in instance.log()
+
+
+def _wait(condition, what: str) -> None:
+    assert eventually(_quietly(condition), timeout_s=60), what
+
+
+def _quietly(condition):
+    def check() -> bool:
+        try:
+            return bool(condition())
+        except InferenceServerException:
+            return False
+    return check
+
+
+def test_poll_mode_follows_the_repository_folder(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    write_model(root, "add_sub", ADD_SUB_CONFIG, ADD_SUB)
+    with running_instance(["--repository", str(root), "--model-control-mode", "poll",
+                           "--repository-poll-secs", "0.2"], tmp_path / "serve.log") as server:
+        http = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
+        with pytest.raises(InferenceServerException,
+                           match="explicit model load / unload is not allowed"):
+            http.load_model("add_sub")
+        assert http.infer("add_sub", _add_sub(httpclient)).as_numpy("OUTPUT0")[0] == 2.0
+
+        write_model(root, "scale", SCALE_CONFIG, SCALE)  # a new model folder
+        _wait(lambda: http.is_model_ready("scale", "1"), "the new model loads")
+        (root / "scale" / "2").mkdir()  # a new version: the newest is served
+        (root / "scale" / "2" / "model.py").write_text(SCALE)
+        _wait(lambda: http.is_model_ready("scale", "2") and not http.is_model_ready("scale", "1"),
+              "version 2 replaces version 1")
+        changed = ADD_SUB.replace("(a + b)", "(a + b + 1)")  # a changed file: reloaded
+        (root / "add_sub" / "1" / "model.py").write_text(changed)
+        _wait(lambda: http.infer("add_sub", _add_sub(httpclient)).as_numpy("OUTPUT0")[0] == 3.0,
+              "the changed model.py serves")
+        write_model(root, "broken", SCALE_CONFIG + "optimization { }\n", SCALE)
+        _wait(lambda: "optimization" in _index(http).get(("broken", ""), {}).get("reason", ""),
+              "a broken new model is in the index with its reason")
+        shutil.rmtree(root / "scale")  # a model folder gone: unloaded and forgotten
+        _wait(lambda: not any(name == "scale" for name, _ in _index(http)),
+              "the removed model leaves the index")
+        assert http.infer("add_sub", _add_sub(httpclient)).as_numpy("OUTPUT0")[0] == 3.0

@@ -8,6 +8,7 @@
     repository  ModelRepository: load / unload / lease / index, and the dead-engine hook
     load_request  LoadRequest: a load request's policy and Triton's config override
     triton_metrics  Triton's nv_inference_* metrics from the repository's statistics
+    poll        RepositoryPoller: --model-control-mode poll, one poll at a time
 """
 
 from podium.repository.entry import ModelEntry

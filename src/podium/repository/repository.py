@@ -316,7 +316,9 @@ class ModelRepository:
             if self.root is not None:
                 for key in [k for k in self._failures if not k[1]]:
                     self._failures.pop(key)  # a rescan finds them again, or finds them fixed
-                self.register(scan_repository(self.root, self._failures))
+                scanned = scan_repository(self.root, self._failures)
+                self._drop_stale(name, {p.key for p in scanned})
+                self.register(scanned)
             packaged = {p.manifest.version: p for p in self.packages.values()
                         if p.manifest.name == name}
             if not packaged and (name, "") in self._failures:
@@ -365,6 +367,27 @@ class ModelRepository:
             self.packages.pop(key)
         self.register(packages)
         return {p.manifest.version: p for p in packages}
+
+    def _drop_stale(self, name: str, scanned: set[str]) -> None:
+        """Forget the Triton versions of `name` in the repository folder that its rescan no
+        longer finds (a version folder removed, or no longer picked by version_policy)."""
+        for key, package in list(self.packages.items()):
+            if (package.manifest.name == name and isinstance(package, TritonPackage)
+                    and key not in scanned):
+                self.packages.pop(key)
+
+    def is_served(self, name: str) -> bool:
+        """Whether any version of `name` is loaded (or loading, or unloading) here."""
+        return name in self._entries
+
+    async def forget(self, name: str) -> None:
+        """Unload `name` and drop its packages and failures: its folder is gone (poll)."""
+        if name in self._entries:
+            await self.unload(name)
+        for key in [k for k, p in self.packages.items() if p.manifest.name == name]:
+            self.packages.pop(key)
+        for key in [k for k in self._failures if k[0] == name]:
+            self._failures.pop(key)
 
     async def unload_all(self, timeout_s: float | None = None) -> None:
         for name in list(self._entries):

@@ -11,6 +11,7 @@ from podium.auth_keys import Access, KeyConfig
 from podium.backends.limits import InstanceLimits
 from podium.config_flags import Flag, NotAFlag, ProcessConfig
 from podium.edge.body import DEFAULT_MAX_BODY_BYTES
+from podium.errors import InvalidArgument
 from podium.frontends import kserve_limits as kserve
 from podium.frontends.json_body import (
     DEFAULT_MAX_INFLATED_BYTES,
@@ -39,10 +40,13 @@ class ServerConfig(ProcessConfig):
     model_control_mode: Annotated[Mode, Flag("--model-control-mode")] = Field(
         default="podium", description="Triton's model control: podium (load all at start, "
         "load/unload API open), none (load all, API refused), explicit (load only "
-        "--load-model names); poll is refused (docs/triton.md).")
+        "--load-model names), poll (load all, then follow the --repository folder).")
     load_models: Annotated[list[str], Flag("--load-model", metavar="NAME")] = Field(
         default_factory=list, description="With --model-control-mode=explicit: a model to "
         "load at start (repeatable; '*' loads all).")
+    repository_poll_secs: Annotated[float | None, Flag("--repository-poll-secs")] = Field(
+        default=None, gt=0, le=86_400, description="With --model-control-mode=poll: seconds "
+        "between polls of the repository folder (default 15).")
     metrics_port: Annotated[int | None, Flag("--metrics-port")] = Field(
         default=None, ge=0, le=65535, strict=True,
         description="Also serve /metrics, with Triton's nv_inference_* metrics, on this port "
@@ -145,12 +149,16 @@ class ServerConfig(ProcessConfig):
 
     @model_validator(mode="after")
     def _check_model_control(self) -> ServerConfig:
-        self.model_control()  # poll, or --load-model without explicit: refused naming the flag
+        self.model_control()  # --load-model without explicit: refused naming the flag
+        if self.model_control_mode == "poll" and self.repository is None:
+            raise InvalidArgument("--model-control-mode=poll follows a repository folder: give "
+                                  "--repository DIR", param="--model-control-mode")
         return self
 
     def model_control(self) -> ModelControl:
         """What loads at start and whether the repository API may load and unload."""
-        return ModelControl(self.model_control_mode, tuple(self.load_models))
+        return ModelControl(self.model_control_mode, tuple(self.load_models),
+                            self.repository_poll_secs)
 
     def keys(self) -> KeyConfig:
         """The keys this instance was started with."""

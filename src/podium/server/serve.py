@@ -168,6 +168,13 @@ async def _boot_or_exit(instance: Instance, server: Any) -> None:
         log.error("stopping: the instance cannot serve (see the boot error above)")
         server.should_exit = True
         return
+    interval = instance.repository.control.poll_interval_s
+    if interval is not None:
+        from podium.server.repository_poll import poll_forever
+
+        await asyncio.gather(_watch_engines(instance, server),
+                             poll_forever(instance, server, interval))
+        return
     await _watch_engines(instance, server)
 
 
