@@ -11,7 +11,8 @@ Podium derives when it serves the model from the repository (`triton/package.py`
                  `podium.triton.shim` (config kept as `triton_config.json`)
 
 Refused, each naming its field, because the Podium package could not do the same:
-ensembles (a Podium pipeline is the counterpart; write one), decoupled Python models,
+ensembles (a Podium pipeline is the counterpart; write one), other backends (their naming
+conventions are Triton's), sequence batching, decoupled Python models,
 `reshape`, `optional` inputs and `instance_group` counts above 1. Serving the folder
 unchanged (`podium serve --repository`, `podium announce`) keeps all of those.
 """
@@ -110,10 +111,22 @@ def _every_version(root: Path) -> Any:
     return config
 
 
+CONVERTED = ("python", "onnxruntime", "vllm")
+"""The Triton backends `podium import` converts; the others are served from the folder."""
+
+
 def _check_convertible(package: TritonPackage) -> None:
     where = f"{package.root / CONFIG_NAME}"
     config = package.config
     keep = "serve the folder unchanged with `podium serve --repository` or `podium announce`"
+    if package.kind not in CONVERTED:
+        field = "backend" if config.backend else "platform"
+        raise PackageError(f"{where}: {field}={config.backend or config.platform!r} is not "
+                           f"converted to a podium.json package (converted: "
+                           f"{', '.join(CONVERTED)}); {keep}", param=field)
+    if config.HasField("sequence_batching"):
+        raise PackageError(f"{where}: a stateful model's sequence batching has no podium.json "
+                           f"counterpart; {keep}", param="sequence_batching")
     if config.model_transaction_policy.decoupled:
         raise PackageError(f"{where}: a decoupled model streams responses, which Podium's "
                            f"python backend cannot; {keep}",
