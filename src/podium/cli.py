@@ -253,8 +253,10 @@ def _add_optional(sub: argparse._SubParsersAction) -> None:
     from podium.control.cli import register as register_control
     from podium.pipelines.cli import register as register_pipelines
     from podium.top.cli import register as register_top
+    from podium.triton.import_cmd import register as register_import
 
     register_control(sub)
+    register_import(sub)
     register_top(sub)
     register_pipelines(sub)
 

@@ -270,6 +270,10 @@ def _not_json(method: str, path: str, response: httpx.Response) -> str:
 def _human(path: str, data: Any) -> str:
     if path == "/v1/events":
         return _events_table(data)
+    if path == "/v1/packages" and "announced" in data:  # a Triton model's version folders
+        versions = ", ".join(f"{data['name']}@{r['version']}" for r in data["announced"])
+        skipped = f" (already announced: {', '.join(data['skipped'])})" if data["skipped"] else ""
+        return f"announced {versions} from Triton model {data['triton_model']}{skipped}"
     if path == "/v1/status":
         lines = []
         models = data["models"]

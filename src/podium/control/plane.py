@@ -77,7 +77,13 @@ class ControlPlane:
         self.lock = threading.RLock()
 
     def announce(self, location: str) -> dict[str, Any]:
-        """Validate a package, materialize its weights, then record it (in that order)."""
+        """Validate a package, materialize its weights, then record it (in that order). A
+        Triton model folder announces its numbered versions (`control/triton_announce.py`)."""
+        from podium.control.triton_announce import announce_triton, triton_folder
+
+        folder = triton_folder(location)
+        if folder is not None:
+            return announce_triton(self.store, folder, self.materialize)
         package = open_package(location)
         manifest = package.manifest
         if any(p.version == manifest.version for p in self.store.list_packages()

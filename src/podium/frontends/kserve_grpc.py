@@ -29,7 +29,7 @@ from podium.frontends import kserve_validate as validate
 from podium.frontends.grpc_undecodable import add_service
 from podium.frontends.kserve_common import (
     check_unload_parameters,
-    load_policy,
+    load_request,
     model_metadata,
     server_metadata,
 )
@@ -125,13 +125,13 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         if isinstance(parameters.get("version_policy"), str):
             parameters["version_policy"] = _json_parameter("version_policy",
                                                            parameters["version_policy"])
-        await self._repository.load_model(request.model_name, load_policy(parameters))
+        await self._repository.load_over_api(request.model_name, load_request(parameters))
         return service_pb2.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
         check_unload_parameters({key: _repository_parameter(value)
                                  for key, value in request.parameters.items()})
-        await self._repository.unload(request.model_name)
+        await self._repository.unload_over_api(request.model_name)
         return service_pb2.RepositoryModelUnloadResponse()
 
     # -- inference -----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from podium.frontends import kserve_validate as validate
 from podium.frontends.disconnect import cancel_on_disconnect
 from podium.frontends.kserve_common import (
     check_unload_parameters,
-    load_policy,
+    load_request,
     model_metadata,
     server_metadata,
 )
@@ -84,14 +84,14 @@ def create_router(repository: ModelRepository, *, server_ready: Callable[[], boo
     @router.post("/v2/repository/models/{model}/load")
     async def load(model: str, request: Request) -> Response:
         body = await _repository_body(request)
-        await repository.load_model(model, load_policy(body.get("parameters")))
+        await repository.load_over_api(model, load_request(body.get("parameters")))
         return Response(status_code=200)
 
     @router.post("/v2/repository/models/{model}/unload")
     async def unload(model: str, request: Request) -> Response:
         body = await _repository_body(request)
         check_unload_parameters(body.get("parameters") or {})
-        await repository.unload(model)
+        await repository.unload_over_api(model)
         return Response(status_code=200)
 
     # -- models ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -36,9 +37,11 @@ from podium.errors import (
 )
 from podium.metrics import request_log
 from podium.metrics.server import observe_load
+from podium.model_control import ModelControl
 from podium.package.package import Package
 from podium.repository import inference
 from podium.repository.entry import LOADING, READY, UNAVAILABLE, UNLOADING, ModelEntry
+from podium.repository.load_request import LoadRequest, check_override_target, override_packages
 from podium.repository.policy import VersionPolicy, version_key
 from podium.repository.scan import scan_repository
 from podium.triton.package import TritonPackage
@@ -67,6 +70,12 @@ class ModelRepository:
         """Why the last load of name@version failed, for the repository index."""
         self._adapters: dict[tuple[str, str], ModelEntry] = {}
         """LoRA adapter entries by (base key, adapter key): their statistics accumulate."""
+        self.control = ModelControl()
+        """The model control mode: what loads at start, whether the API may load/unload."""
+        self._overridden: set[str] = set()
+        """Triton models served under a load request's config (not their config.pbtxt)."""
+        self._load_dirs: dict[str, Path] = {}
+        """Model folders written from a load request's files, by model (removed when replaced)."""
 
     def register(self, packages: list[Package]) -> None:
         """Make packages known (loadable by name) without loading them."""
@@ -88,7 +97,9 @@ class ModelRepository:
     def all_ready(self) -> bool:
         self.check_alive()
         entries = self.entries()
-        return bool(entries) and all(e.ready for e in entries)
+        if not entries:
+            return self.control.ready_when_empty
+        return all(e.ready for e in entries)
 
     def has_model(self, name: str, version: str | None = None) -> bool:
         """Whether name (@version) is packaged or served here, loaded yet or not (a pipeline
@@ -111,19 +122,24 @@ class ModelRepository:
             adapter = self._adapter_entry(name, version)
             if adapter is not None:
                 return adapter
+            # Triton's words first: tritonclient code matches "Request for unknown model"
             known = ", ".join(sorted(self._entries)) or "none"
             what = f"{name}@{version}" if version is not None else name
-            raise NotFound(f"model {what!r} is not served here: no model or LoRA adapter of "
-                           f"that name (models: {known})", param="model")
+            triton = f"{name!r}" + (f" version {version}" if version is not None else "")
+            raise NotFound(f"Request for unknown model: {triton} is not found (model {what!r} "
+                           f"is not served here: no model or LoRA adapter of that name; "
+                           f"models: {known})", param="model")
         if version is not None:
             entry = versions.get(version)
             if entry is None:
-                raise NotFound(f"model {name!r} has no version {version!r} (versions: "
+                raise NotFound(f"Request for unknown model: {name!r} version {version} is not "
+                               f"found (model {name!r} has no version {version!r}; versions: "
                                f"{', '.join(sorted(versions, key=version_key))})", param="model")
             return entry
         ready = [v for v, e in versions.items() if e.ready]
         if not ready:
-            raise Unavailable(f"model {name!r} has no ready version yet")
+            raise Unavailable(f"Request for unknown model: {name!r} has no available versions "
+                              f"(model {name!r} has no ready version yet)")
         return versions[max(ready, key=version_key)]
 
     def _adapter_entry(self, name: str, version: str | None) -> ModelEntry | None:
@@ -278,23 +294,44 @@ class ModelRepository:
             self._entries.pop(name, None)
         return targets
 
-    async def load_model(self, name: str, policy: VersionPolicy | None = None
-                         ) -> list[ModelEntry]:
+    async def load_over_api(self, name: str, request: LoadRequest) -> list[ModelEntry]:
+        """A load request of the repository API: allowed by the model control mode?"""
+        self.control.check_api("load", name)
+        return await self.load_model(name, request.policy, config=request.config,
+                                     files=request.files)
+
+    async def unload_over_api(self, name: str) -> list[ModelEntry]:
+        """An unload request of the repository API: allowed by the model control mode?"""
+        self.control.check_api("unload", name)
+        return await self.unload(name)
+
+    async def load_model(self, name: str, policy: VersionPolicy | None = None, *,
+                         config: dict[str, Any] | None = None,
+                         files: dict[str, bytes] | None = None) -> list[ModelEntry]:
         """Serve the packaged versions of `name` that `policy` picks (newest by default):
-        load the missing ones, then unload served versions the policy no longer picks."""
+        load the missing ones, then unload served versions the policy no longer picks.
+        `config` replaces a Triton model's config.pbtxt (the served versions reload), and
+        `files` its folder."""
         async with self._changes:
             if self.root is not None:
                 for key in [k for k in self._failures if not k[1]]:
                     self._failures.pop(key)  # a rescan finds them again, or finds them fixed
-                self.register(scan_repository(self.root, self._failures))
+                scanned = scan_repository(self.root, self._failures)
+                self._drop_stale(name, {p.key for p in scanned})
+                self.register(scanned)
             packaged = {p.manifest.version: p for p in self.packages.values()
                         if p.manifest.name == name}
             if not packaged and (name, "") in self._failures:
                 raise PackageError(self._failures[(name, "")], param="model")
             if not packaged:
                 known = sorted({p.manifest.name for p in self.packages.values()})
-                raise NotFound(f"no package for model {name!r} in the repository (packaged: "
+                raise NotFound(f"Request for unknown model: {name!r} is not found (no package "
+                               f"for model {name!r} in the repository; packaged: "
                                f"{', '.join(known) or 'none'})", param="model")
+            if config is not None or name in self._overridden:
+                packaged = await self._reconfigure(name, list(packaged.values()), config,
+                                                   files or {})
+                policy = None
             if policy is None and all(isinstance(p, TritonPackage) for p in packaged.values()):
                 policy = VersionPolicy(latest=None, all=True)  # the config's policy chose them
             wanted = (policy or VersionPolicy()).select(list(packaged))
@@ -306,6 +343,51 @@ class ModelRepository:
             for version in [v for v in list(served) if v not in wanted]:
                 await self.unload(name, version)
             return [self._entries[name][v] for v in wanted]
+
+    async def _reconfigure(self, name: str, packaged: list[Package],
+                           config: dict[str, Any] | None, files: dict[str, bytes]
+                           ) -> dict[str, Package]:
+        """Serve `name` under a load request's config, or back under its config.pbtxt: the
+        new packages are checked before any served version is unloaded."""
+        if config is not None:
+            root = check_override_target(name, packaged, config)
+            packages: list[Package] = list(override_packages(root, name, config, files))
+            self._overridden.add(name)
+        else:
+            packages = packaged  # the rescan read config.pbtxt again
+            self._overridden.discard(name)
+        if name in self._entries:
+            await self.unload(name)  # its config changes: every served version reloads
+        old = self._load_dirs.pop(name, None)
+        if old is not None:  # the folder a former load's files were written to
+            shutil.rmtree(old.parent, ignore_errors=True)
+        if files:
+            self._load_dirs[name] = packages[0].root
+        for key in [k for k, p in self.packages.items() if p.manifest.name == name]:
+            self.packages.pop(key)
+        self.register(packages)
+        return {p.manifest.version: p for p in packages}
+
+    def _drop_stale(self, name: str, scanned: set[str]) -> None:
+        """Forget the Triton versions of `name` in the repository folder that its rescan no
+        longer finds (a version folder removed, or no longer picked by version_policy)."""
+        for key, package in list(self.packages.items()):
+            if (package.manifest.name == name and isinstance(package, TritonPackage)
+                    and key not in scanned):
+                self.packages.pop(key)
+
+    def is_served(self, name: str) -> bool:
+        """Whether any version of `name` is loaded (or loading, or unloading) here."""
+        return name in self._entries
+
+    async def forget(self, name: str) -> None:
+        """Unload `name` and drop its packages and failures: its folder is gone (poll)."""
+        if name in self._entries:
+            await self.unload(name)
+        for key in [k for k, p in self.packages.items() if p.manifest.name == name]:
+            self.packages.pop(key)
+        for key in [k for k in self._failures if k[0] == name]:
+            self._failures.pop(key)
 
     async def unload_all(self, timeout_s: float | None = None) -> None:
         for name in list(self._entries):

@@ -8,7 +8,7 @@ from podium.errors import PackageError
 from podium.package.manifest import MANIFEST_NAME
 from podium.package.package import Package, open_package
 from podium.repository.policy import version_key
-from podium.triton.scan import scan_triton
+from podium.triton.scan import is_triton_model, model_packages, scan_triton
 
 
 def scan_repository(directory: Path, failures: dict[tuple[str, str], str] | None = None
@@ -36,3 +36,13 @@ def scan_repository(directory: Path, failures: dict[tuple[str, str], str] | None
                                f"{package.root}); remove one")
         seen[package.key] = package
     return sorted(packages, key=lambda p: (p.manifest.name, version_key(p.manifest.version)))
+
+
+def open_served(location: Path) -> list[Package]:
+    """What `podium serve LOCATION` serves: a Podium package, or a Triton model folder (the
+    versions its policy picks; an announced Triton version is such a folder, see
+    `triton/snapshot.py`)."""
+    path = Path(location).expanduser()
+    if path.is_dir() and is_triton_model(path) and not (path / MANIFEST_NAME).exists():
+        return list(model_packages(path))
+    return [open_package(path)]

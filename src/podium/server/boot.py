@@ -27,7 +27,7 @@ from podium.errors import BootError, PodiumError
 from podium.package.adapter import adapter_of
 from podium.package.cache import ModelCache
 from podium.package.manifest import VllmManifest
-from podium.package.package import Package, open_package
+from podium.package.package import Package
 from podium.server.frontends import EMBEDDED, describe, mode_of
 from podium.server.instance import BootStep, Instance
 from podium.server.plugins import load_plugins
@@ -53,7 +53,7 @@ async def boot(instance: Instance) -> None:
             await _step(instance, "store adapters", _store_adapters, adapters, packages)
         await _step(instance, "load plugins", _load_plugins)
         await _step(instance, "wipe metrics directory", _wipe_metrics_directory)
-        for package in packages:
+        for package in _loaded_at_start(instance, packages):
             if isinstance(package, TritonPackage):
                 await _step(instance, _load_step(package), _load_tolerant, instance, package)
                 continue
@@ -95,6 +95,18 @@ def summary(steps: list[BootStep]) -> str:
     return " → ".join(f"{s.name} {s.seconds:.2f}s" for s in steps)
 
 
+def _loaded_at_start(instance: Instance, packages: list[Package]) -> list[Package]:
+    """The packages the model control mode loads now (explicit: the --load-model names; the
+    others stay in the index, loadable over the API)."""
+    control = instance.repository.control
+    names = {p.manifest.name for p in packages} | {r["name"] for r in instance.repository.index()}
+    missing = [n for n in control.load_models if n != "*" and n not in names]
+    if missing:
+        raise BootError(f"--load-model {' '.join(missing)}: no such model in the repository "
+                        f"(models: {', '.join(sorted(names)) or 'none'})")
+    return [p for p in packages if control.loads_at_start(p.manifest.name)]
+
+
 def _load_step(package: Package) -> str:
     # a vLLM package's load is its engine's start (engine core process, warm-up request)
     verb = "start engine" if isinstance(package.manifest, VllmManifest) else "load"
@@ -103,9 +115,10 @@ def _load_step(package: Package) -> str:
 
 def _open_packages(instance: Instance) -> list[Package]:
     from podium.repository import scan_repository
+    from podium.repository.scan import open_served
 
     config = instance.config
-    packages = [open_package(p) for p in config.packages]
+    packages = [p for location in config.packages for p in open_served(location)]
     if config.repository is not None:
         failures: dict[tuple[str, str], str] = {}
         packages += scan_repository(config.repository, failures)

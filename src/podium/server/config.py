@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, FilePath, PrivateAttr, SecretStr
+from pydantic import ConfigDict, Field, FilePath, PrivateAttr, SecretStr, model_validator
 
 from podium.auth_keys import Access, KeyConfig
 from podium.backends.limits import InstanceLimits
 from podium.config_flags import Flag, NotAFlag, ProcessConfig
 from podium.edge.body import DEFAULT_MAX_BODY_BYTES
+from podium.errors import InvalidArgument
 from podium.frontends import kserve_limits as kserve
 from podium.frontends.json_body import (
     DEFAULT_MAX_INFLATED_BYTES,
@@ -18,6 +19,7 @@ from podium.frontends.json_body import (
     BodyLimits,
 )
 from podium.gateway.limits import DEFAULT_MAX_HEADER_BYTES
+from podium.model_control import Mode, ModelControl
 
 Key = Annotated[str, Field(min_length=1)]
 _KEY_FLAGS = "--api-key, --api-key-file, --admin-key, --admin-key-file: cli.KeyFlags"
@@ -35,6 +37,20 @@ class ServerConfig(ProcessConfig):
         default_factory=list, description="Package directories or .tar.gz files to serve.")
     repository: Annotated[Path | None, Flag("--repository")] = Field(
         default=None, description="Serve every package found in this directory.")
+    model_control_mode: Annotated[Mode, Flag("--model-control-mode")] = Field(
+        default="podium", description="Triton's model control: podium (load all at start, "
+        "load/unload API open), none (load all, API refused), explicit (load only "
+        "--load-model names), poll (load all, then follow the --repository folder).")
+    load_models: Annotated[list[str], Flag("--load-model", metavar="NAME")] = Field(
+        default_factory=list, description="With --model-control-mode=explicit: a model to "
+        "load at start (repeatable; '*' loads all).")
+    repository_poll_secs: Annotated[float | None, Flag("--repository-poll-secs")] = Field(
+        default=None, gt=0, le=86_400, description="With --model-control-mode=poll: seconds "
+        "between polls of the repository folder (default 15).")
+    metrics_port: Annotated[int | None, Flag("--metrics-port")] = Field(
+        default=None, ge=0, le=65535, strict=True,
+        description="Also serve /metrics, with Triton's nv_inference_* metrics, on this port "
+        "(Triton's 8002); default: only on --http-port.")
     host: Annotated[str, Flag("--host")] = Field(
         default="0.0.0.0", description="Address both ports bind to.")
     http_port: Annotated[int, Flag("--http-port")] = Field(
@@ -130,6 +146,19 @@ class ServerConfig(ProcessConfig):
         Field(default="info", description="Least severe log record shown.")
 
     _access: Access | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _check_model_control(self) -> ServerConfig:
+        self.model_control()  # --load-model without explicit: refused naming the flag
+        if self.model_control_mode == "poll" and self.repository is None:
+            raise InvalidArgument("--model-control-mode=poll follows a repository folder: give "
+                                  "--repository DIR", param="--model-control-mode")
+        return self
+
+    def model_control(self) -> ModelControl:
+        """What loads at start and whether the repository API may load and unload."""
+        return ModelControl(self.model_control_mode, tuple(self.load_models),
+                            self.repository_poll_secs)
 
     def keys(self) -> KeyConfig:
         """The keys this instance was started with."""

@@ -45,6 +45,7 @@ class Instance:
         self.repository.root = self.config.repository
         self.repository.on_dead = self._engine_died
         self.repository.limits = self.config.instance_limits()
+        self.repository.control = self.config.model_control()
 
     def is_ready(self) -> bool:
         """Ready: booted, not draining, and every model loaded."""

@@ -77,12 +77,21 @@ async def _serve(instance: Instance, watchdog: ShutdownWatchdog) -> int:
     async def lifespan(app: Any) -> AsyncIterator[None]:
         instance.stop = stop
         instance.open_ports = open_grpc_port if instance.config.grpc_port >= 0 else None
+        metrics_port = None
+        if instance.config.metrics_port is not None:
+            from podium.server.metrics_port import start_metrics_port
+
+            metrics_port = await start_metrics_port(instance)
         instance.boot_task = asyncio.create_task(_boot_or_exit(instance, server))
         lag_probe = asyncio.create_task(probe_loop_lag())
         try:
             yield
         finally:
             lag_probe.cancel()
+            if metrics_port is not None:
+                from podium.server.metrics_port import stop_metrics_port
+
+                await stop_metrics_port(*metrics_port)
             watchdog.arm()  # a stop for any reason (signal, dead engine, failed boot)
             await _shutdown(instance, grpc_servers[0] if grpc_servers else None, watchdog)
 
@@ -158,6 +167,13 @@ async def _boot_or_exit(instance: Instance, server: Any) -> None:
     except BaseException:
         log.error("stopping: the instance cannot serve (see the boot error above)")
         server.should_exit = True
+        return
+    interval = instance.repository.control.poll_interval_s
+    if interval is not None:
+        from podium.server.repository_poll import poll_forever
+
+        await asyncio.gather(_watch_engines(instance, server),
+                             poll_forever(instance, server, interval))
         return
     await _watch_engines(instance, server)
 

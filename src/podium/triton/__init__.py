@@ -10,4 +10,6 @@
     decoupled       a decoupled python model's responses as a stream
     onnx_backend    Triton's onnxruntime backend on Podium's ONNX backend
     ensemble        Triton's ensemble scheduling, executed in-process
+    snapshot        one version of a model folder copied for `podium announce`
+    import_cmd      `podium import`: a version as a podium.json package (python via `shim`)
 """

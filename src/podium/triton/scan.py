@@ -35,11 +35,13 @@ def scan_triton(directory: Path) -> tuple[list[TritonPackage], Failures]:
     return packages, failures
 
 
-def model_packages(root: Path) -> list[TritonPackage]:
-    """The packages of one Triton model folder: one per version its policy serves."""
+def model_packages(root: Path, config: Any = None) -> list[TritonPackage]:
+    """The packages of one Triton model folder: one per version its policy serves (`config`:
+    a ModelConfig, already checked, that replaces config.pbtxt)."""
     where = str(root / CONFIG_NAME)
-    config = read_config(root / CONFIG_NAME)
-    check_supported(config, where)
+    if config is None:
+        config = read_config(root / CONFIG_NAME)
+        check_supported(config, where)
     if config.name and config.name != root.name:
         raise PackageError(f"{where}: name={config.name!r} differs from its folder "
                            f"{root.name!r}; Triton requires them equal", param="name")
