@@ -21,6 +21,7 @@ from podium.constraints.spec.admission import validate_constraint
 from podium.errors import InvalidArgument
 from podium.metrics.server import REGISTRY
 from tests.support.catalog import make_titles
+from tests.support.polling import async_eventually
 
 TITLES = make_titles(4000)
 
@@ -128,7 +129,7 @@ async def test_a_worker_that_dies_mid_compile_loses_no_request(
     dead = worker._proc.pid
     big = validate_constraint({"type": "choice", "choices": make_titles(30000)[4000:]})
     pending = asyncio.ensure_future(compiler.compile(big))
-    await asyncio.sleep(0.05)  # the spec is in the worker
+    assert await async_eventually(lambda: worker._waiting)  # the spec is in the worker
     os.kill(dead, signal.SIGKILL)
     result = await pending
     assert result.key and result.compiler == "thread"  # the server's threads took it over
