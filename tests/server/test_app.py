@@ -183,8 +183,7 @@ async def test_headers_over_the_limit_are_431_then_good() -> None:
     server = uvicorn.Server(uvicorn_config(build_app(instance), config))
     task = asyncio.create_task(server.serve())
     try:
-        while not server.started:
-            await asyncio.sleep(0.02)
+        assert await async_eventually(lambda: server.started, 30)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             r = await client.post(CHAT, json=GOOD, headers={"x-big": "a" * 5000})
             assert r.status_code == 431, r.text
