@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +33,8 @@ def _spec(n: int, start: int = 0) -> dict[str, Any]:
 async def _ready(compiler: ConstraintPrecompiler, timeout_s: float = 120) -> Any:
     """The worker, once it has said ready (the first compile starts it)."""
     worker = compiler._worker
-    deadline = time.monotonic() + timeout_s
-    while not worker.ready():
-        assert time.monotonic() < deadline, "the compile worker never became ready"
-        await asyncio.sleep(0.05)
+    assert await async_eventually(worker.ready, timeout_s), \
+        "the compile worker never became ready"
     return worker
 
 
