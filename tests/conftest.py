@@ -59,7 +59,8 @@ LORA_CPU_SLOTS = 6
 
 TIER_FIXTURES = {
     "engine": {"instance": "tests.conftest", "openai_client": "tests.conftest",
-               "spare_instance": "tests.conftest"},
+               "spare_instance": "tests.conftest",
+               "constrained_run": "tests.constraints.conftest"},
     "postgres": {"postgres_url": "tests.control.conftest",
                  "fresh_postgres": "tests.control.conftest"},
     "ray": {"ray_cluster": "tests.control.test_ray_runtime",

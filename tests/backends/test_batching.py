@@ -12,6 +12,7 @@ import pytest
 
 from podium.backends.batching import BatchingConfig, DynamicBatcher
 from podium.errors import BackendDead, BackendError, InvalidArgument
+from tests.support.polling import async_eventually
 
 
 class Recorder:
@@ -157,7 +158,7 @@ def test_requests_arriving_during_a_call_form_the_next_batch() -> None:
         batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=16, max_queue_delay_s=0))
         try:
             first = asyncio.create_task(batcher.submit(0))
-            await asyncio.sleep(0.03)  # the model is busy with [0]
+            assert await async_eventually(lambda: model.batches)  # the model is busy with [0]
             await submit_all(batcher, list(range(1, 6)))
             await first
         finally:
@@ -240,12 +241,12 @@ def test_a_fault_in_the_loop_fails_its_batch_logs_it_and_the_loop_goes_on(
     assert record.exc_info is not None and "bookkeeping broke" in str(record.exc_info[1])
 
 
-async def _kill_during_call(batcher: DynamicBatcher, item: int,
+async def _kill_during_call(batcher: DynamicBatcher, model: Recorder, item: int,
                             queued: list[int] = ()) -> tuple[BaseException, list[asyncio.Task]]:
     """Submit `item` (then `queued`, which wait behind it), cancel the loop's task while the
     model runs `item`; the request's error and the queued requests."""
     waiting = asyncio.create_task(batcher.submit(item))
-    await asyncio.sleep(0.05)  # the model is busy with it
+    assert await async_eventually(lambda: [item] in model.batches)  # the model is busy with it
     behind = [asyncio.create_task(batcher.submit(i)) for i in queued]
     await asyncio.sleep(0)
     assert batcher._task is not None
@@ -265,7 +266,7 @@ def test_a_killed_loop_fails_its_batch_at_once_and_is_restarted(
         batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=4, max_queue_delay_s=0),
                                  name="m", version="1", max_restarts=1)
         try:
-            error, (queued,) = await _kill_during_call(batcher, 1, [4])
+            error, (queued,) = await _kill_during_call(batcher, model, 1, [4])
             # the queued request is served by the restarted loop; so is a later one
             assert await asyncio.wait_for(queued, 5) == 8
             return error, await asyncio.wait_for(batcher.submit(5), 5), batcher.is_alive()
@@ -287,7 +288,7 @@ def test_a_loop_killed_past_its_restarts_is_dead_and_fails_fast() -> None:
         batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=4, max_queue_delay_s=0),
                                  name="m", version="1", max_restarts=0)
         try:
-            error, (queued,) = await _kill_during_call(batcher, 1, [2])
+            error, (queued,) = await _kill_during_call(batcher, model, 1, [2])
             assert isinstance(error, BackendDead)
             with pytest.raises(BackendDead, match="m@1 is dead"):
                 await asyncio.wait_for(queued, 1)

@@ -12,6 +12,7 @@ import pytest
 from podium.backends.batching import BatchingConfig, DynamicBatcher
 from podium.errors import Overloaded
 from podium.metrics.server import REGISTRY
+from tests.support.polling import async_eventually
 
 
 def num_refused(model: str, reason: str) -> float:
@@ -36,8 +37,7 @@ class Gate:
 
 
 async def _wait_started(model: Gate) -> None:
-    while not model.started.is_set():
-        await asyncio.sleep(0.001)
+    assert await async_eventually(model.started.is_set)
 
 
 def test_a_full_queue_refuses_at_once_and_the_refused_request_never_runs() -> None:
@@ -50,7 +50,7 @@ def test_a_full_queue_refuses_at_once_and_the_refused_request_never_runs() -> No
             running = asyncio.ensure_future(batcher.submit(0))  # occupies the model
             await _wait_started(model)
             queued = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
-            await asyncio.sleep(0.01)
+            assert await async_eventually(lambda: len(batcher._pending) == 2)
             started = time.monotonic()
             with pytest.raises(Overloaded, match=r"queue is full \(2 requests waiting, "
                                                  r"max_queue=2\)") as refused:
@@ -127,9 +127,9 @@ def test_a_client_that_leaves_the_queue_is_never_run() -> None:
             running = asyncio.ensure_future(batcher.submit(0))
             await _wait_started(model)
             leaving = asyncio.ensure_future(batcher.submit(1))
-            await asyncio.sleep(0.01)
+            assert await async_eventually(lambda: len(batcher._pending) == 1)  # queued
             leaving.cancel()
-            await asyncio.sleep(0.01)
+            await asyncio.gather(leaving, return_exceptions=True)  # it left the queue
             model.opened.set()
             assert await running == 0
             assert await batcher.submit(2) == 4
@@ -166,11 +166,10 @@ def test_leaving_or_timing_out_behind_other_array_requests_removes_only_that_one
         batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=1, queue_timeout_s=0.2))
         try:
             running = asyncio.ensure_future(batcher.submit(np.array([0.0, 0.5])))
-            while not seen:
-                await asyncio.sleep(0.001)
+            assert await async_eventually(lambda: seen)
             first = asyncio.ensure_future(batcher.submit(np.array([1.0, 1.5])))
             leaving = asyncio.ensure_future(batcher.submit(np.array([2.0, 2.5])))
-            await asyncio.sleep(0.01)
+            assert await async_eventually(lambda: len(batcher._pending) == 2)
             leaving.cancel()
             with pytest.raises(Overloaded):
                 await first

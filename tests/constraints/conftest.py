@@ -48,3 +48,27 @@ def precompiler(smol_dir: Path):
     from podium.constraints.compile.precompile import ConstraintPrecompiler
 
     return ConstraintPrecompiler(str(smol_dir), 49152)
+
+
+@pytest.fixture(scope="session")
+def constrained_run(smol_dir: Path, smol_dtype: str, constraint_cache: Path,
+                    tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every scenario of tests/support/constrained_scenarios.py on ONE real engine: vLLM's
+    `LLM` in a script that imports Podium at the top (tests/support/constrained_llm.py),
+    for test_engine.py and test_import.py. Tests using it carry the `engine` mark."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.support.harness import ROOT
+
+    out = tmp_path_factory.mktemp("constrained") / "report.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
+                                         if p)}
+    # run as a file: the spawned engine processes re-import it
+    done = subprocess.run([sys.executable, str(ROOT / "tests/support/constrained_llm.py"),
+                           str(smol_dir), smol_dtype, str(out)], capture_output=True,
+                          text=True, timeout=1500, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())

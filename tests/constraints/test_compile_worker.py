@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from podium.constraints.spec.admission import validate_constraint
 from podium.errors import InvalidArgument
 from podium.metrics.server import REGISTRY
 from tests.support.catalog import make_titles
+from tests.support.polling import async_eventually
 
 TITLES = make_titles(4000)
 
@@ -33,10 +33,8 @@ def _spec(n: int, start: int = 0) -> dict[str, Any]:
 async def _ready(compiler: ConstraintPrecompiler, timeout_s: float = 120) -> Any:
     """The worker, once it has said ready (the first compile starts it)."""
     worker = compiler._worker
-    deadline = time.monotonic() + timeout_s
-    while not worker.ready():
-        assert time.monotonic() < deadline, "the compile worker never became ready"
-        await asyncio.sleep(0.05)
+    assert await async_eventually(worker.ready, timeout_s), \
+        "the compile worker never became ready"
     return worker
 
 
@@ -128,7 +126,7 @@ async def test_a_worker_that_dies_mid_compile_loses_no_request(
     dead = worker._proc.pid
     big = validate_constraint({"type": "choice", "choices": make_titles(30000)[4000:]})
     pending = asyncio.ensure_future(compiler.compile(big))
-    await asyncio.sleep(0.05)  # the spec is in the worker
+    assert await async_eventually(lambda: worker._waiting)  # the spec is in the worker
     os.kill(dead, signal.SIGKILL)
     result = await pending
     assert result.key and result.compiler == "thread"  # the server's threads took it over

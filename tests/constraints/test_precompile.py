@@ -23,6 +23,7 @@ from podium.constraints.spec.admission import validate_constraint
 from podium.frontends.openai import COMPILE_HEADER
 from tests.support.catalog import make_titles
 from tests.support.openai_instance import CHAT, ContextBackend, client_for, openai_app
+from tests.support.polling import eventually
 
 USER = [{"role": "user", "content": "pick three"}]
 
@@ -156,10 +157,8 @@ def test_the_host_directory_is_trimmed_beside_the_compiles_oldest_first(
     compiler = ConstraintPrecompiler(str(smol_dir), 49152, store=store)
     keys = [compiler.compile_now(validate_constraint(
         {"type": "choice", "choices": [f"title {i}", f"other {i}"]})).key for i in range(256)]
-    deadline = time.monotonic() + 30
-    while store._trimming.locked():  # taken by a put past the budget until its scan is done
-        assert time.monotonic() < deadline, "the trim never finished"
-        time.sleep(0.05)
+    # the lock is taken by a put past the budget until its scan is done
+    assert eventually(lambda: not store._trimming.locked(), 30), "the trim never finished"
     files = list((tmp_path / "forms").glob("*.form"))
     assert sum(f.stat().st_size for f in files) <= 64 << 10
     assert (tmp_path / "forms" / f"{keys[-1]}.form").exists()  # the newest stays

@@ -64,7 +64,7 @@ def test_a_dead_gateway_is_restarted(tmp_path: Path) -> None:
     [pid] = gateways.pids()
     try:
         os.kill(pid, signal.SIGKILL)
-        time.sleep(1.1)  # restarts are at least a second apart
+        # restarts are at least a second apart: the wait polls until there is one
         wait(lambda: (gateways.poll(), gateways.pids() != [pid])[1], what="the restart")
         assert alive(gateways.pids()[0])
     finally:

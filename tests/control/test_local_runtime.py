@@ -18,6 +18,7 @@ from podium.control.runtime.base import READY
 from podium.control.runtime.local import BOOT_NICE, SERVE_NICE, LocalRuntime
 from podium.control.store import Store
 from podium.routes.table import RouteTable
+from tests.support.polling import eventually
 
 FAKE = Path(__file__).parents[1] / "support" / "fake_serve.py"
 
@@ -223,10 +224,8 @@ def test_a_plane_killed_between_spawn_and_record_leaves_no_orphan(env: Env) -> N
                            capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert crash.returncode == 9, crash.stderr
-    deadline = time.monotonic() + 10
     try:
-        while _running(package) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        eventually(lambda: not _running(package), 10)
         assert _running(package) == [], "an instance outlived the plane unrecorded"
     finally:
         for orphan in _running(package):

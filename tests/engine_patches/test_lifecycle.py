@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from podium.engine_patches import lifecycle
+from tests.support.polling import eventually
 
 # The "engine core": registers the plugin, says its process group, and records a SIGTERM.
 ENGINE = textwrap.dedent("""
@@ -51,10 +52,8 @@ def _start(tmp_path: Path, parent: str) -> tuple[subprocess.Popen, Path]:
     env = {k: v for k, v in os.environ.items() if k != lifecycle.PARENT_ENV}
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(out), parent, ENGINE],
                               env=env, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not out.exists() or not out.read_text():
-        assert time.monotonic() < deadline, "the engine process did not start"
-        time.sleep(0.05)
+    assert eventually(lambda: out.exists() and out.read_text(), 30), \
+        "the engine process did not start"
     return server, out
 
 

@@ -30,6 +30,7 @@ from tests.support.openai_instance import (
     client_for,
     openai_app,
 )
+from tests.support.polling import async_eventually
 from tests.support.ports import free_port
 
 MB = 1024 * 1024
@@ -324,8 +325,7 @@ async def test_a_100_kb_header_is_a_431_and_the_server_keeps_serving() -> None:
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
-        while not server.started:
-            await asyncio.sleep(0.02)
+        assert await async_eventually(lambda: server.started, 30)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             r = await client.post(CHAT, json=GOOD[CHAT], headers={"x-big": "a" * 100_000})
             assert r.status_code == 431, r.text

@@ -16,7 +16,7 @@ from podium.gateway.hold import Hold
 from podium.gateway.proxy import Gateway
 from podium.routes.sync import SyncAnswer, TableFollower, snapshot
 from podium.routes.table import Endpoint, RouteTable
-from tests.support.polling import eventually
+from tests.support.polling import async_eventually, eventually
 from tests.support.servers import Served, upstream
 
 
@@ -139,8 +139,7 @@ def test_a_hold_counts_per_version_while_waiting() -> None:
             return "target" if ready.is_set() else None
 
         tasks = [asyncio.create_task(hold.until_routable("m", "1", attempt)) for _ in range(2)]
-        await asyncio.sleep(0.05)
-        assert hold.counts() == {"m": {"1": 2}}
+        assert await async_eventually(lambda: hold.counts() == {"m": {"1": 2}})
         ready.set()
         return await asyncio.gather(*tasks)
 

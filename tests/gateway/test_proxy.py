@@ -226,9 +226,7 @@ def test_draining_instance_finishes_in_flight_and_takes_no_new_requests(
     slow = threading.Thread(target=lambda: out.update(
         r=front.client.post("/v2/models/iris/versions/1/slow", params={"s": "2"}, json={})))
     slow.start()
-    deadline = time.monotonic() + 5
-    while first.num_in_flight + second.num_in_flight == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: first.num_in_flight + second.num_in_flight > 0)
     busy = first if first.num_in_flight else second
     front.table.drain(busy.id)
     other = second if busy is first else first

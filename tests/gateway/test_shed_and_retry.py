@@ -18,7 +18,7 @@ from starlette.routing import Route
 from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
 from podium.routes.table import Endpoint
-from tests.support.polling import eventually, metric_sample
+from tests.support.polling import async_eventually, eventually, metric_sample
 from tests.support.servers import Dropper, RawServer, Served, upstream
 
 
@@ -213,8 +213,7 @@ def test_a_cancelled_request_gives_its_place_under_the_bound_back(v1: Served) ->
             pass
 
         task = asyncio.create_task(gateway.handle(scope, receive, send))
-        while endpoint.num_in_flight == 0:
-            await asyncio.sleep(0.01)
+        assert await async_eventually(lambda: endpoint.num_in_flight > 0)
         task.cancel()  # as a server shutting down, or a client's cancellation, does
         await asyncio.gather(task, return_exceptions=True)
         await gateway.aclose()

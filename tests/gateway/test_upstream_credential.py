@@ -15,6 +15,7 @@ from podium.gateway.grpc_proxy import _metadata
 from podium.gateway.health import run_health_checks
 from podium.gateway.proxy import Gateway
 from podium.routes.table import Endpoint, RouteTable
+from tests.support.polling import async_eventually
 from tests.support.servers import Served, upstream
 
 CREDENTIAL = "internal-credential"
@@ -86,10 +87,6 @@ async def test_health_checks_send_the_credential(sealed_instance: Served,
     task: asyncio.Task[Any] = asyncio.create_task(
         run_health_checks(table, interval_s=0.05, credential=credential))
     try:
-        for _ in range(100):
-            if table.endpoint("iris-1").healthy is healthy:
-                break
-            await asyncio.sleep(0.05)
-        assert table.endpoint("iris-1").healthy is healthy
+        assert await async_eventually(lambda: table.endpoint("iris-1").healthy is healthy)
     finally:
         task.cancel()

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from podium.errors.interceptor import ErrorInterceptor
 from podium.metrics import request_log, server
 from podium.metrics.grpc_log import track_grpc
+from tests.support.polling import async_eventually
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -92,9 +91,7 @@ async def _logged(out: io.StringIO, timeout_s: float = 10) -> list[dict[str, Any
     """The log lines once there are any: an aborted RPC's status reaches the client before the
     server's handler unwinds through track_grpc, which logs and counts it (once, the whole
     suite's load let the test read the log first)."""
-    deadline = time.monotonic() + timeout_s
-    while not out.getvalue() and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    await async_eventually(out.getvalue, timeout_s)
     return [json.loads(x) for x in out.getvalue().splitlines()]
 
 

@@ -1,17 +1,26 @@
 """The default model packaged at int8 serves on the real engine, close to the full-precision
 model: its log-likelihood of a fixed prompt set and its greedy continuations are measured
 against the shared instance's (the default package, `precision: auto`: bf16, or fp32 on a CPU
-without bf16 instructions; tests/support/quality.py; the full table is bench/precision.py)."""
+without bf16 instructions; tests/support/quality.py; the full table is bench/precision.py).
+
+Its instance is also the suite's preloader-bypass case (one engine start for both): its
+preloader is killed before the engine starts, and it must boot anyway, spawning its engine
+the usual way with a warning (the preloaded case is the session instance,
+tests/preload/test_preloaded_real.py). Which way the engine process started does not change
+what it computes."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import LLM
-from tests.support.harness import RunningInstance, running_instance
+from tests.support.harness import RunningInstance
+from tests.support.preloader import assert_bypassed, start_bypassed
 from tests.support.quality import closeness, score
 
 pytestmark = pytest.mark.engine
@@ -31,12 +40,33 @@ def int8_package(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Pa
     return package.root
 
 
-def test_an_int8_package_serves_close_to_bf16(instance: RunningInstance, int8_package: Path,
-                                              tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def int8_instance(int8_package: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningInstance]:
+    """The int8 package served, its preloader killed before its engine started."""
+    log = tmp_path_factory.mktemp("int8-log") / "int8.log"
+    running = start_bypassed([str(int8_package)], log)
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+def test_a_preloader_killed_before_the_engine_starts_is_bypassed(
+        int8_instance: RunningInstance) -> None:
+    assert_bypassed(int8_instance)
+    r = httpx.post(f"{int8_instance.openai_url}/chat/completions", timeout=120,
+                   json={"model": INT8, "max_tokens": 2,
+                         "messages": [{"role": "user", "content": "Hi"}]})
+    assert r.status_code == 200, r.text
+
+
+def test_an_int8_package_serves_close_to_bf16(instance: RunningInstance,
+                                              int8_instance: RunningInstance) -> None:
     reference = score(instance.openai_url, LLM, headers=instance.headers())
-    with running_instance([str(int8_package)], tmp_path / "int8.log") as int8:
-        scored = score(int8.openai_url, INT8)
-        log = int8.log()
+    scored = score(int8_instance.openai_url, INT8)
+    log = int8_instance.log()
     # vLLM names the scheme it serves the Linears with ("Selected <kernel> for <scheme>")
     assert "for CompressedTensorsW8A8Int8" in log, log[-3000:]
     close = closeness(scored, reference)

@@ -16,6 +16,7 @@ from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 from podium.server.serve import _watch_engines
 from tests.support.fake_backends import FakeEngineBackend, add_ready
+from tests.support.polling import async_eventually
 
 
 def _instance() -> tuple[Instance, FakeEngineBackend, list[str]]:
@@ -66,8 +67,11 @@ async def test_the_poll_finds_an_engine_that_died_between_requests() -> None:
     instance, backend, _ = _instance()
     server = SimpleNamespace(should_exit=False)
     instance.stop = lambda: setattr(server, "should_exit", True)
+    polls: list[None] = []
+    check_alive = instance.repository.check_alive
+    instance.repository.check_alive = lambda: (polls.append(None), check_alive())[1]
     watcher = asyncio.create_task(_watch_engines(instance, server, interval_s=0.01))
-    await asyncio.sleep(0.05)
+    assert await async_eventually(lambda: len(polls) >= 3)
     assert not server.should_exit, "a live engine keeps the instance running"
     backend.alive = False
     await asyncio.wait_for(watcher, 2)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,8 @@ from podium.backends.base import InferenceRequest, Tensor
 from podium.errors import BackendError, InvalidArgument, NotFound, PackageError
 from podium.package.package import build_package, write_manifest
 from podium.repository import ModelRepository, VersionPolicy, scan_repository
+from podium.repository.entry import UNLOADING
+from tests.support.polling import async_eventually
 from tests.support.versioned import write_versioned
 
 
@@ -109,7 +110,7 @@ def test_a_lease_resolves_the_version_once_and_holds_it(tmp_path: Path) -> None:
         async with repository.lease("m") as entry:
             assert (entry.name, entry.version, entry.in_flight) == ("m", "2", 1)
             unload = asyncio.create_task(repository.unload("m", "2"))
-            await asyncio.sleep(0.05)
+            assert await async_eventually(lambda: entry.state == UNLOADING)
             assert not unload.done(), "unload waits for the lease"
             assert await served_version(repository, "m") == 1  # new requests go elsewhere
         await unload
@@ -125,11 +126,11 @@ def test_unload_lets_in_flight_requests_finish(tmp_path: Path) -> None:
     async def run() -> None:
         repository = ModelRepository(root=tmp_path)
         await repository.load_model("slow")
+        entry = repository.find("slow")
         in_flight = asyncio.create_task(served_version(repository, "slow"))
-        await asyncio.sleep(0.05)  # the request is inside execute now
-        started = time.perf_counter()
+        assert await async_eventually(lambda: entry.in_flight == 1)  # the request holds it
         await repository.unload("slow")
-        assert time.perf_counter() - started > 0.15  # unload waited for the request
+        assert in_flight.done()  # unload waited for the request
         assert await in_flight == 1.0
         with pytest.raises(NotFound):
             await served_version(repository, "slow")

@@ -11,10 +11,12 @@ import json
 import httpx
 import pytest
 
+from podium.repository.entry import UNLOADING
 from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 from tests.support.fake_backends import FakeLlmBackend, add_ready
+from tests.support.polling import async_eventually
 from tests.support.ports import free_port
 
 CHAT = "/v1/chat/completions"
@@ -144,8 +146,9 @@ async def test_unload_waits_for_in_flight_request() -> None:
         request = asyncio.create_task(client.post(CHAT, json=GOOD))
         while not backend.chat.requests:
             await asyncio.sleep(0.01)
+        entry = instance.repository.find("fake-llm")
         unload = asyncio.create_task(instance.repository.unload("fake-llm"))
-        await asyncio.sleep(0.05)
+        assert await async_eventually(lambda: entry.state == UNLOADING)
         assert not unload.done(), "unload must wait for the in-flight request"
         r = await client.post(CHAT, json=GOOD)
         assert r.status_code in (404, 503)  # no new requests on an unloading model
@@ -180,8 +183,7 @@ async def test_headers_over_the_limit_are_431_then_good() -> None:
     server = uvicorn.Server(uvicorn_config(build_app(instance), config))
     task = asyncio.create_task(server.serve())
     try:
-        while not server.started:
-            await asyncio.sleep(0.02)
+        assert await async_eventually(lambda: server.started, 30)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             r = await client.post(CHAT, json=GOOD, headers={"x-big": "a" * 5000})
             assert r.status_code == 431, r.text

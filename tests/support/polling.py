@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -16,6 +17,18 @@ def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)
+    return True
+
+
+async def async_eventually(condition: Callable[[], object], timeout_s: float = 5.0) -> bool:
+    """`eventually` inside an event loop: True once `condition` holds, yielding to the loop
+    between checks (a task or thread the test waits for keeps running), False after
+    `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.005)
     return True
 
 

@@ -18,9 +18,12 @@ ERROR = {"error": {"message": "Grammar error: Unimplemented keys", "type": "BadR
 
 
 async def _chunks(*chunks: str, closed: list[bool] | None = None,
-                  wait: asyncio.Event | None = None) -> AsyncIterator[str]:
+                  wait: asyncio.Event | None = None,
+                  waiting: asyncio.Event | None = None) -> AsyncIterator[str]:
     try:
         if wait is not None:
+            if waiting is not None:
+                waiting.set()
             await wait.wait()
         for chunk in chunks:
             yield chunk
@@ -66,9 +69,11 @@ def test_cancelled_while_waiting_for_the_first_chunk_closes_the_stream() -> None
     closed: list[bool] = []
 
     async def go() -> None:
+        waiting = asyncio.Event()
         task = asyncio.ensure_future(_first_chunk(_chunks("data: x\n\n", closed=closed,
-                                                          wait=asyncio.Event())))
-        await asyncio.sleep(0.05)
+                                                          wait=asyncio.Event(),
+                                                          waiting=waiting)))
+        await asyncio.wait_for(waiting.wait(), 5)  # the stream waits for its first chunk
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
