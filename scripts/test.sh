@@ -9,6 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PODIUM_HOME="${PODIUM_HOME:-$PWD/.podium}"
 export HF_HUB_OFFLINE=1
+# pytest caches its rewritten test modules as bytecode; with PYTHONDONTWRITEBYTECODE set (some
+# images do) every run and every xdist worker rewrites ~600 modules again (~4-12 s a process)
+unset PYTHONDONTWRITEBYTECODE
 
 .venv/bin/ruff check src tests bench
 
