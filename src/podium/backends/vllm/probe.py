@@ -24,7 +24,7 @@ from podium.backends.vllm.admission import Rates
 PREFILL_TOKENS = 256
 BATCH = 8
 DECODE_PROMPT_TOKENS = 8
-DECODE_TOKENS = 16
+DECODE_TOKENS = 10
 
 
 async def measure(engine: Any, task: str) -> Rates:
