@@ -72,7 +72,7 @@ def test_the_admission_flags_of_podium_serve_reach_every_backend(monkeypatch) ->
     assert Instance(configs[1]).repository.limits == InstanceLimits()  # the packages decide
     with pytest.raises(InvalidArgument, match="--max-queue 0"):
         serve_with("--max-queue", "0")
-    with pytest.raises(InvalidArgument, match="--admission-target-wait-s 0.5"):
+    with pytest.raises(InvalidArgument, match=r"--admission-target-wait-s 0\.5"):
         serve_with("--admission-target-wait-s", "0.5")
     serve_with("--admission-target-wait-s", "60")  # followed by a good one
     assert Instance(configs[-1]).repository.limits.admission_target_wait_s == 60
