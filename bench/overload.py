@@ -1,11 +1,16 @@
-"""Overload: offered load at 4x measured capacity against one LLM instance, Podium vs
-`vllm serve` with its defaults vs `vllm serve --max-num-queued-reqs` set to Podium's limit.
+"""Overload: 4x measured capacity against one LLM instance, Podium vs `vllm serve`, defaults.
+
+Podium with its defaults (admission bounds measured at boot for `--target-wait` seconds) vs
+`vllm serve` with its defaults (no admission limit), and optionally `vllm serve
+--max-num-queued-reqs N` (`vllm-limited`).
 
     python -m bench.overload [--seconds 60] [--factor 4] [--concurrency 16]
-                             [--queued-reqs 32] [--servers podium,vllm,vllm-limited]
+                             [--target-wait 30] [--queued-reqs N]
+                             [--servers podium,vllm[,vllm-limited]]
 
-For each server, in turn, on the same model (the default package, smollm2-135m-instruct, with
-its engine args for all three so only admission differs):
+`--queued-reqs N` gives Podium (and `vllm-limited`) an explicit `--max-num-queued-reqs` instead
+of the measured one. For each server, in turn, on the same model (the default package,
+smollm2-135m-instruct, with its engine args for every server so only admission differs):
 
 1. capacity: a closed loop of `--concurrency` clients for `--capacity-seconds`; capacity is the
    completed requests per second, and its p99 TTFT the baseline;
@@ -15,9 +20,10 @@ its engine args for all three so only admission differs):
    one-second window's p99 TTFT is within 1.5x of the baseline again.
 
 Reports per server: share answered 2xx, p99 TTFT of the admitted, median and p99 time to answer
-a rejected one, 5xx count, recovery seconds; then Podium's ratios against the targets
-(admitted p99 TTFT <= 2x its capacity p99 and <= 0.5x `vllm serve`'s, rejections <= 50 ms,
-0 5xx, recovery <= 5 s). A stream that starts with 200 and then carries an error event counts
+a rejected one, 5xx count, recovery seconds, and Podium's admission bounds as its model config
+shows them (the measured rates behind them); then Podium against the targets (admitted p99
+TTFT within the target wait and <= 0.5x `vllm serve`'s, rejections <= 50 ms at p99, 0 5xx,
+recovery <= 5 s). A stream that starts with 200 and then carries an error event counts
 as an error of its status (vLLM's in-stream overload error counts as 5xx: its code is 503).
 """
 
@@ -189,13 +195,16 @@ def servers(opts: argparse.Namespace, package_root: Path, model_dir: Path, engin
             vllm.append("--no-" + key.replace("_", "-"))
         else:
             vllm += [flag, str(value)]
-    return {
-        "podium": [sys.executable, "-m", "podium.cli", "serve", str(package_root), "--host",
-                   "127.0.0.1", "--http-port", "{port}", "--grpc-port", "-1",
-                   "--max-num-queued-reqs", str(opts.queued_reqs)],
-        "vllm": vllm,
-        "vllm-limited": [*vllm, "--max-num-queued-reqs", str(opts.queued_reqs)],
-    }
+    podium = [sys.executable, "-m", "podium.cli", "serve", str(package_root), "--host",
+              "127.0.0.1", "--http-port", "{port}", "--grpc-port", "-1",
+              "--admission-target-wait-s", str(opts.target_wait)]
+    limited = ["--max-num-queued-reqs", str(opts.queued_reqs)] if opts.queued_reqs else []
+    return {"podium": podium + limited, "vllm": vllm, "vllm-limited": vllm + limited}
+
+
+def podium_admission(url: str) -> dict[str, Any]:
+    """The admission bounds in force on Podium's instance and the rates behind them."""
+    return httpx.get(f"{url}/v2/models/{MODEL}/config", timeout=30).json().get("admission", {})
 
 
 def add_phase_args(parser: argparse.ArgumentParser) -> None:
@@ -211,10 +220,13 @@ def add_phase_args(parser: argparse.ArgumentParser) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_phase_args(parser)
-    parser.add_argument("--queued-reqs", type=int, default=32,
-                        help="max_num_queued_reqs of Podium and of the limited vllm serve")
+    parser.add_argument("--target-wait", type=float, default=30,
+                        help="Podium's --admission-target-wait-s")
+    parser.add_argument("--queued-reqs", type=int, default=None,
+                        help="max_num_queued_reqs of Podium (instead of the measured one) and "
+                             "of vllm-limited")
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--servers", default="podium,vllm,vllm-limited")
+    parser.add_argument("--servers", default="podium,vllm")
     opts = parser.parse_args()
 
     home = Path(os.environ.get("PODIUM_HOME", ROOT / ".podium"))
@@ -234,8 +246,9 @@ def main() -> int:
     print(resolved.describe(MODEL), flush=True)
     commands = servers(opts, package.root, model_dir, engine_args)
     logs = Path(tempfile.mkdtemp(prefix="podium-overload-"))
-    print(f"{MODEL}: spike {opts.factor}x capacity for {opts.seconds}s, max_num_queued_reqs "
-          f"{opts.queued_reqs}; logs in {logs}", flush=True)
+    print(f"{MODEL}: spike {opts.factor}x capacity for {opts.seconds}s, Podium's target wait "
+          f"{opts.target_wait}s, max_num_queued_reqs {opts.queued_reqs or 'measured'}; logs in "
+          f"{logs}", flush=True)
     results: dict[str, dict[str, Any]] = {}
     for name in opts.servers.split(","):
         port = free_port()
@@ -244,13 +257,16 @@ def main() -> int:
         ready = url + ("/health/ready" if name == "podium" else "/health")
         with serve(command, ready, log=logs / f"{name}.log", env=env, timeout_s=600,
                    poll_s=0.5, stop_timeout_s=120):
+            admission = podium_admission(url) if name == "podium" else None
             results[name] = measure(completion(url, opts.max_tokens), opts)
+            if admission is not None:
+                results[name]["admission"] = admission
         print(json.dumps({"server": name, **results[name]}), flush=True)
-    report(results)
+    report(results, opts.target_wait)
     return 0
 
 
-def report(results: dict[str, dict[str, Any]]) -> None:
+def report(results: dict[str, dict[str, Any]], target_wait: float) -> None:
     keys = ["share_2xx", "capacity_p99_ttft_s", "admitted_p99_ttft_s", "reject_p99_ms",
             "num_5xx", "recovery_s"]
     print(f"\n{'server':<14}" + "".join(f"{k:>22}" for k in keys))
@@ -259,8 +275,13 @@ def report(results: dict[str, dict[str, Any]]) -> None:
     mine = results.get("podium")
     if mine is None:
         return
-    print(f"\npodium admitted p99 / its capacity p99: "
-          f"{mine['admitted_p99_ttft_s'] / mine['capacity_p99_ttft_s']:.2f}x (target <= 2x)")
+    bounds = mine.get("admission") or {}
+    print(f"\npodium admission: max_num_queued_reqs {bounds.get('max_num_queued_reqs')}, "
+          f"max_num_queued_tokens {bounds.get('max_num_queued_tokens')} "
+          f"({bounds.get('sources')}), rates {bounds.get('rates')}")
+    print(f"podium admitted p99 TTFT: {mine['admitted_p99_ttft_s']} s (target <= "
+          f"{target_wait:g} s, the target wait); / its capacity p99: "
+          f"{mine['admitted_p99_ttft_s'] / mine['capacity_p99_ttft_s']:.2f}x")
     if "vllm" in results:
         print(f"podium admitted p99 / vllm serve's: "
               f"{mine['admitted_p99_ttft_s'] / results['vllm']['admitted_p99_ttft_s']:.2f}x "

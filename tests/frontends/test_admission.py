@@ -228,3 +228,34 @@ async def test_a_model_without_a_batcher_is_bounded_too(tmp_path: Path) -> None:
         gate.set()
         assert [b.status_code for b in await asyncio.gather(*busy)] == [200, 200]
         assert (await client.post("/v2/models/slow/infer", json=ROW)).status_code == 200
+
+
+@pytest.mark.parametrize(("refusal", "limit"), _refusals())
+async def test_a_full_engine_refuses_before_the_body_is_validated(refusal: type,
+                                                                 limit: str) -> None:
+    from types import SimpleNamespace
+
+    app, serving = openai_app()
+    backend = app.state.instance.repository.entries()[0].backend
+    full = SimpleNamespace(asked=[])
+
+    def check_admission(n: int = 1) -> None:  # vLLM's AsyncLLM.check_admission
+        full.asked.append(n)
+        if refusal is not None:
+            raise refusal()
+
+    backend.engine = SimpleNamespace(check_admission=check_admission)
+    async with client_for(app) as client:
+        r = await client.post(CHAT, json={**GOOD[CHAT], "n": 2})
+        _assert_openai_429(r, limit)
+        assert serving.requests == [] and full.asked == [2]  # vLLM's serving never ran
+        refusal = None
+        assert (await client.post(CHAT, json=GOOD[CHAT])).status_code == 200
+        assert (await client.post("/tokenize", json={"prompt": "x"})).status_code == 200
+        assert full.asked == [2, 1]  # tokenize adds no engine request: not checked
+
+
+def _assert_openai_429(r: Any, limit: str) -> None:
+    assert r.status_code == 429, r.text
+    assert r.headers["Retry-After"] == "1"
+    assert r.json()["error"]["param"] == limit

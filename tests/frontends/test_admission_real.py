@@ -1,7 +1,10 @@
 """vLLM's own admission control on the shared real instance (`--max-num-queued-tokens`, see
 tests/conftest.py): a burst of long prompts past the prefill backlog gets 429s in the OpenAI
 shape on /v1 and RESOURCE_EXHAUSTED on gRPC, never a 5xx; `vllm:admission_rejections` counts
-them in /metrics; a good request follows."""
+them in /metrics; a good request follows. The bound no flag sets (`max_num_queued_reqs`) is
+the one measured at boot on this machine, shown by the model's config and logged; a burst past
+it is shed with Retry-After; a request whose deadline the engine cannot meet is refused at
+once, on /v1 and on gRPC."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.conftest import API_KEY, LLM, MAX_NUM_QUEUED_TOKENS
+from tests.conftest import API_KEY, EMBEDDER, LLM, MAX_NUM_QUEUED_TOKENS
 
 pytestmark = pytest.mark.engine
 
@@ -74,5 +77,80 @@ def test_a_prefill_backlog_is_refused_with_429_and_resource_exhausted(instance) 
     refused = statuses.count(429) + codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED)
     assert _rejections(instance.http_url) - before >= refused
     good = httpx.post(f"{instance.http_url}/v1/completions", headers=HEADERS, timeout=120,
+                      json={"model": LLM, "prompt": "Hello", "max_tokens": 2})
+    assert good.status_code == 200, good.text
+
+
+def _admission(base: str, model: str) -> dict:
+    r = httpx.get(f"{base}/v2/models/{model}/config", headers=HEADERS, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["admission"]
+
+
+def test_the_bounds_no_flag_sets_are_measured_on_this_machine(instance) -> None:
+    admission = _admission(instance.http_url, LLM)
+    # the flag's token bound wins; the request bound is derived from the measured speed
+    assert admission["sources"] == {"max_num_queued_reqs": "measured",
+                                    "max_num_queued_tokens": "flag"}, admission
+    assert admission["max_num_queued_tokens"] == MAX_NUM_QUEUED_TOKENS
+    rates = admission["rates"]
+    assert rates["prefill_tokens_per_s"] > 0 and rates["decode_tokens_per_s"] > 0, rates
+    assert 1 <= admission["max_num_queued_reqs"] < 256  # not the fixed default
+    assert admission["target_wait_s"] == 30
+    embedder = _admission(instance.http_url, EMBEDDER)  # a pooling model: prefill only
+    assert embedder["sources"]["max_num_queued_reqs"] == "measured"
+    assert embedder["rates"]["decode_tokens_per_s"] is None
+    log = instance.log()
+    assert f"admission of {LLM}" in log and "probe took" in log
+    assert f"max_num_queued_reqs={admission['max_num_queued_reqs']} (measured)" in log
+
+
+def test_a_burst_past_the_measured_bound_is_shed_with_retry_after(instance) -> None:
+    bound = _admission(instance.http_url, LLM)["max_num_queued_reqs"]
+    burst = bound + 4  # each holds its place for 48 tokens: all are in flight at once
+
+    def completion(_: int) -> httpx.Response:
+        return httpx.post(f"{instance.http_url}/v1/completions", headers=HEADERS, timeout=300,
+                          json={"model": LLM, "prompt": "Count:", "max_tokens": 48,
+                                "ignore_eos": True})
+
+    with ThreadPoolExecutor(burst) as pool:
+        answers = list(pool.map(completion, range(burst)))
+    statuses = [r.status_code for r in answers]
+    assert set(statuses) <= {200, 429} and 429 in statuses, statuses
+    for r in answers:
+        if r.status_code == 429:
+            assert r.headers["Retry-After"] == "1"
+            assert "max_num_queued_reqs" in r.json()["error"]["message"]
+    good = httpx.post(f"{instance.http_url}/v1/completions", headers=HEADERS, timeout=120,
+                      json={"model": LLM, "prompt": "Hello", "max_tokens": 2})
+    assert good.status_code == 200, good.text
+
+
+LONG = {"max_tokens": 3000, "ignore_eos": True}
+"""3,000 tokens it must produce: minutes on this machine, seconds on any."""
+
+
+def test_a_request_that_cannot_meet_its_deadline_is_refused_at_once(instance) -> None:
+    r = httpx.post(f"{instance.http_url}/v1/completions", timeout=60,
+                   headers={**HEADERS, "X-Request-Timeout": "2"},
+                   json={"model": LLM, "prompt": "Count:", **LONG})
+    assert r.status_code == 429, r.text
+    assert int(r.headers["Retry-After"]) >= 1
+    error = r.json()["error"]
+    assert error["param"] == "X-Request-Timeout" and "deadline" in error["message"], error
+    request = service_pb2.ModelInferRequest(model_name=LLM)
+    for name, value in (("text_input", "Count:"), ("sampling_parameters", json.dumps(LONG))):
+        tensor = request.inputs.add(name=name, datatype="BYTES", shape=[1])
+        tensor.contents.bytes_contents.append(value.encode())
+    with grpc.insecure_channel(instance.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(request, metadata=tuple(HEADERS.items()), timeout=2)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "deadline" in refused.value.details()
+    # a good request: one that can finish within its deadline
+    good = httpx.post(f"{instance.http_url}/v1/completions", timeout=120,
+                      headers={**HEADERS, "X-Request-Timeout": "60"},
                       json={"model": LLM, "prompt": "Hello", "max_tokens": 2})
     assert good.status_code == 200, good.text

@@ -183,15 +183,18 @@ def test_user_reaches_the_request_log(instance: RunningInstance) -> None:
 
 
 def test_vllm_extensions_take_effect(instance: RunningInstance) -> None:
-    # reaches the engine's stop check (vLLM's check_stop); this prompt did not make the model
-    # repeat a pattern of 1-2 tokens 3 times in 32 tokens, so only "never longer" is asserted
-    loop = {"prompt": "a a a a a a a a a a a a", "temperature": 0, "max_tokens": 32,
-            "ignore_eos": True}
+    # a logit bias makes the model repeat one token: 32 of them without the detection, and the
+    # engine's stop check (vLLM's check_stop) ends the answer at the third with it
+    (token,) = _post(instance, "/tokenize", {"model": LLM, "prompt": " a",
+                                             "add_special_tokens": False}).json()["tokens"]
+    loop = {"prompt": "Say something.", "temperature": 0, "max_tokens": 32,
+            "ignore_eos": True, "logit_bias": {str(token): 100}}
     free = _post(instance, "/v1/completions", loop).json()
+    assert free["usage"]["completion_tokens"] == 32, free
     r = _post(instance, "/v1/completions", {**loop, "repetition_detection": {
         "max_pattern_size": 2, "min_count": 3}})
     assert r.status_code == 200, r.text
-    assert r.json()["usage"]["completion_tokens"] <= free["usage"]["completion_tokens"]
+    assert r.json()["usage"]["completion_tokens"] == 3, r.json()
     r = _post(instance, "/v1/completions", {"prompt": "One, two,", "temperature": 0,
                                             "max_tokens": 6, "stream": True,
                                             "ignore_eos": True, "stream_interval": 3})

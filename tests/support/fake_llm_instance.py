@@ -33,16 +33,17 @@ class RefusingEngine(FakeEngine):
 
 
 @contextlib.asynccontextmanager
-async def llm_instance(tmp_path: Path, manifest: dict[str, Any] | None = None, **config: Any
+async def llm_instance(tmp_path: Path, manifest: dict[str, Any] | None = None,
+                       engine: RefusingEngine | None = None, **config: Any
                        ) -> AsyncIterator[tuple[Any, Any, str]]:
     """An instance app and a gRPC port over one fake-engine LLM: (http client, engine, grpc
-    target); `manifest` adds fields to the LLM's podium.json."""
+    target); `manifest` adds fields to the LLM's podium.json; `engine`: another fake."""
     manifest = manifest or {}
     package = open_package(write_manifest(tmp_path / "llm", {
         "name": "llm", "version": "1", "backend": "vllm",
         "weights": {"source": "path", "path": "/nonexistent/fake.gguf"}, **manifest}).root)
     instance = Instance(ServerConfig(grpc_port=-1, **config))
-    engine = RefusingEngine()
+    engine = engine or RefusingEngine()
     await instance.repository.load(package, backend=FakeLlmBackend(package, engine=engine))
     async with served(instance) as (client, grpc_url):
         yield client, engine, grpc_url

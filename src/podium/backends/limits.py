@@ -11,9 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 DEFAULT_MAX_NUM_QUEUED_REQS = 256
-"""Requests one vLLM engine holds (waiting and running) before it refuses more."""
+"""Requests one vLLM engine holds (waiting and running) before it refuses more, while it
+starts and where its speed could not be measured (else the measured bound replaces it)."""
 DEFAULT_MAX_NUM_QUEUED_TOKENS = 65536
-"""Prompt tokens of requests still in prefill one vLLM engine holds before it refuses more."""
+"""Prompt tokens of requests still in prefill one vLLM engine holds before it refuses more
+(the same: until the measured bound replaces it)."""
+DEFAULT_ADMISSION_TARGET_WAIT_S = 30.0
+"""The wait an LLM engine's measured admission bounds are sized to."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,10 @@ class InstanceLimits:
     """Overrides every LLM package's `max_num_queued_reqs` (`--max-num-queued-reqs`)."""
     max_num_queued_tokens: int | None = None
     """Overrides every LLM package's `max_num_queued_tokens` (`--max-num-queued-tokens`)."""
+    admission_target_wait_s: float = DEFAULT_ADMISSION_TARGET_WAIT_S
+    """The wait the derived bounds of an LLM engine are sized to (`--admission-target-wait-s`):
+    where neither the flag nor the package sets a `max_num_queued_*`, the bound is the work the
+    engine was measured to finish in this time (`backends.vllm.admission`)."""
     max_n: int = 16
     """Sequences per LLM request unless the package's `max_n` says otherwise (`--max-n`)."""
     max_stop_strings: int = 16

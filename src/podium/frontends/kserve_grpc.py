@@ -20,6 +20,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from podium.auth_keys import Access
+from podium.backends import deadline
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
 from podium.errors import InvalidArgument, NotFound, Unavailable
 from podium.errors.interceptor import ErrorInterceptor
@@ -137,9 +138,10 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- inference -----------------------------------------------------------------------------
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         async with track_grpc(context, "ModelInfer"):
-            response = await self._repository.infer(
-                request.model_name, request.model_version or None,
-                decode_request(request, self._limits))
+            with deadline.scope(deadline.from_grpc(context)):
+                response = await self._repository.infer(
+                    request.model_name, request.model_version or None,
+                    decode_request(request, self._limits))
             return encode_response(response, request.model_name, response.model_version)
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any
@@ -159,7 +161,8 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 await queue.put(None)
 
         async with track_grpc(context, "ModelStreamInfer"):
-            reader = asyncio.create_task(read())  # inside: its errors name the call's id
+            with deadline.scope(deadline.from_grpc(context)):  # the requests' tasks inherit it
+                reader = asyncio.create_task(read())  # inside: its errors name the call's id
             try:
                 while (message := await queue.get()) is not None:
                     yield message

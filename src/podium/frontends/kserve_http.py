@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 
+from podium.backends import deadline
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
 from podium.errors import InvalidArgument, NotFound, Unavailable
 from podium.errors.http import error_response
@@ -144,11 +145,13 @@ def _model_stats(repository: ModelRepository) -> Callable[..., Awaitable[Any]]:
 
 def _infer(repository: ModelRepository, limits: KServeLimits) -> Callable[..., Awaitable[Any]]:
     async def handler(model: str, request: Request, version: str | None = None) -> Response:
+        seconds = deadline.from_headers(request.headers)
         body = await read_body(request, limits)
         header, binary_outputs, infer_request = parse_infer_request(
             body, request.headers.get(HEADER_LENGTH), limits)
-        response = await cancel_on_disconnect(request, repository.infer(model, version,
-                                                                        infer_request))
+        with deadline.scope(seconds):
+            response = await cancel_on_disconnect(request, repository.infer(model, version,
+                                                                            infer_request))
         if isinstance(response, Response):  # the client left; the work was cancelled
             return response
         return encode_infer_response(response, model=model, version=response.model_version,
@@ -161,6 +164,10 @@ def _infer(repository: ModelRepository, limits: KServeLimits) -> Callable[..., A
 def _generate(repository: ModelRepository, limits: KServeLimits, *, stream: bool
               ) -> Callable[..., Awaitable[Any]]:
     async def handler(model: str, request: Request, version: str | None = None) -> Response:
+        with deadline.scope(deadline.from_headers(request.headers)):
+            return await generate(model, request, version)
+
+    async def generate(model: str, request: Request, version: str | None) -> Response:
         body = await _json_body(request, limits)
 
         def infer_request(backend: Backend) -> InferenceRequest:

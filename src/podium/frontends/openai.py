@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from podium.backends import deadline
 from podium.backends.openai_service import (
     CHAT,
     COMPLETIONS,
@@ -72,6 +73,10 @@ def create_router(repository: ModelRepository, *, limits: BodyLimits) -> APIRout
 def _handler(repository: ModelRepository, route: OpenAIRoute, limits: BodyLimits):
     async def handle(request: Request) -> Response:
         request_log.annotate(protocol="openai", endpoint=route.path)
+        with deadline.scope(deadline.from_headers(request.headers)):
+            return await _handle(request)
+
+    async def _handle(request: Request) -> Response:
         body = await read_json_object(request, limits)
         model_id = body.get("model")
         if model_id is None and route.model_optional:

@@ -133,12 +133,14 @@ class VllmManifest(_ManifestBase):
         default=None, ge=1, le=1_000_000,
         description="Requests the engine holds, waiting and running (n>1 counts n), before "
         "it refuses more with 429 / RESOURCE_EXHAUSTED (vLLM's admission control). None: the "
-        "instance's --max-num-queued-reqs (256).")
+        "instance's --max-num-queued-reqs, else what the engine was measured to finish in "
+        "--admission-target-wait-s.")
     max_num_queued_tokens: int | None = Field(
         default=None, ge=1, le=1 << 40,
         description="Prompt tokens of requests still in prefill the engine holds before it "
         "refuses more with 429 / RESOURCE_EXHAUSTED; bounds time to first token. None: the "
-        "instance's --max-num-queued-tokens (65536).")
+        "instance's --max-num-queued-tokens, else the prompt tokens the engine was measured "
+        "to prefill in --admission-target-wait-s.")
     constraint_catalog: str | None = Field(
         default=None, description="Optional: a UTF-8 text file in the package, one string a "
         "line (e.g. every title requests may pick from). The instance tokenizes it when it "

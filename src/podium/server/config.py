@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, FilePath, PrivateAttr, SecretStr, model_validator
 
 from podium.auth_keys import Access, KeyConfig
-from podium.backends.limits import InstanceLimits
+from podium.backends.limits import DEFAULT_ADMISSION_TARGET_WAIT_S, InstanceLimits
 from podium.config_flags import Flag, NotAFlag, ProcessConfig
 from podium.edge.body import DEFAULT_MAX_BODY_BYTES
 from podium.errors import InvalidArgument
@@ -131,11 +131,19 @@ class ServerConfig(ProcessConfig):
     max_num_queued_reqs: Annotated[int | None, Flag("--max-num-queued-reqs")] = Field(
         default=None, ge=1, le=1_000_000, strict=True,
         description="Requests one vLLM engine holds, waiting and running, before a 429; "
-        "overrides every package's; default: the package's, else 256.")
+        "overrides every package's; default: the package's, else what the engine was "
+        "measured to finish in --admission-target-wait-s.")
     max_num_queued_tokens: Annotated[int | None, Flag("--max-num-queued-tokens")] = Field(
         default=None, ge=1, le=1 << 40, strict=True,
         description="Prompt tokens in prefill one vLLM engine holds before a 429; overrides "
-        "every package's; default: the package's, else 65536.")
+        "every package's; default: the package's, else what the engine was measured to "
+        "prefill in --admission-target-wait-s.")
+    admission_target_wait_s: Annotated[float, Flag("--admission-target-wait-s",
+                                                    metavar="SECONDS")] = Field(
+        default=DEFAULT_ADMISSION_TARGET_WAIT_S, ge=1, le=3600, strict=True,
+        description="The wait an LLM engine's admission bounds are sized to: unless set, "
+        "max_num_queued_* are the work the engine, measured after its warm-up, finishes in "
+        "this time.")
     shutdown_timeout_s: Annotated[float, Flag("--shutdown-timeout", metavar="SECONDS")] = Field(
         default=30.0, ge=0, strict=True,
         description="Seconds SIGTERM may take in all: in-flight requests, then unloading; past "
@@ -188,7 +196,8 @@ class ServerConfig(ProcessConfig):
         return InstanceLimits(
             max_queue=self.max_queue, queue_timeout_ms=self.queue_timeout_ms,
             max_num_queued_reqs=self.max_num_queued_reqs,
-            max_num_queued_tokens=self.max_num_queued_tokens, max_n=self.max_n,
+            max_num_queued_tokens=self.max_num_queued_tokens,
+            admission_target_wait_s=self.admission_target_wait_s, max_n=self.max_n,
             max_stop_strings=self.max_stop_strings, max_stop_chars=self.max_stop_chars,
             max_messages=self.max_messages,
             max_batch_conversations=self.max_batch_conversations)

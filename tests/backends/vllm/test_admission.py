@@ -62,11 +62,17 @@ def test_the_admission_flags_of_podium_serve_reach_every_backend(monkeypatch) ->
         return args.func(args)
 
     serve_with("--max-queue", "7", "--queue-timeout-ms", "250", "--max-num-queued-reqs", "9",
-               "--max-num-queued-tokens", "1000", "--max-n", "3")
+               "--max-num-queued-tokens", "1000", "--max-n", "3",
+               "--admission-target-wait-s", "12.5")
     limits = Instance(configs[0]).repository.limits
     assert limits == InstanceLimits(max_queue=7, queue_timeout_ms=250, max_num_queued_reqs=9,
-                                    max_num_queued_tokens=1000, max_n=3)
+                                    max_num_queued_tokens=1000, max_n=3,
+                                    admission_target_wait_s=12.5)
     serve_with()
     assert Instance(configs[1]).repository.limits == InstanceLimits()  # the packages decide
     with pytest.raises(InvalidArgument, match="--max-queue 0"):
         serve_with("--max-queue", "0")
+    with pytest.raises(InvalidArgument, match=r"--admission-target-wait-s 0\.5"):
+        serve_with("--admission-target-wait-s", "0.5")
+    serve_with("--admission-target-wait-s", "60")  # followed by a good one
+    assert Instance(configs[-1]).repository.limits.admission_target_wait_s == 60

@@ -24,6 +24,7 @@ from podium.errors import BackendDead, BackendError, InvalidArgument
 from podium.package.manifest import TensorSpec, VllmManifest
 
 if TYPE_CHECKING:
+    from podium.backends.vllm.admission import Bounds
     from podium.backends.vllm.lora import Adapters
 
 log = logging.getLogger("podium.backends.vllm")
@@ -47,6 +48,8 @@ class VllmBackend(Backend):
         self.args: Namespace | None = None
         self.supported_tasks: tuple[str, ...] = ()
         self._adapters: Adapters | None = None
+        self.admission: Bounds | None = None
+        """The admission bounds in force and the rates they came from (after load)."""
 
     @property
     def platform(self) -> str:
@@ -82,6 +85,7 @@ class VllmBackend(Backend):
 
                 self._openai = VllmOpenAI(self, await self._openai_state())
             await self._warm_up()
+            await self._size_admission()
             if self.manifest.lora is not None and self.task == "generate":
                 from podium.backends.vllm.lora import Adapters
 
@@ -90,6 +94,36 @@ class VllmBackend(Backend):
             catalog.cancel()
             raise
         await catalog
+
+    async def _size_admission(self) -> None:
+        """The engine's speed measured (`probe`), its admission bounds set from it unless the
+        flag or the package sets them, deadlines checked by it; one log line with both."""
+        import time
+
+        from podium.backends.vllm import admission, deadline_check, probe
+
+        started = time.monotonic()
+        try:
+            rates = await probe.measure(self.engine, self.task)
+        except Exception:  # the warm-up served: keep serving, on the fixed defaults
+            log.warning("%s: measuring the engine's speed failed; admission keeps the fixed "
+                        "defaults and deadlines are not checked", self.package.key,
+                        exc_info=True)
+            rates = None
+        self.admission = admission.bounds_in_force(self.limits, self.manifest, rates,
+                                                   time.monotonic() - started)
+        admission.apply(self.engine, self.args, self.admission)
+        if rates is not None:
+            deadline_check.install(self.engine, rates)
+        log.info("%s", self.admission.describe(self.package.key))
+
+    def config(self) -> dict[str, Any]:
+        """Triton's model configuration, with the admission bounds in force and the measured
+        rates behind them (`admission`)."""
+        config = super().config()
+        if self.admission is not None:
+            config["admission"] = self.admission.as_dict()
+        return config
 
     async def _prepare_constraints(self) -> None:
         """The package's constraint catalog, if it names one, prepared where this instance

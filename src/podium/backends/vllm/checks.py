@@ -11,8 +11,9 @@ routes (`InstanceLimits.for_package`: the package's `max_n`, else `--max-n`;
 `--max-stop-strings`, `--max-stop-chars`), so both protocols refuse the same requests.
 
 vLLM's admission control (`max_num_queued_reqs`, `max_num_queued_tokens`) refuses a request
-with `QueueOverflowError` / `MaxQueuedTokensError` (vLLM answers 503); here that is
-`Overloaded`: 429 / RESOURCE_EXHAUSTED with Retry-After, on every path.
+with `QueueOverflowError` / `MaxQueuedTokensError` (vLLM answers 503), and a request past its
+deadline is refused by `deadline_check`; here both are `Overloaded`: 429 / RESOURCE_EXHAUSTED
+with Retry-After, on every path.
 """
 
 from __future__ import annotations
@@ -194,6 +195,10 @@ def admission_refusal(exc: BaseException) -> Overloaded | None:
     """vLLM's admission-control refusal as Overloaded; None for any other exception."""
     from vllm.exceptions import MaxQueuedTokensError, QueueOverflowError
 
+    from podium.backends.vllm.deadline_check import refusal
+
+    if (late := refusal(exc)) is not None:
+        return late
     if isinstance(exc, QueueOverflowError):
         limit = "max_num_queued_reqs"
         what = "requests"
@@ -208,7 +213,9 @@ def admission_refusal(exc: BaseException) -> Overloaded | None:
 def overloaded(limit: str, what: str) -> Overloaded:
     """The 429 of a full engine, naming the limit and where it is set."""
     return Overloaded(f"the engine is overloaded: it holds as many {what} as its limit allows "
-                      f"({limit}); retry later, or raise {limit} in the package's manifest or "
+                      f"({limit}, unless set: what the engine was measured to finish in "
+                      "--admission-target-wait-s); retry later, or raise "
+                      f"{limit} in the package's manifest or "
                       f"`podium serve --{limit.replace('_', '-')}`",
                       retry_after_s=OVERLOAD_RETRY_AFTER_S, param=limit)
 
@@ -219,7 +226,13 @@ def admission_response(response: Any) -> Overloaded | None:
     from vllm.exceptions import MaxQueuedTokensError, QueueOverflowError
 
     error = getattr(response, "error", None)
-    if error is None or getattr(error, "code", None) != 503:
+    if error is None:
+        return None
+    if getattr(error, "code", None) == 429:
+        from podium.backends.vllm.deadline_check import refusal_message
+
+        return refusal_message(error.message)
+    if getattr(error, "code", None) != 503:
         return None
     for cls in (QueueOverflowError, MaxQueuedTokensError):
         refusal = cls()

@@ -73,6 +73,8 @@ class VllmOpenAI(OpenAIService):
 
     async def admit(self, route: OpenAIRoute, body: dict[str, Any]) -> OpenAICall:
         model = self.model
+        if route in _GENERATING:
+            _check_room(model.engine, body.get("n"), model.caps.max_n)
         model.check_seed(body.get("seed"))
         request = openai_request.validate(route, body, model.caps, model.max_model_len)
         _check_priority(body.get("priority"), model)
@@ -138,6 +140,31 @@ class VllmOpenAI(OpenAIService):
         _name_the_field(response, call.request)
         return OpenAIAnswer(status=response.error.code, body=response.model_dump(),
                             compile_seconds=call.compile_seconds)
+
+
+_GENERATING = (CHAT, CHAT_BATCH, COMPLETIONS, EMBEDDINGS)
+"""The routes that add engine requests (tokenize and detokenize add none)."""
+
+
+def _check_room(engine: Any, n: Any, max_n: int) -> None:
+    """vLLM's own admission check (`AsyncLLM.check_admission`, the one its serving classes run
+    after validating), run before Podium validates the body: when the engine is full, a
+    refusal costs no request model, no constraint and no render, so it is answered while the
+    engine's output handling keeps the event loop busy (`bench/overload.py`)."""
+    check = getattr(engine, "check_admission", None)
+    if check is None:  # test doubles
+        return
+    # a bad n is validation's 400, not a refusal: it counts as one here
+    good = isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= max_n
+    sequences = n if good else 1
+    try:
+        check(sequences)
+    except Exception as exc:
+        from podium.backends.vllm.checks import admission_refusal
+
+        if (refusal := admission_refusal(exc)) is not None:
+            raise refusal from exc
+        raise
 
 
 def _check_priority(priority: Any, model: Model) -> None:
