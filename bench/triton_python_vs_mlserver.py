@@ -7,10 +7,11 @@ The logic (one file, `pyscore_logic.py`, copied beside both): 20 FP32 features s
 a fixed 20x16 tanh layer, a sigmoid score. Both servers batch adaptively (Podium: Triton's
 `dynamic_batching { max_queue_delay_microseconds: 500 }`, max_batch_size 64; MLServer:
 max_batch_size 64, max_batch_time 0.5 ms, `parallel_workers: 0` as in
-bench.kserve_vs_mlserver). Load: the asyncio tritonclient, batch-1 requests, closed loop at
-c=1 and c=32, JSON tensors over HTTP (MLServer has no binary extension) and gRPC. Both servers
-run the whole time; each cell is measured `--repeats` times per server in A/B/B/A order.
-Prints each run and the Podium/MLServer ratios as median [min .. max].
+bench.kserve_vs_mlserver; `--delay-us` sets both). Load: the asyncio tritonclient, batch-1
+requests, closed loop at c=1 and c=32, JSON tensors over HTTP (MLServer has no binary
+extension) and gRPC. Both servers run the whole time; each cell is measured `--repeats` times
+per server in A/B/B/A order. Prints each run and the Podium/MLServer ratios as median
+[min .. max].
 """
 
 from __future__ import annotations
@@ -81,11 +82,13 @@ class PyScore(MLModel):
 '''
 
 
-def write_repositories(root: Path, mlserver_ports: tuple[int, int]) -> None:
-    """`root/podium/pyscore` (Triton layout) and `root/mlserver/pyscore` (custom runtime)."""
+def write_repositories(root: Path, mlserver_ports: tuple[int, int], delay_us: int = 500
+                       ) -> None:
+    """`root/podium/pyscore` (Triton layout) and `root/mlserver/pyscore` (custom runtime),
+    both batching with a queue delay of `delay_us`."""
     triton = root / "podium" / "pyscore"
     (triton / "1").mkdir(parents=True)
-    (triton / "config.pbtxt").write_text(TRITON_CONFIG)
+    (triton / "config.pbtxt").write_text(TRITON_CONFIG.replace("500", str(delay_us)))
     (triton / "1" / "model.py").write_text(TRITON_MODEL)
     (triton / "1" / "pyscore_logic.py").write_text(LOGIC)
     peer = root / "mlserver" / "pyscore"
@@ -94,7 +97,8 @@ def write_repositories(root: Path, mlserver_ports: tuple[int, int]) -> None:
     (peer / "runtime.py").write_text(MLSERVER_RUNTIME)
     (peer / "model-settings.json").write_text(json.dumps({
         "name": "pyscore", "implementation": "runtime.PyScore",
-        "max_batch_size": 64, "max_batch_time": 0.0005, "parameters": {"version": "1"}}))
+        "max_batch_size": 64, "max_batch_time": delay_us / 1e6,
+        "parameters": {"version": "1"}}))
     (root / "mlserver" / "settings.json").write_text(json.dumps({
         "http_port": mlserver_ports[0], "grpc_port": mlserver_ports[1],
         "parallel_workers": 0, "metrics_port": free_port()}))
@@ -109,6 +113,9 @@ def main() -> None:
     parser.add_argument("--protocols", nargs="+", default=["http", "grpc"])
     parser.add_argument("--repeats", type=int, default=2,
                         help="runs per server and cell, in A/B/B/A order")
+    parser.add_argument("--delay-us", type=int, default=500,
+                        help="both servers' batching queue delay (Triton's "
+                        "max_queue_delay_microseconds, MLServer's max_batch_time)")
     args = parser.parse_args()
     if not args.mlserver:
         parser.error("MLServer not found: pip install mlserver into its own venv and pass "
@@ -117,7 +124,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ports = {name: (free_port(), free_port()) for name in ("podium", "mlserver")}
-        write_repositories(root, ports["mlserver"])
+        write_repositories(root, ports["mlserver"], args.delay_us)
         results: dict[tuple[str, str, int], list[LoadResult]] = {}
         podium = kserve_server.command(root / "podium", *ports["podium"], ["pyscore"])
         mlserver = [args.mlserver, "start", str(root / "mlserver")]

@@ -111,6 +111,40 @@ output [ { name: "LABEL" data_type: TYPE_INT32 dims: [ 1 ] },
          { name: "PROBABILITY" data_type: TYPE_FP32 dims: [ 1 ] } ]
 '''
 
+BLS_SEQUENCE = '''
+import json
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Forwards each request into the accumulator's sequence of the same id (BLS)."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            parameters = json.loads(request.parameters())
+            flags = (pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+                     if parameters.get("sequence_start") else 0) | \\
+                (pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+                 if parameters.get("sequence_end") else 0)
+            answer = pb_utils.InferenceRequest(
+                model_name="accumulator", requested_output_names=["OUTPUT"],
+                inputs=[pb_utils.get_input_tensor_by_name(request, "INPUT")],
+                correlation_id=request.correlation_id(), flags=flags).exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(error=answer.error()))
+                continue
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.get_output_tensor_by_name(answer, "OUTPUT")]))
+        return responses
+'''
+
+BLS_SEQUENCE_CONFIG = '''
+backend: "python"
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+'''
+
 BLS_LLM = '''
 import json
 import numpy as np
@@ -199,6 +233,7 @@ def write_runtime_repository(root: Path) -> Path:
         if "torch" not in name:
             write_model(root, name, config, ACCUMULATOR)
     write_model(root, "bls_xgb", BLS_XGB_CONFIG, BLS_XGB)
+    write_model(root, "bls_sequence", BLS_SEQUENCE_CONFIG, BLS_SEQUENCE)
     write_xgb_example(root / "xgb-example")
     return root
 

@@ -133,6 +133,23 @@ def test_bls_calls_xgb_example(clients, protocol):
     np.testing.assert_allclose(result.as_numpy("PROBABILITY"), probability)
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bls_carries_the_sequence_into_a_stateful_model(clients, protocol):
+    client, module = clients[protocol], CLIENTS[protocol]
+    sequence_id = 5001 if protocol == "http" else 5002
+
+    def add(value, **flags):
+        result = client.infer("bls_sequence",
+                              [_tensor(module, "INPUT", np.array([value], np.int32))],
+                              sequence_id=sequence_id, **flags)
+        return int(result.as_numpy("OUTPUT")[0])
+
+    assert [add(4, sequence_start=True), add(5), add(6, sequence_end=True)] == [4, 9, 15]
+    with pytest.raises(InferenceServerException, match="sequence_start=true") as caught:
+        add(1)  # ended: the accumulator's 400 comes back through BLS as a 400
+    assert caught.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+
+
 @pytest.mark.parametrize("name, field", [(name, field) for name, (_, field) in BAD.items()])
 def test_refused_runtime_configs_name_the_field(clients, name, field):
     rows = {row["name"]: row for row in clients["http"].get_model_repository_index()}
