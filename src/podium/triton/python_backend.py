@@ -50,7 +50,7 @@ class TritonPythonBackend(ClassicBackend):
         self._instances: list[Any] = []
         self._repository: ModelCaller | None = None
         self._sequences: Any = None
-        """`triton.sequence.Sequences` for a stateful model (`sequence_batching`)."""
+        """`triton.sequence.SequenceRunner` for a stateful model (`sequence_batching`)."""
         self.decoupled = package.config.model_transaction_policy.decoupled
         self._reshape = {t.name: list(t.reshape.shape)
                          for t in [*package.config.input, *package.config.output]

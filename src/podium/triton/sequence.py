@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 DEFAULT_IDLE_US = 1_000_000_000
 """Triton's default `max_sequence_idle_microseconds` (1,000 s)."""
-CONTROL_KINDS = ("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY",
-                 "CONTROL_SEQUENCE_CORRID")
 _CORRID_TYPES = {"TYPE_UINT64": np.uint64, "TYPE_INT64": np.int64, "TYPE_UINT32": np.uint32,
                  "TYPE_INT32": np.int32, "TYPE_STRING": np.object_}
 
