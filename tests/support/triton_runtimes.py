@@ -203,6 +203,7 @@ BAD = {
     "bad_torch_param": (TORCH_INDEXED_CONFIG + 'parameters { key: "ENABLE_NVFUSER" value: '
                         '{ string_value: "true" } }\n', "parameters.ENABLE_NVFUSER"),
     "bad_torch_output": (TORCH_INDEXED_CONFIG.replace('"OUTPUT__1"', '"DIFF"'), "output.name"),
+    "bad_torch_input": (TORCH_INDEXED_CONFIG.replace('"INPUT__1"', '"INPUT__2"'), "input.name"),
 }
 """Refused models: config → the field their load error names."""
 
