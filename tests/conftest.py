@@ -94,14 +94,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _run_spare_users_together(items: list[pytest.Item]) -> None:
     """The tests on the spare instance run one after the other, where the first of them was:
-    it is up from the first until the drain that ends it, not beside the engines the tests
-    between them start (memory), and it is booted once."""
+    it is up from the first until the drain that ends it (last), not beside the engines the
+    tests between them start (memory), and it is booted once."""
     users = [item for item in items if "spare_instance" in getattr(item, "fixturenames", ())]
     if len(users) < 2:
         return
     chosen = set(users)
     others = [item for item in items if item not in chosen]
     first = items.index(users[0])  # every item before it is one of the others
+    # a module that ends the spare (ENDS_SPARE_INSTANCE) runs after the spare's other users
+    users.sort(key=lambda item: bool(getattr(getattr(item, "module", None),
+                                             "ENDS_SPARE_INSTANCE", False)))
     items[:] = [*others[:first], *users, *others[first:]]
 
 

@@ -24,6 +24,7 @@ from tests.support.polling import eventually
 from tests.support.spare import BootSeen, Spare
 
 pytestmark = pytest.mark.engine
+ENDS_SPARE_INSTANCE = True  # tests/conftest.py runs it after the spare instance's other users
 
 
 def _assert_live_before_ready(seen: BootSeen) -> None:

@@ -1,8 +1,13 @@
 """The suite's second real instance of the default LLM (the session's `spare_instance`), for
 the tests that need one beside the shared `instance` and may end it: a gateway in front of two
-instances (tests/gateway/test_prefix_real.py), then a drain on SIGTERM that stops it
-(tests/server/test_shutdown.py). One engine start serves both; if a test ends it before another
-asks (a run in another order), the next `get` boots it again.
+instances (tests/gateway/test_prefix_real.py), Triton's vLLM backend and BLS on the real engine
+(tests/triton/test_llm_real.py), then a drain on SIGTERM that stops it
+(tests/server/test_shutdown.py). One engine start serves them all; if a test ends it before
+another asks (a run in another order), the next `get` boots it again.
+
+It serves a Triton model repository (tests/support/triton_runtimes.py): the default LLM as a
+vLLM-backend model (`1/model.json` pointing at its cached folder, so the same weights and
+engine as the default package) and `bls_llm`, a Python model calling it through BLS.
 
 No API key (every route open, the log says so), /metrics open, its own process group (a test
 may signal the group, as Ctrl-C or `timeout` do), a 60 s drain, constraints compiled in a
@@ -55,12 +60,14 @@ class Spare:
             self._running.stop()
 
     def _start(self) -> tuple[RunningInstance, BootSeen]:
-        from podium.package.defaults import write_default_package
+        from podium.package.defaults import DEFAULT_MODEL, default_model_dir
+        from tests.support.triton_runtimes import write_llm_repository
 
         self._boots += 1
         folder = self.root / f"boot-{self._boots}"
-        package = write_default_package(folder / "pkg")
-        running = start_instance([str(package.root), "--metrics-open",
+        repository = write_llm_repository(folder / "triton-repo", DEFAULT_MODEL,
+                                          default_model_dir())
+        running = start_instance(["--repository", str(repository), "--metrics-open",
                                   "--shutdown-timeout", "60"],
                                  folder / "instance.log", new_session=True, env=SPARE_ENV)
         try:

@@ -19,7 +19,10 @@ def _config(tmp_path: Path, text: str):
 
 
 @pytest.mark.parametrize("extra, field", [
-    ("sequence_batching {}", "sequence_batching"),
+    ("sequence_batching { iterative_sequence: true }", "sequence_batching.iterative_sequence"),
+    ('sequence_batching { state [ { input_name: "S" } ] }', "sequence_batching.state"),
+    ("sequence_batching { direct { max_queue_delay_microseconds: 5 } }",
+     "sequence_batching.direct.max_queue_delay_microseconds"),
     ("dynamic_batching { priority_levels: 2 }", "dynamic_batching.priority_levels"),
     ("dynamic_batching { default_queue_policy { default_timeout_microseconds: 5 } }",
      "dynamic_batching.default_queue_policy.default_timeout_microseconds"),

@@ -19,6 +19,7 @@ _BACKENDS = {
     "triton-python": "podium.triton.python_backend:TritonPythonBackend",
     "triton-onnxruntime": "podium.triton.onnx_backend:TritonOnnxBackend",
     "triton-ensemble": "podium.triton.ensemble:EnsembleBackend",
+    "triton-pytorch": "podium.triton.libtorch_backend:TritonTorchBackend",
 }
 
 

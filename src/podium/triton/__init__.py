@@ -8,7 +8,9 @@
     bls             pb_utils.InferenceRequest(...).exec(): calling other models
     python_backend  Triton's python backend (TritonPythonModel)
     decoupled       a decoupled python model's responses as a stream
+    sequence        sequence batching: stateful python models (sequence id/start/end, controls)
     onnx_backend    Triton's onnxruntime backend on Podium's ONNX backend
+    libtorch_backend  Triton's pytorch_libtorch backend (TorchScript) on Podium's torch backend
     ensemble        Triton's ensemble scheduling, executed in-process
     snapshot        one version of a model folder copied for `podium announce`
     import_cmd      `podium import`: a version as a podium.json package (python via `shim`)

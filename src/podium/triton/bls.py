@@ -14,7 +14,7 @@ import numpy as np
 
 from podium.backends.base import InferenceRequest, InferenceResponse, ModelCaller, Tensor
 from podium.backends.datatypes import datatype_of
-from podium.errors import PodiumError
+from podium.errors import InvalidArgument, PodiumError
 
 _bound: dict[str, Any] = {}
 
@@ -33,7 +33,12 @@ def _podium_request(request: Any) -> InferenceRequest:
             raise ValueError(f"input {tensor.name()!r}: numpy dtype {array.dtype} has no "
                              "KServe datatype")
         tensors[tensor.name()] = Tensor(tensor.name(), datatype, array)
-    return InferenceRequest(inputs=tensors, id=request.request_id(),
+    parameters = {}
+    if request.correlation_id() not in (0, ""):  # a call into a stateful model's sequence
+        flags = request.flags()
+        parameters = {"sequence_id": request.correlation_id(),
+                      "sequence_start": bool(flags & 1), "sequence_end": bool(flags & 2)}
+    return InferenceRequest(inputs=tensors, id=request.request_id(), parameters=parameters,
                             requested_outputs=request.requested_output_names() or None)
 
 
@@ -50,7 +55,9 @@ def _convert(result: InferenceResponse | BaseException, response_cls: type, erro
     if isinstance(result, BaseException):
         message = result.message if isinstance(result, PodiumError) else \
             f"{type(result).__name__}: {result}"
-        return response_cls(error=error_cls(message))
+        code = error_cls.INVALID_ARG if isinstance(result, InvalidArgument) else \
+            error_cls.INTERNAL
+        return response_cls(error=error_cls(message, code))
     return response_cls(output_tensors=[tensor_cls(t.name, t.data) for t in result.outputs])
 
 

@@ -24,7 +24,7 @@ _ALLOWED: dict[str, dict[str, Any]] = {
          "dynamic_batching": "dynamic_batching", "instance_group": "instance_group",
          "parameters": MAP, "default_model_filename": None,
          "model_transaction_policy": "model_transaction_policy",
-         "ensemble_scheduling": "ensemble_scheduling"},
+         "ensemble_scheduling": "ensemble_scheduling", "sequence_batching": "sequence_batching"},
     "version_policy": {"latest": "latest", "all": "all", "specific": "specific"},
     "latest": {"num_versions": None},
     "all": {},
@@ -38,6 +38,13 @@ _ALLOWED: dict[str, dict[str, Any]] = {
     "instance_group": {"name": None, "kind": None, "count": None},
     "model_transaction_policy": {"decoupled": None},
     "ensemble_scheduling": {"step": "step"},
+    "sequence_batching": {"direct": "direct", "oldest": "oldest", "control_input": "control_input",
+                          "max_sequence_idle_microseconds": None},
+    "direct": {},
+    "oldest": {"max_candidate_sequences": None},
+    "control_input": {"name": None, "control": "control"},
+    "control": {"kind": None, "int32_false_true": None, "fp32_false_true": None,
+                "bool_false_true": None, "data_type": None},
     "step": {"model_name": None, "model_version": None, "input_map": MAP, "output_map": MAP},
 }
 

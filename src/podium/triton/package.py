@@ -18,16 +18,20 @@ from podium.package.manifest import (
     OnnxManifest,
     PythonManifest,
     TensorSpec,
+    TorchManifest,
     describe_validation_error,
 )
 from podium.package.package import Package
 from podium.triton.config import model_config_pb2, parameters_of
 
 PYTHON, ONNX, ENSEMBLE = "triton-python", "triton-onnxruntime", "triton-ensemble"
+TORCH = "triton-pytorch"
 """Podium backend names (`podium.backends`) of the Triton backends served."""
-_BACKENDS = {"python": PYTHON, "onnxruntime": ONNX, "ensemble": ENSEMBLE, "vllm": "vllm"}
-_PLATFORMS = {"onnxruntime_onnx": "onnxruntime", "ensemble": "ensemble"}
-_DEFAULT_FILES = {"python": "model.py", "onnxruntime": "model.onnx"}
+_BACKENDS = {"python": PYTHON, "onnxruntime": ONNX, "ensemble": ENSEMBLE, "vllm": "vllm",
+             "pytorch": TORCH}
+_PLATFORMS = {"onnxruntime_onnx": "onnxruntime", "ensemble": "ensemble",
+              "pytorch_libtorch": "pytorch"}
+_DEFAULT_FILES = {"python": "model.py", "onnxruntime": "model.onnx", "pytorch": "model.pt"}
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class TritonPackage(Package):
     config: Any = None
     """The `ModelConfig` message."""
     kind: str = ""
-    """Triton's backend name: python, onnxruntime or ensemble."""
+    """Triton's backend name: python, onnxruntime, pytorch, vllm or ensemble."""
 
     @property
     def backend_name(self) -> str:
@@ -86,6 +90,8 @@ def build_package(root: Path, version: str, config: Any, kind: str) -> TritonPac
 
         return TritonPackage(root=root.resolve(), manifest=vllm_manifest(root, version, config),
                              config=config, kind=kind)
+    if config.HasField("sequence_batching"):
+        _check_sequence_model(config, kind, where)
     batching = None
     if config.HasField("dynamic_batching"):
         settings = config.dynamic_batching
@@ -106,6 +112,9 @@ def build_package(root: Path, version: str, config: Any, kind: str) -> TritonPac
         if kind == "onnxruntime":
             name = config.default_model_filename or "model.onnx"
             manifest = OnnxManifest(backend="onnx", model_file=f"{version}/{name}", **common)
+        elif kind == "pytorch":
+            name = config.default_model_filename or "model.pt"
+            manifest = TorchManifest(backend="torch", model_file=f"{version}/{name}", **common)
         else:
             name = config.default_model_filename or "model.py"
             manifest = PythonManifest(backend="python", module=f"{version}/{name}",
@@ -115,6 +124,20 @@ def build_package(root: Path, version: str, config: Any, kind: str) -> TritonPac
         raise PackageError(f"{where}: {describe_validation_error(exc)}",
                            param=_first_field(exc)) from None
     return TritonPackage(root=root.resolve(), manifest=manifest, config=config, kind=kind)
+
+
+def _check_sequence_model(config: Any, kind: str, where: str) -> None:
+    """Stateful models: Python models that answer once (docs/triton.md, sequence batching)."""
+    if kind != "python":
+        raise PackageError(f"{where}: sequence_batching is served for backend \"python\" "
+                           f"only, not {kind!r}", param="sequence_batching")
+    if config.model_transaction_policy.decoupled:
+        raise PackageError(f"{where}: sequence_batching with model_transaction_policy "
+                           "{ decoupled: true } is not supported by Podium",
+                           param="sequence_batching")
+    from podium.triton.sequence import read_controls
+
+    read_controls(config, where)  # a bad control_input refuses the model at the scan
 
 
 def _first_field(exc: ValidationError) -> str | None:

@@ -32,9 +32,11 @@ from podium.triton.package import TritonPackage, tensor_specs
 class RequestArrays(dict):
     """A request's input arrays, queued with the id and parameters `execute` may read."""
 
-    def __init__(self, arrays: Arrays, *, request_id: str, parameters: str) -> None:
+    def __init__(self, arrays: Arrays, *, request_id: str, parameters: str,
+                 correlation_id: int | str = 0) -> None:
         super().__init__(arrays)
         self.request_id, self.parameters = request_id, parameters
+        self.correlation_id = correlation_id
 
 
 class TritonPythonBackend(ClassicBackend):
@@ -47,6 +49,8 @@ class TritonPythonBackend(ClassicBackend):
         self._pool: queue.Queue[Any] = queue.Queue()
         self._instances: list[Any] = []
         self._repository: ModelCaller | None = None
+        self._sequences: Any = None
+        """`triton.sequence.SequenceRunner` for a stateful model (`sequence_batching`)."""
         self.decoupled = package.config.model_transaction_policy.decoupled
         self._reshape = {t.name: list(t.reshape.shape)
                          for t in [*package.config.input, *package.config.output]
@@ -98,6 +102,10 @@ class TritonPythonBackend(ClassicBackend):
                 })
             self._instances.append(instance)
             self._pool.put(instance)
+        if self.triton.config.HasField("sequence_batching"):
+            from podium.triton.sequence import SequenceRunner
+
+            self._sequences = SequenceRunner(self, len(self._instances))
 
     def _adopt_completed_config(self) -> None:
         from google.protobuf import json_format
@@ -117,10 +125,14 @@ class TritonPythonBackend(ClassicBackend):
 
     # -- requests ----------------------------------------------------------------------------
     def _arrays_of(self, request: InferenceRequest) -> Arrays:
+        correlation_id = request.parameters.get("sequence_id", 0)
         return RequestArrays(super()._arrays_of(request), request_id=request.id,
-                             parameters=json.dumps(request.parameters, default=str))
+                             parameters=json.dumps(request.parameters, default=str),
+                             correlation_id=correlation_id
+                             if isinstance(correlation_id, int | str) else 0)
 
-    def _pb_request(self, arrays: Arrays, request_id: str = "", parameters: str = "{}") -> Any:
+    def _pb_request(self, arrays: Arrays, request_id: str = "", parameters: str = "{}",
+                    correlation_id: int | str = 0, flags: int = 0) -> Any:
         pb_utils = install_utils()
         tensors = []
         for name, array in arrays.items():
@@ -129,10 +141,23 @@ class TritonPythonBackend(ClassicBackend):
                 array = array.reshape((*lead, *self._reshape[name]))
             tensors.append(pb_utils.Tensor(name, array))
         return pb_utils.InferenceRequest(inputs=tensors, request_id=request_id,
-                                         parameters=parameters, model_name=self.name)
+                                         parameters=parameters, model_name=self.name,
+                                         correlation_id=correlation_id, flags=flags)
 
     def _execute(self, requests: list[Any]) -> Any:
         instance = self._pool.get()
+        try:
+            return self.execute_on(instance, requests)
+        finally:
+            self._pool.put(instance)
+
+    def instance(self, index: int) -> Any:
+        """The model instance `index` (a `TritonPythonModel`)."""
+        return self._instances[index]
+
+    def execute_on(self, instance: Any, requests: list[Any]) -> Any:
+        """`instance.execute(requests)` (awaited when it is a coroutine), its failure as a
+        BackendError."""
         try:
             result = instance.execute(requests)
             if inspect.iscoroutine(result):
@@ -143,17 +168,18 @@ class TritonPythonBackend(ClassicBackend):
         except Exception as exc:
             raise BackendError(f"model {self.name!r} failed in execute: "
                                f"{type(exc).__name__}: {exc}") from exc
-        finally:
-            self._pool.put(instance)
 
     def _run_batch(self, items: list[Arrays]) -> list[Arrays | Exception]:
         self.num_executions += 1
         responses = self._execute([
-            self._pb_request(item, item.request_id, item.parameters)
+            self._pb_request(item, item.request_id, item.parameters, item.correlation_id)
             if isinstance(item, RequestArrays) else self._pb_request(item) for item in items])
-        if not isinstance(responses, list | tuple) or len(responses) != len(items):
+        return self.arrays_of_responses(responses, len(items))
+
+    def arrays_of_responses(self, responses: Any, count: int) -> list[Arrays | Exception]:
+        if not isinstance(responses, list | tuple) or len(responses) != count:
             raise BackendError(f"{self.package.key}: execute must return a list of one "
-                               f"response per request ({len(items)}), got "
+                               f"response per request ({count}), got "
                                f"{type(responses).__name__}")
         return [self._arrays(response) for response in responses]
 
@@ -194,6 +220,8 @@ class TritonPythonBackend(ClassicBackend):
 
     # -- decoupled ---------------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        if self._sequences is not None:
+            return await self._sequences.infer(request)
         if not self.decoupled:
             return await super().infer(request)
         responses = [r async for r in self.infer_stream(request) if r.outputs]
