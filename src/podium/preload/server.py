@@ -41,6 +41,12 @@ def start() -> str:
     with _lock:
         if _alive(_server):
             return f"running (pid {_server._forkserver_pid})"  # type: ignore[union-attr]
+        from podium.preload.spawn import fork_preloader
+
+        forked = fork_preloader()  # a server forked from a zygote: its preloader, imported
+        if forked is not None:
+            _server, _env = forked
+            return f"pid {_server._forkserver_pid}, forked from the zygote (engine imported)"  # type: ignore[attr-defined]
         resource_tracker.ensure_running()  # with the server's own environment
         env = engine_env(os.environ)
         server = forkserver.ForkServer()
@@ -123,8 +129,10 @@ def _alive(server: forkserver.ForkServer | None) -> bool:
         return False
     try:
         done, _ = os.waitpid(server._forkserver_pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
+    except ChildProcessError:  # not our child: forked from a zygote, which reaps it
+        from podium.preload.spawn import alive
+
+        return alive(server._forkserver_pid)
     return done == 0
 
 
