@@ -73,6 +73,18 @@ def test_an_instance_gets_its_own_environment_session_and_niceness(
     assert found["metric_files"] == [f"counter_{child.pid}.db"]
     assert str(CHILD) in found["cmdline"]  # its command as its title (adoption reads it)
     wait_for(lambda: child.poll() is not None)
+    assert child.poll() == 0
+
+
+def test_an_instances_exit_status_is_known(zygote: Zygote, tmp_path: Path) -> None:
+    child, _ = spawn(zygote, tmp_path, "exit", "3")
+    open_gate(child, lambda: None)  # type: ignore[arg-type]
+    wait_for(lambda: child.poll() is not None)
+    assert child.poll() == 3  # a supervisor tells a crash from a clean exit
+    killed, _ = spawn(zygote, tmp_path)
+    os.kill(killed.pid, signal.SIGKILL)
+    wait_for(lambda: killed.poll() is not None)
+    assert killed.poll() == -signal.SIGKILL
 
 
 def test_an_instance_whose_gate_closes_without_go_never_starts(

@@ -2,7 +2,7 @@
 `python tests/support/zygote_child.py OUT [preloader]` writes what the process has (its
 environment, session, niceness, threads, title) to OUT as JSON; with `preloader`, it also
 starts a child through its engine preloader (forked from the zygote) and adds that child's
-report under "engine"."""
+report under "engine"; with `exit N`, it then exits with N."""
 
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ def main() -> None:
         found["engine"] = json.loads(engine.read_text())
         server.stop()
     Path(out).write_text(json.dumps(found))
+    if sys.argv[2:3] == ["exit"]:
+        sys.exit(int(sys.argv[3]))
 
 
 if __name__ == "__main__":

@@ -27,16 +27,23 @@ ANSWER_TIMEOUT_S = 10.0
 
 class ZygoteProcess:
     """An instance's server forked from a zygote, waiting at its gate (what
-    `control.runtime.detached.open_gate` opens): its exit code is not known here (the zygote
-    reaps it), only that it exited (-1)."""
+    `control.runtime.detached.open_gate` opens). Its exit status is the one the zygote wrote
+    when it reaped it; -1 when the zygote is gone too (nobody recorded it)."""
 
-    def __init__(self, pid: int, gate: IO[bytes]) -> None:
-        self.pid, self.stdin = pid, gate
+    def __init__(self, pid: int, gate: IO[bytes], exits: Path) -> None:
+        self.pid, self.stdin, self.exits = pid, gate, exits
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(OSError, ValueError):
+                self.returncode = int((self.exits / str(self.pid)).read_text())
         if self.returncode is None and not alive(self.pid):
-            self.returncode = -1
+            # exited; the zygote writes its status before it frees the pid, unless it is gone
+            with contextlib.suppress(OSError, ValueError):
+                self.returncode = int((self.exits / str(self.pid)).read_text())
+            if self.returncode is None:
+                self.returncode = -1
         return self.returncode
 
 
@@ -108,7 +115,10 @@ class Zygote:
             return None
         finally:
             os.close(gate_r)
-        return ZygoteProcess(pid, os.fdopen(gate_w, "wb", buffering=0))
+        with contextlib.suppress(OSError):  # a status of an earlier process of this pid
+            os.unlink(f"{self.socket}.exits/{pid}")
+        return ZygoteProcess(pid, os.fdopen(gate_w, "wb", buffering=0),
+                             Path(f"{self.socket}.exits"))
 
     def stop(self) -> None:
         process, self.process = self.process, None
@@ -189,7 +199,7 @@ def _ask(path: str, request: dict[str, Any], fds: list[int]) -> int:
 
 
 def alive(pid: int) -> bool:
-    """Whether `pid` runs: a zygote's children are reaped by the kernel (no zombies)."""
+    """Whether `pid` runs (or is a zombie its zygote has not reaped yet)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

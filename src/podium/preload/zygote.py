@@ -16,6 +16,9 @@ each one JSON line with file descriptors beside it (SCM_RIGHTS):
 
 Nothing of the zygote's state leaks into an instance:
 
+- **exit status**: the zygote reaps its children and writes each one's exit status to
+  ``SOCKET.exits/PID`` (`ZygoteProcess.poll` reads it: a supervisor tells a crash from a
+  clean exit as for a process it started itself).
 - **threads**: the zygote only imports; importing vLLM leaves native threads but no Python
   thread and no OpenMP pool (no parallel region ran), and a fork copies only the forking
   thread. It forks from its one loop, before it ever starts a thread.
@@ -46,6 +49,7 @@ import signal
 import socket
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 MODULES = (
@@ -66,6 +70,8 @@ MODULES = (
 """What a vLLM instance's server imports on its boot path (the engine check's surfaces, the
 engine core's and worker's modules for the preloader, Podium's server)."""
 MAX_REQUEST = 1 << 20
+REAP_S = 0.2
+"""How often the zygote reaps its exited children (recording their exit status)."""
 forked = False
 """True in a process forked from a zygote (an instance's server)."""
 socket_path: str | None = None
@@ -88,7 +94,8 @@ def main(argv: list[str]) -> int:
 
         setproctitle.getproctitle()
     socket_path, origin_env = path, dict(os.environ)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    exits = Path(f"{path}.exits")
+    exits.mkdir(exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     with socket.socket(socket.AF_UNIX) as listener, selectors.DefaultSelector() as selector:
@@ -101,7 +108,8 @@ def main(argv: list[str]) -> int:
         selector.register(sys.stdin.fileno(), selectors.EVENT_READ)
         try:
             while True:
-                for key, _ in selector.select():
+                _reap(exits)
+                for key, _ in selector.select(REAP_S):
                     if key.fileobj != listener:
                         return 0  # the control plane is gone (or closed our stdin)
                     conn, _ = listener.accept()
@@ -111,6 +119,25 @@ def main(argv: list[str]) -> int:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             shutil.rmtree(scratch, ignore_errors=True)
+            _reap(exits)
+
+
+def _reap(exits: Path) -> None:
+    """Each exited child's status written to `exits/PID` before it is reaped (`waitid` with
+    WNOWAIT: its pid stays taken until the file is there), for the runtime to read."""
+    while True:
+        try:
+            found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if found is None or found.si_pid == 0:
+            return
+        code = found.si_status if found.si_code == os.CLD_EXITED else -found.si_status
+        staged = exits / f".{found.si_pid}"
+        staged.write_text(str(code))
+        staged.replace(exits / str(found.si_pid))
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(found.si_pid, 0)
 
 
 def _answer(conn: socket.socket, listener: socket.socket) -> None:
