@@ -14,12 +14,15 @@ model cache) with one start path:
   from the zygote too; the zygote is started (and its import waited for) before the clock
   starts, as it is by the runtime's first instance;
 - `iomp`: as `fork`, with Intel OpenMP (the `intel-openmp` wheel's ``libiomp5.so``) preloaded
-  instead of torch's libgomp, as vLLM's CPU guide recommends.
+  instead of torch's libgomp, as vLLM's CPU guide recommends;
+- `tcmalloc`: as `fork`, with Debian's tcmalloc preloaded (`libtcmalloc-minimal4`); `both`:
+  tcmalloc and Intel OpenMP.
 
 It measures the wall time from the process start to `/health/ready` answering 200, then to the
 first chat completion answered, the boot steps from /health/ready, the CPUs the worker's
 threads may run on (`Cpus_allowed_list` of each thread), then output tokens/s under vLLM's
-serving benchmark (random 128 in / 64 out, concurrency 16, `--prompts` requests). The modes
+serving benchmark (random 128 in / 64 out, or `--input` / `--output`, concurrency 16,
+`--prompts` requests). The modes
 alternate (A B B A ...) so drift in the machine's load falls on each. Prints one line per run,
 then medians and each mode's ratio to the first.
 """
@@ -42,13 +45,20 @@ import psutil
 
 from bench.harness import free_port, median, serve
 
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+"""Debian's tcmalloc (`apt-get install libtcmalloc-minimal4`)."""
 ENVS = {"off": {"PODIUM_PRELOAD": "0"},
         "spawn": {"PODIUM_PRELOAD_WORKER_FORK": "0"},
         "fork": {"PODIUM_PRELOAD_WORKER_FORK": "1"},
         "zygote": {"PODIUM_PRELOAD_WORKER_FORK": "1"},
         "iomp": {"PODIUM_PRELOAD_WORKER_FORK": "1",
-                 "LD_PRELOAD": str(Path(sys.prefix) / "lib" / "libiomp5.so")}}
+                 "LD_PRELOAD": str(Path(sys.prefix) / "lib" / "libiomp5.so")},
+        "tcmalloc": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": TCMALLOC},
+        "both": {"PODIUM_PRELOAD_WORKER_FORK": "1",
+                 "LD_PRELOAD": f"{TCMALLOC}:{Path(sys.prefix) / 'lib' / 'libiomp5.so'}"}}
 STEPS = ("check engine", "start engine")
+LOAD = [128, 64]
+"""Input and output tokens of the serving benchmark's requests (`--input`, `--output`)."""
 
 
 @dataclass
@@ -156,7 +166,7 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
             engine = [p for p in psutil.process_iter() if _under(p, pid)]
         before = sum(_cpu(p) for p in engine)
         result = serving_benchmark(f"{base}", model, default_model_dir(), prompts, 16,
-                                   ready_check=False)
+                                   ready_check=False, input_len=LOAD[0], output_len=LOAD[1])
         tok_s = result["output_throughput"]
         cpu_ms = 1000 * (sum(_cpu(p) for p in engine) - before) / result["total_output_tokens"]
     return Run(mode, boot_s, first_s, steps, cpus, tok_s, cpu_ms)
@@ -208,7 +218,10 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64,
                         help="requests of the serving benchmark (0: boot only)")
     parser.add_argument("--timeout-s", type=float, default=900)
+    parser.add_argument("--input", type=int, default=128, help="prompt tokens of the load")
+    parser.add_argument("--output", type=int, default=64, help="output tokens of the load")
     args = parser.parse_args()
+    LOAD[:] = [args.input, args.output]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     modes = args.modes.split(",")
     from podium.package.defaults import default_model_dir
