@@ -156,7 +156,7 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
                        if s["step"].startswith(step)) for step in STEPS}
     print("  steps: " + ", ".join(f"{s['step']} {s['seconds']:.2f}s" for s in ready["boot_steps"]),
           flush=True)
-    cpus = _worker_cpus(pid)
+    cpus = _worker_cpus(pid) if mode != "zygote" else "?"
     tok_s = cpu_ms = 0.0
     if prompts:
         from bench.harness.vllm_serving import serving_benchmark
@@ -173,10 +173,11 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
 
 
 def _under(process: psutil.Process, pid: int) -> bool:
-    """`process` is the server `pid`'s engine: it names the server as its parent
-    (`PODIUM_ENGINE_PARENT`, what the engine's lifecycle watches)."""
+    """`process` is the server `pid`'s engine: a child of its preloader, which the zygote
+    titles after the server (`podium.preload.zygote.PRELOADER_TITLE`)."""
     with contextlib.suppress(psutil.Error):
-        return process.environ().get("PODIUM_ENGINE_PARENT") == str(pid)
+        return any(f"preloader of server {pid}" in " ".join(p.cmdline())
+                   for p in process.parents())
     return False
 
 

@@ -102,6 +102,7 @@ def test_the_instances_engine_preloader_is_forked_from_the_zygote(
     wait_for(out.exists, 60)
     found = json.loads(out.read_text())
     assert "forked from the zygote" in found["preloader"]
+    assert f"podium engine preloader of server {child.pid}" in found["preloader_title"]
     engine = found["engine"]
     assert engine["ppid"] == found["preloader_pid"]  # the engine core's parent: the preloader
     assert engine["env"]["INSTANCE_ONLY"] == "yes"  # the server's environment, not the zygote's

@@ -50,15 +50,15 @@ def engine_core(pid: int) -> psutil.Process:
 def _engine_of(pid: int) -> list[psutil.Process]:
     """The processes of the instance `pid`'s engine wherever they are in the process tree: a
     server forked from `podium up`'s zygote has its preloader, and so its engine core, under
-    the zygote; they name the server in `PODIUM_ENGINE_PARENT`."""
-    found = []
+    the zygote, titled after the server (`podium.preload.zygote.PRELOADER_TITLE`)."""
+    title = f"podium engine preloader of server {pid}"
     for process in psutil.process_iter():
         try:
-            if process.environ().get("PODIUM_ENGINE_PARENT") == str(pid):
-                found.append(process)
+            if title in " ".join(process.cmdline()):
+                return process.children(recursive=True)
         except psutil.Error:
             continue
-    return found
+    return []
 
 
 @dataclass

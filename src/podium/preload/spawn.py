@@ -151,7 +151,7 @@ def fork_preloader() -> tuple[Any, dict[str, str]] | None:
             listener.bind(address)
             os.chmod(address, 0o600)
             listener.listen()
-            pid = _ask(zygote.socket_path, {"kind": "preloader"},
+            pid = _ask(zygote.socket_path, {"kind": "preloader", "server": os.getpid()},
                        [listener.fileno(), alive_r, sys.stdout.fileno()])
     except (OSError, EOFError, ValueError) as exc:
         os.close(alive_w)

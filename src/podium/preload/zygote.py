@@ -69,6 +69,9 @@ MODULES = (
 )
 """What a vLLM instance's server imports on its boot path (the engine check's surfaces, the
 engine core's and worker's modules for the preloader, Podium's server)."""
+PRELOADER_TITLE = "podium engine preloader of server {server}"
+"""The process title of an instance's preloader forked from the zygote (its engine core is its
+child; tools find an instance's engine by it, `tests/support/llm_load.py`)."""
 MAX_REQUEST = 1 << 20
 REAP_S = 0.2
 """How often the zygote reaps its exited children (recording their exit status)."""
@@ -185,6 +188,7 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     forked = True
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # its own children are its to wait for
     if request["kind"] == "preloader":
+        _title([PRELOADER_TITLE.format(server=request.get("server", "?"))])
         return _preloader(*fds)
     gate, log = fds
     os.setsid()  # its own session, as `spawn_gated` starts one: outlives the control plane
