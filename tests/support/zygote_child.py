@@ -45,7 +45,6 @@ def main() -> None:
         os.environ.update(engine_env(os.environ))  # what vLLM's CPU platform sets
         found["preloader"] = server.start()
         found["preloader_pid"] = server.pid()
-        found["preloader_title"] = Path(f"/proc/{server.pid()}/cmdline").read_text()
         engine = Path(out).with_suffix(".engine.json")
         from tests.support.zygote_child import write_report as target  # importable by name
 
@@ -53,6 +52,7 @@ def main() -> None:
         proc.start()
         proc.join(60)
         found["engine"] = json.loads(engine.read_text())
+        found["preloader_title"] = Path(f"/proc/{server.pid()}/cmdline").read_text()
         server.stop()
     Path(out).write_text(json.dumps(found))
     if sys.argv[2:3] == ["exit"]:
