@@ -15,8 +15,9 @@ model cache) with one start path:
   starts, as it is by the runtime's first instance;
 - `iomp`: as `fork`, with Intel OpenMP (the `intel-openmp` wheel's ``libiomp5.so``) preloaded
   instead of torch's libgomp, as vLLM's CPU guide recommends;
-- `tcmalloc`: as `fork`, with Debian's tcmalloc preloaded (`libtcmalloc-minimal4`); `both`:
-  tcmalloc and Intel OpenMP.
+- `tcmalloc`: as `fork`, with Debian's tcmalloc preloaded (`libtcmalloc-minimal4`,
+  ``PODIUM_ENGINE_TCMALLOC=1``); `both`: tcmalloc and Intel OpenMP. The other modes leave
+  tcmalloc out (``PODIUM_ENGINE_TCMALLOC=0``) but `zygote`, which has the default.
 
 It measures the wall time from the process start to `/health/ready` answering 200, then to the
 first chat completion answered, the boot steps from /health/ready, the CPUs the worker's
@@ -45,17 +46,16 @@ import psutil
 
 from bench.harness import free_port, median, serve
 
-TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
-"""Debian's tcmalloc (`apt-get install libtcmalloc-minimal4`)."""
-ENVS = {"off": {"PODIUM_PRELOAD": "0"},
-        "spawn": {"PODIUM_PRELOAD_WORKER_FORK": "0"},
-        "fork": {"PODIUM_PRELOAD_WORKER_FORK": "1"},
+IOMP = str(Path(sys.prefix) / "lib" / "libiomp5.so")
+NO_TCMALLOC = {"PODIUM_ENGINE_TCMALLOC": "0"}
+ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
+        "spawn": {"PODIUM_PRELOAD_WORKER_FORK": "0", **NO_TCMALLOC},
+        "fork": {"PODIUM_PRELOAD_WORKER_FORK": "1", **NO_TCMALLOC},
         "zygote": {"PODIUM_PRELOAD_WORKER_FORK": "1"},
-        "iomp": {"PODIUM_PRELOAD_WORKER_FORK": "1",
-                 "LD_PRELOAD": str(Path(sys.prefix) / "lib" / "libiomp5.so")},
-        "tcmalloc": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": TCMALLOC},
-        "both": {"PODIUM_PRELOAD_WORKER_FORK": "1",
-                 "LD_PRELOAD": f"{TCMALLOC}:{Path(sys.prefix) / 'lib' / 'libiomp5.so'}"}}
+        "iomp": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP, **NO_TCMALLOC},
+        "tcmalloc": {"PODIUM_PRELOAD_WORKER_FORK": "1", "PODIUM_ENGINE_TCMALLOC": "1"},
+        "both": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP,
+                 "PODIUM_ENGINE_TCMALLOC": "1"}}
 STEPS = ("check engine", "start engine")
 LOAD = [128, 64]
 """Input and output tokens of the serving benchmark's requests (`--input`, `--output`)."""
