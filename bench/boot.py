@@ -219,6 +219,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64,
                         help="requests of the serving benchmark (0: boot only)")
     parser.add_argument("--timeout-s", type=float, default=900)
+    parser.add_argument("--logs", default=None, help="keep each run's server log in this folder")
     parser.add_argument("--input", type=int, default=128, help="prompt tokens of the load")
     parser.add_argument("--output", type=int, default=64, help="output tokens of the load")
     args = parser.parse_args()
@@ -232,7 +233,9 @@ def main() -> None:
         import vllm.benchmarks.serve  # noqa: F401  (the client's import, before any boot)
     order = [m for i in range(args.rounds) for m in (modes if i % 2 == 0 else modes[::-1])]
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.logs or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         zygote = _zygote(Path(tmp)) if "zygote" in modes else None
         try:
             for i, mode in enumerate(order):
