@@ -38,6 +38,7 @@ zygote with it, the instances (in sessions of their own) keep serving.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import json
@@ -167,6 +168,9 @@ def _answer(conn: socket.socket, listener: socket.socket) -> None:
 
                 traceback.print_exc()
             finally:
+                if request.get("kind") == "serve":  # a program's exit: its atexit handlers
+                    with contextlib.suppress(BaseException):
+                        atexit._run_exitfuncs()
                 with contextlib.suppress(Exception):
                     sys.stdout.flush()
                     sys.stderr.flush()
