@@ -22,10 +22,11 @@ from podium.preload.spawn import Zygote, ZygoteProcess
 CHILD = Path(__file__).parents[1] / "support" / "zygote_child.py"
 
 
-def wait_for(condition: object, timeout_s: float = 30.0) -> None:
+def wait_for(condition: object, timeout_s: float = 30.0, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
+        assert time.monotonic() < deadline, ("condition not reached", log and log.read_text(
+            errors="replace")[-3000:])
         time.sleep(0.05)
 
 
@@ -62,7 +63,7 @@ def test_an_instance_gets_its_own_environment_session_and_niceness(
     time.sleep(0.2)
     assert not out.exists()  # at its gate: nothing runs before the pid is recorded
     open_gate(child, lambda: None)  # type: ignore[arg-type]
-    wait_for(out.exists)
+    wait_for(out.exists, log=tmp_path / "child.log")
     found = json.loads(out.read_text())
     assert found["env"] == instance_env(tmp_path)  # not one variable of the zygote's
     assert found["pid"] == child.pid and found["ppid"] == zygote.process.pid  # type: ignore[union-attr]
@@ -99,7 +100,7 @@ def test_the_instances_engine_preloader_is_forked_from_the_zygote(
         zygote: Zygote, tmp_path: Path) -> None:
     child, out = spawn(zygote, tmp_path, "preloader")
     open_gate(child, lambda: None)  # type: ignore[arg-type]
-    wait_for(out.exists, 60)
+    wait_for(out.exists, 60, log=tmp_path / "child.log")
     found = json.loads(out.read_text())
     assert "forked from the zygote" in found["preloader"]
     assert f"podium engine preloader of server {child.pid}" in found["preloader_title"]
