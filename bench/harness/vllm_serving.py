@@ -13,11 +13,12 @@ from bench.harness.loops import check_loopback
 
 def serving_benchmark(base_url: str, model: str, tokenizer: Path, num_prompts: int,
                       concurrency: int, *, dataset: Path | None = None, warmups: int = 4,
-                      ready_check: bool = True) -> dict[str, Any]:
+                      ready_check: bool = True, input_len: int = 128,
+                      output_len: int = 64) -> dict[str, Any]:
     """One run of vLLM's serving benchmark against `base_url`, streaming `/v1/completions`
-    with `ignore_eos`, seed 0: random 128 in / 64 out, or the prompts of a custom JSONL
-    `dataset` (64 out each). `ready_check=False` skips its test request (so a run sends
-    exactly `num_prompts + warmups`). Returns vLLM's result dict."""
+    with `ignore_eos`, seed 0: random `input_len` in / `output_len` out (128 / 64), or the
+    prompts of a custom JSONL `dataset` (64 out each). `ready_check=False` skips its test
+    request (so a run sends exactly `num_prompts + warmups`). Returns vLLM's result dict."""
     from vllm.benchmarks.serve import add_cli_args, main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -26,7 +27,8 @@ def serving_benchmark(base_url: str, model: str, tokenizer: Path, num_prompts: i
         _read_jsonl_without_pandas()
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
-    data = (["--dataset-name", "random", "--input-len", "128", "--output-len", "64"]
+    data = (["--dataset-name", "random", "--input-len", str(input_len), "--output-len",
+             str(output_len)]
             if dataset is None else
             ["--dataset-name", "custom", "--dataset-path", str(dataset), "--custom-output-len",
              "64", "--skip-chat-template"])

@@ -119,6 +119,23 @@ def preload() -> bool:
     return os.environ.get("PODIUM_PRELOAD", "1") != "0"
 
 
+def cold_start_wait_s(default: float) -> float:
+    """PODIUM_COLD_START_WAIT_S: how long a gateway holds a request for a version at zero
+    instances before its 503 with Retry-After (`podium.gateway.hold`)."""
+    raw = os.environ.get("PODIUM_COLD_START_WAIT_S")
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def zygote() -> bool:
+    """PODIUM_ZYGOTE: ``0`` starts every instance of `podium up`'s local runtime as a plain
+    process; on otherwise: its vLLM instances fork from a zygote (`podium.preload.zygote`)."""
+    return os.environ.get("PODIUM_ZYGOTE", "1") != "0"
+
+
 def preload_worker_fork(environ: Mapping[str, str] | None = None) -> bool:
     """PODIUM_PRELOAD_WORKER_FORK: ``0`` spawns the engine core's worker; on otherwise
     (`podium.preload.worker`). Read from `environ`: the server's environment at the engine's

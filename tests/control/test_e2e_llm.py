@@ -1,12 +1,14 @@
 """End to end with the real LLM (smollm2-135m-instruct) under ONE real `podium up`: autoscaling
-on vLLM's own queue, the engine killed under load and restarted, and a Red-Black rollout v1 -> v2
-under OpenAI-SDK clients.
+on vLLM's own queue, scale to zero and back on held requests, the engine killed under load and
+restarted, and a Red-Black rollout v1 -> v2 under OpenAI-SDK clients.
 
 Each instance is a real vLLM engine (~40-120 s to boot on 2 cores, 300+ s at load average 20),
 so the three scenarios share the control plane and its v1 instance and run in this order (each
 leaves one ready v1 instance for the next): v1 deployed (1 engine start), scaled to 2 and back
-(1), its engine killed and the instance restarted (1), rolled out to v2 (1): four engine starts
-where three separate `podium up`s took six. A scenario that fails leaves the next to fail too:
+(1), to zero and back (1), its engine killed and the instance restarted (1), rolled out to v2
+(1): five engine starts where separate `podium up`s took seven. Every instance after the first
+forks from the local runtime's zygote (`podium.preload.zygote`): no import of vLLM on its boot.
+A scenario that fails leaves the next to fail too:
 read the first failure.
 
 v1 is the default LLM with `max_num_seqs=2` and an autoscale policy on `num_requests_waiting`
@@ -22,6 +24,7 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +36,7 @@ import pytest
 from podium.package.cache import ModelCache
 from podium.package.defaults import DEFAULT_MODEL
 from podium.package.package import write_manifest
+from tests.support.cold_start import Sent, cold_start_waits, trickle
 from tests.support.control_cli import podium
 from tests.support.llm_load import ChatLoad, PostLoad, engine_core, gateway_counts
 from tests.support.llm_up import instances, write_llm
@@ -79,6 +83,7 @@ def up(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> Ite
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PODIUM_CACHE", str(ModelCache().root))
         mp.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        mp.setenv("PODIUM_COLD_START_WAIT_S", "3")  # the scale-to-zero scenario's bound
         u = Up(root)
         try:
             u.start()
@@ -157,6 +162,53 @@ def test_an_llm_scales_to_two_on_waiting_requests_and_back_to_one(up: Up) -> Non
     r = httpx.post(up.gateway + "/v1/chat/completions", json=REQUEST, timeout=120)
     assert r.status_code == 200, r.text
     # the next scenarios load it without asking for a second instance
+    assert podium("scale", f"{DEFAULT_MODEL}@1", "--min", "1", "--max", "1",
+                  "--api", up.api) == 0
+
+
+def test_an_idle_llm_scales_to_zero_and_a_held_request_starts_it(up: Up) -> None:
+    """v1 opened to zero goes to zero once idle for its cooldown; a trickle of requests at
+    zero is held by the gateway (`PODIUM_COLD_START_WAIT_S=3` here) while the control plane
+    starts an instance: those held longer than the bound get 503 with Retry-After, those that
+    arrive within it of the instance's readiness are served; none is dropped. The start from
+    zero is this module's one extra engine start, forked from the runtime's zygote."""
+    wait(lambda: len(instances(up, "1")) == 1, what="one v1 instance", timeout_s=BOOT_TIMEOUT_S,
+         interval_s=BOOT_POLL_S)
+    [before] = instances(up, "1")
+    assert podium("scale", f"{DEFAULT_MODEL}@1", "--min", "0", "--max", "1",
+                  "--api", up.api) == 0
+    wait(lambda: num_desired(up) == 0, what="v1 scaled to zero once idle",
+         timeout_s=COOLDOWN_MS / 1000 + 60)
+    wait(lambda: instances(up, "1", state=None) == [] or all(
+        i["state"] == "stopped" for i in instances(up, "1", state=None)),
+         what="v1's instance stopped", timeout_s=90)
+    wait(lambda: not alive(before["pid"]), what="its process gone", timeout_s=30)
+    assert cold_start_waits(up.gateway) == 0
+
+    stop = threading.Event()
+    sent: list[Sent] = []
+    sender = threading.Thread(target=lambda: sent.extend(trickle(up.gateway, REQUEST, stop)))
+    sender.start()
+    try:
+        wait(lambda: len(instances(up, "1")) == 1, what="v1 started from zero",
+             timeout_s=BOOT_TIMEOUT_S, interval_s=BOOT_POLL_S)
+        wait(lambda: cold_start_waits(up.gateway) >= 1, what="a held request served",
+             timeout_s=30)
+        time.sleep(2)
+    finally:
+        stop.set()
+        sender.join(320)
+    [after] = instances(up, "1")
+    assert after["pid"] != before["pid"]
+    assert any("-> 1 (autoscale" in m for m in events(up, "scale")[-3:]), events(up, "scale")
+    why = [(round(s.started - sent[0].started, 1), s.status, s.retry_after, s.body[:80])
+           for s in sent]
+    assert all(s.status == 200 or (s.status == 503 and s.retry_after) for s in sent), why
+    refused = [s for s in sent if s.status == 503]
+    assert refused and all("starting from zero instances" in s.body for s in refused), why
+    assert sent[-1].status == 200, why
+    print(f"from zero: {len(sent)} requests, {len(refused)} refused after the bound, "
+          f"held and served: {cold_start_waits(up.gateway):g}")
     assert podium("scale", f"{DEFAULT_MODEL}@1", "--min", "1", "--max", "1",
                   "--api", up.api) == 0
 

@@ -146,3 +146,11 @@ def test_a_hold_counts_per_version_while_waiting() -> None:
     assert asyncio.run(main()) == ["target", "target"]
     assert hold.counts() == {}
     assert hold.waited["m", "1"][0] == 2
+
+
+def test_the_wait_bound_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PODIUM_COLD_START_WAIT_S", "7.5")
+    assert Hold().max_wait_s == 7.5
+    monkeypatch.setenv("PODIUM_COLD_START_WAIT_S", "nonsense")
+    assert Hold().max_wait_s == 120.0
+    assert Hold(max_wait_s=2).max_wait_s == 2

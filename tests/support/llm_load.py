@@ -36,7 +36,7 @@ def engine_core(pid: int) -> psutil.Process:
     """The vLLM engine core process under the instance `pid`: titled `VLLM::EngineCore` when
     vLLM spawned it, or (forked from Podium's preloader, whose name it keeps) the parent of the
     engine's worker, which vLLM always spawns and titles `VLLM::Worker`."""
-    for child in psutil.Process(pid).children(recursive=True):
+    for child in [*psutil.Process(pid).children(recursive=True), *_engine_of(pid)]:
         try:
             if "EngineCore" in child.name() or "EngineCore" in " ".join(child.cmdline()):
                 return child
@@ -45,6 +45,20 @@ def engine_core(pid: int) -> psutil.Process:
         except psutil.NoSuchProcess:
             continue
     raise AssertionError(f"no EngineCore process under instance pid {pid}")
+
+
+def _engine_of(pid: int) -> list[psutil.Process]:
+    """The processes of the instance `pid`'s engine wherever they are in the process tree: a
+    server forked from `podium up`'s zygote has its preloader, and so its engine core, under
+    the zygote, titled after the server (`podium.preload.zygote.PRELOADER_TITLE`)."""
+    title = f"podium engine preloader of server {pid}"
+    for process in psutil.process_iter():
+        try:
+            if title in " ".join(process.cmdline()):
+                return process.children(recursive=True)
+        except psutil.Error:
+            continue
+    return []
 
 
 @dataclass

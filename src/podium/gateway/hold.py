@@ -26,7 +26,8 @@ T = TypeVar("T")
 MAX_HELD = 64
 """Requests one version may have held at once (per gateway)."""
 MAX_WAIT_S = 120.0
-"""How long a held request waits for an instance before its 503."""
+"""How long a held request waits for an instance before its 503 (``PODIUM_COLD_START_WAIT_S``
+overrides it)."""
 POLL_S = 0.05
 """How often a held request looks at the route table (it changes from another task)."""
 
@@ -34,10 +35,12 @@ POLL_S = 0.05
 class Hold:
     """The requests this gateway holds, per model and version."""
 
-    def __init__(self, *, max_held: int = MAX_HELD, max_wait_s: float = MAX_WAIT_S,
+    def __init__(self, *, max_held: int = MAX_HELD, max_wait_s: float | None = None,
                  poll_s: float = POLL_S) -> None:
+        from podium import env
+
         self.max_held = max_held
-        self.max_wait_s = max_wait_s
+        self.max_wait_s = env.cold_start_wait_s(MAX_WAIT_S) if max_wait_s is None else max_wait_s
         self.poll_s = poll_s
         self.waited: dict[tuple[str, str], tuple[int, float]] = {}
         """Lifetime totals per (model, version) of held requests that went on: (count, seconds

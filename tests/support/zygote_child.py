@@ -1,0 +1,63 @@
+"""Run in a process forked from a zygote (`podium.preload.zygote`) by tests/preload/test_zygote.py:
+`python tests/support/zygote_child.py OUT [preloader]` writes what the process has (its
+environment, session, niceness, threads, title) to OUT as JSON; with `preloader`, it also
+starts a child through its engine preloader (forked from the zygote) and adds that child's
+report under "engine"; with `exit N`, it then exits with N."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def report() -> dict:
+    values = sys.modules.get("prometheus_client.values")
+    return {"env": dict(os.environ), "pid": os.getpid(), "ppid": os.getppid(),
+            "sid": os.getsid(0), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "threads": len(os.listdir("/proc/self/task")),
+            "cmdline": Path("/proc/self/cmdline").read_bytes().decode(errors="replace"),
+            "multiprocess_metrics": bool(values and getattr(values.ValueClass,
+                                                            "_multiprocess", False))}
+
+
+def metric_files() -> list[str]:
+    """Where a metric made here is stored (prometheus_client's multiprocess files)."""
+    from prometheus_client import Counter
+
+    Counter("zygote_child_runs", "runs of this script").inc()
+    return sorted(os.listdir(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
+
+
+def write_report(path: str) -> None:
+    Path(path).write_text(json.dumps(report()))
+
+
+def main() -> None:
+    out = sys.argv[1]
+    found = report()
+    found["metric_files"] = metric_files()
+    if sys.argv[2:] == ["preloader"]:
+        from podium.preload import process, server
+        from podium.preload.environment import engine_env
+
+        os.environ.update(engine_env(os.environ))  # what vLLM's CPU platform sets
+        found["preloader"] = server.start()
+        found["preloader_pid"] = server.pid()
+        engine = Path(out).with_suffix(".engine.json")
+        from tests.support.zygote_child import write_report as target  # importable by name
+
+        proc = process.PreloadedContext().Process(target=target, args=(str(engine),))
+        proc.start()
+        proc.join(60)
+        found["engine"] = json.loads(engine.read_text())
+        found["preloader_title"] = Path(f"/proc/{server.pid()}/cmdline").read_text()
+        server.stop()
+    Path(out).write_text(json.dumps(found))
+    if sys.argv[2:3] == ["exit"]:
+        sys.exit(int(sys.argv[3]))
+
+
+if __name__ == "__main__":
+    main()
