@@ -39,7 +39,8 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 # PODIUM_ENGINE_TCMALLOC=0 leaves it out): Debian's package, where apt works; never fatal.
 if [ -z "$TORCH" ] || [ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ]; then :
 elif command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  apt-get install -y -q libtcmalloc-minimal4 >/dev/null 2>&1 \
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q libtcmalloc-minimal4 >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libtcmalloc-minimal4 >/dev/null 2>&1; }; } \
     || echo "podium: libtcmalloc-minimal4 not installed (apt-get failed); the engine runs without"
 else
   echo "podium: for a faster CPU engine install tcmalloc (Debian: apt-get install libtcmalloc-minimal4)"
