@@ -16,7 +16,7 @@ from podium.errors import BackendError, PodiumError, RequestError, RequestTimeou
 from podium.pipelines import refs
 from podium.pipelines.graph import Graph
 from podium.pipelines.steps import CallContext, StepSpec
-from podium.pipelines.trace import StepRecord, Tracing, now, size_of, traceparent_now
+from podium.pipelines.trace import StepRecord, Tracing, now, traceparent_of
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Runner:
                     left = deadline - loop.time()
                     timeout = min(left, step.timeout_ms / 1000) if step.timeout_ms else left
                     args = self._static.get(name) or refs.resolve(step.settings(), scope)
-                    call = CallContext(request_id, traceparent_now(), max(timeout, 0.0))
+                    call = CallContext(request_id, traceparent_of(span), max(timeout, 0.0))
                     if timeout <= 0:
                         raise TimeoutError
                     value = await asyncio.wait_for(step.run(args, call), timeout)
@@ -97,9 +97,8 @@ class Runner:
                 value = self._fallback(step, record, exc)
             finally:
                 record.duration_ms = round((now() - started) * 1000, 3)
-                record.sizes = size_of(value)
                 record.variant = self._variant({**scope, name: value})
-                self.tracing.record(record, span)
+                self.tracing.record(record, span, value)
             scope[name] = value
             if debug:
                 self.tracing.debug(request_id, name, args, value)
