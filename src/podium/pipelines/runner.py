@@ -86,7 +86,8 @@ class Runner:
                     call = CallContext(request_id, traceparent_of(span), max(timeout, 0.0))
                     if timeout <= 0:
                         raise TimeoutError
-                    value = await asyncio.wait_for(step.run(args, call), timeout)
+                    async with asyncio.timeout(timeout):  # no extra task, as wait_for made
+                        value = await step.run(args, call)
             except TimeoutError:
                 record.outcome = "timeout"
                 value = self._fallback(step, record, RequestTimeout(
