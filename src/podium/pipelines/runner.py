@@ -40,6 +40,7 @@ class Runner:
         # settings without references need no resolving per request
         self._static = {name: step.settings() for name, step in graph.steps.items()
                         if not any(True for _ in refs.walk(step.settings()))}
+        self._experiments = [e.name for e in graph.experiments()]
 
     async def run(self, inputs: dict[str, Any], request_id: str,
                   traceparent: str | None = None) -> RunResult:
@@ -125,6 +126,6 @@ class Runner:
         return isinstance(chosen, dict) and chosen.get("variant") in (step.when_variant or [])
 
     def _variant(self, scope: dict[str, Any]) -> str:
-        chosen = [scope[e.name]["variant"] for e in self.graph.experiments()
-                  if isinstance(scope.get(e.name), dict)]
+        chosen = [scope[name]["variant"] for name in self._experiments
+                  if isinstance(scope.get(name), dict)]
         return ",".join(chosen)
