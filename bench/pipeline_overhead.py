@@ -9,7 +9,10 @@ KServe v2 HTTP, in ABBA blocks per concurrency:
 
 - per step: xgb-example directly vs `score` (one step: the pipeline's fixed cost);
 - end to end: `recommend` vs a client doing its work itself (the same SQLite queries in the
-  client, then xgb-example, then the sort): what the front costs over composing by hand.
+  client, then xgb-example, then the sort): what the front costs over composing by hand;
+- live vs precomputed: `recommend` computed live vs `recommend-cached` (the same graph with a
+  `result_cache` that `podium batch` filled for every member before the run) answering from
+  its cache.
 
 Prints median and p99 latency and throughput of each path, and the pipeline/direct ratios.
 """
@@ -43,6 +46,9 @@ def write_repository(root: Path) -> Path:
     manifest["steps"][0]["variants"] = [{"name": "control", "weight": 1}]
     manifest["steps"][-1]["args"].pop("picked")
     write_manifest(package, manifest)
+    cached = write_recommend_example(root / "recommend-cached", "absent-llm")
+    write_manifest(cached, {**manifest, "name": "recommend-cached", "result_cache": {
+        "url": "sqlite:///results.db", "key": "member_id", "ttl_s": 86_400}})
     write_manifest(root / "score", {
         "name": "score", "backend": "pipeline",
         "inputs": [{"name": "features", "datatype": "FP32", "shape": [20]}],
@@ -51,6 +57,17 @@ def write_repository(root: Path) -> Path:
         "steps": [{"name": "rank", "kind": "model", "model": "xgb-example",
                    "inputs": {"features": ["$input.features"]}}]})
     return root
+
+
+def precompute(root: Path) -> None:
+    """`podium batch recommend-cached` over every member of the catalog (in this process)."""
+    from podium.examples.recommend import NUM_MEMBERS
+    from podium.pipelines.batch import run_batch
+
+    members = root / "recommend-cached" / "members.jsonl"
+    members.write_text("".join(f'{{"member_id": "m{i}"}}\n' for i in range(NUM_MEMBERS)))
+    report = asyncio.run(run_batch(root, "recommend-cached", members, batch_size=64))
+    assert report.computed == NUM_MEMBERS and report.failed == 0, report
 
 
 def callers(base: str, catalog: Path) -> dict[str, tuple[Caller, Callable[[], Awaitable[None]]]]:
@@ -82,6 +99,14 @@ def callers(base: str, catalog: Path) -> dict[str, tuple[Caller, Callable[[], Aw
         r.raise_for_status()
         return r
 
+    async def cached() -> object:
+        member = f"m{next(counter) % 200}"
+        r = await client.post("/v2/models/recommend-cached/infer", json={"inputs": [
+            {"name": "member_id", "datatype": "BYTES", "shape": [1], "data": [member]}]})
+        r.raise_for_status()
+        assert r.json()["parameters"]["pipeline_path"] == "cache", r.text
+        return r
+
     async def by_hand() -> object:
         member = f"m{next(counter) % 200}"
         genre = db.execute("SELECT genre FROM members WHERE member_id = ?", (member,)
@@ -99,7 +124,8 @@ def callers(base: str, catalog: Path) -> dict[str, tuple[Caller, Callable[[], Aw
         await client.aclose()
 
     return {"xgb-example": (direct_step, close), "score": (score, close),
-            "recommend": (recommend, close), "by hand": (by_hand, close)}
+            "recommend": (recommend, close), "by hand": (by_hand, close),
+            "recommend-cached": (cached, close)}
 
 
 async def block(call: Caller, requests: int, concurrency: int) -> tuple[list[float], float]:
@@ -114,7 +140,8 @@ async def measure(base: str, catalog: Path, requests: int, concurrencies: list[i
     calls = callers(base, catalog)
     print(f"{'pair':<28}{'c':>4}{'median ms':>11}{'p99 ms':>9}{'req/s':>9}")
     for concurrency in concurrencies:
-        for direct, piped in (("xgb-example", "score"), ("by hand", "recommend")):
+        for direct, piped in (("xgb-example", "score"), ("by hand", "recommend"),
+                              ("recommend", "recommend-cached")):
             results: dict[str, tuple[list[float], list[float]]] = {direct: ([], []),
                                                                    piped: ([], [])}
             for _ in range(rounds):
@@ -141,6 +168,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     root = write_repository(Path(tempfile.mkdtemp()))
+    precompute(root)
     http, grpc = free_port(), free_port()
     command = [sys.executable, "-m", "podium.cli", "serve", "--repository", str(root),
                "--host", "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc)]

@@ -52,7 +52,6 @@ def test_announce_and_deploy_a_pipeline_that_calls_a_model_through_the_gateway(
     assert outputs["variant"] == ["control"] and outputs["ranked_by"] == ["xgb-example"]
     assert len(outputs["titles"]) == 3
     assert answer.json()["parameters"]["pipeline_path"] == "live"
-
     # the console's step figures (`GET /v1/pipelines`), read from the real instance's /metrics
     figures = PipelineFigures(platform.runtime.instances, httpx.Client(timeout=5)).read(
         "recommend", "1")
@@ -61,3 +60,14 @@ def test_announce_and_deploy_a_pipeline_that_calls_a_model_through_the_gateway(
     assert steps["arm"]["num_requests"] == 1 and steps["arm"]["outcomes"] == {"ok": 1}, steps
     assert figures["variants"] == {"control": 1}
     assert all(s["p99_ms"] is not None and s["mean_ms"] is not None for s in steps.values())
+
+    # the plain JSON route goes through the gateway too, and names the version it split to
+    plain = httpx.post(f"{platform.url}/pipelines/recommend", timeout=60,
+                       json={"member_id": "m5"})
+    assert plain.status_code == 200, plain.text
+    assert (plain.json()["outputs"]["titles"], plain.json()["model_version"]) == (
+        outputs["titles"], "1")
+    bad = httpx.post(f"{platform.url}/pipelines/recommend/versions/1", timeout=60,
+                     json={"member": "m5"})
+    assert bad.status_code == 400 and "'member' is not an input" in bad.json()["error"]
+

@@ -84,3 +84,22 @@ def test_the_sampled_debug_log_holds_full_payloads_only_when_turned_on(
     c = next(p for p in payloads if p["step"] == "c")
     assert c["request_id"] == "on" and c["result"] == {"items": [1, 2, 3]}
     assert c["args"]["args"]["x"] == {"items": [1, 2, 3]}  # its resolved arguments
+
+
+def test_with_nothing_receiving_spans_they_are_ids_still_joined_to_the_callers_trace(
+        tmp_path: Path, models, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace, "_recording", False)  # no processor in this process
+    (tmp_path / "f.py").write_text("def items(**kw):\n    return {'items': [1, 2, 3]}\n")
+    pipeline = build(tmp_path, models, STEPS)
+    joined = asyncio.run(pipeline.run({"member_id": "m"}, "req-9", TRACEPARENT))
+    assert joined.trace_id == CALLER_TRACE and joined.outputs is not None
+    own = {asyncio.run(pipeline.run({"member_id": "m"}, f"req-{n}")).trace_id for n in range(2)}
+    assert len(own) == 2 and all(len(t) == 32 and int(t, 16) for t in own)
+
+    tracing = trace.Tracing("p", "1")
+    with tracing.request_span("req", TRACEPARENT) as root, tracing.step_span("a", "python") as step:
+        passed_on = trace.traceparent_of(step)
+    assert passed_on is not None
+    version, trace_id, span_id, flags = passed_on.split("-")
+    assert (version, trace_id, flags) == ("00", CALLER_TRACE, "01")
+    assert span_id not in ("b7ad6b7169203331", format(root.get_span_context().span_id, "016x"))

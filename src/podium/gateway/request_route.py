@@ -1,4 +1,5 @@
-"""Which model and version a request names: OpenAI `model` field or the KServe v2 path."""
+"""Which model and version a request names: OpenAI `model` field, the KServe v2 path or a
+pipeline's JSON path."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from podium.routes.table import Endpoint
 KSERVE_PATH = re.compile(
     r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?P<rest>/.*)?$")
 """A KServe v2 model path: its model, the version it names (if any) and the rest."""
+PIPELINE_PATH = re.compile(r"^/pipelines/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?$")
+"""A pipeline's plain JSON route (`frontends.pipeline_json`): its name and version (if any)."""
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,8 @@ class RequestRoute:
     version: str | None
     body: bytes
     kind: str
-    """`openai` or `kserve`: decides how the path is rewritten for a resolved version."""
+    """`openai`, `kserve` or `pipeline`: decides how the path is rewritten for a resolved
+    version."""
     inflated: bool = False
     """The body is forwarded decompressed: its Content-Encoding must not be."""
     prefix: PrefixKey | None = None
@@ -50,6 +54,8 @@ class RequestRoute:
             match = KSERVE_PATH.match(path)
             assert match is not None
             return f"/v2/models/{self.model}/versions/{version}{match['rest'] or ''}"
+        if self.kind == "pipeline" and (self.version is not None or pinned):
+            return f"/pipelines/{self.model}/versions/{version}"
         return path
 
 
@@ -74,6 +80,9 @@ def route_of(method: str, path: str, body: bytes, *, content_encoding: str = "",
         prefix = (kserve_key(match["rest"], body, model=addressed)
                   if method == "POST" and not content_encoding else None)
         return RequestRoute(match["model"], match["version"], body, "kserve", prefix=prefix)
+    match = PIPELINE_PATH.match(path)
+    if match:  # split, admitted and counted like KServe: only the path differs
+        return RequestRoute(match["model"], match["version"], body, "pipeline")
     if (path.startswith("/v1/") or path in OPENAI_OUTSIDE_V1) and method == "POST":
         plain = inflate(body, content_encoding, max_body_bytes)
         route = _openai(path, plain)
@@ -81,7 +90,8 @@ def route_of(method: str, path: str, body: bytes, *, content_encoding: str = "",
                             inflated=plain is not body, prefix=route.prefix)
     raise NotFound(f"{method} {path} is not routed by the gateway; use /v1 (OpenAI), "
                    f"{', '.join(OPENAI_OUTSIDE_V1)} (vLLM's, with 'model') or "
-                   "/v2/models/{model} (KServe v2)", param="path")
+                   "/v2/models/{model} (KServe v2) or /pipelines/{name} (a pipeline's JSON)",
+                   param="path")
 
 
 def _openai(path: str, body: bytes) -> RequestRoute:

@@ -38,17 +38,19 @@ class ResultCache:
         self.url = resolve_url(settings.url, root)
         self.pipeline, self.version = pipeline, version
         self._table: Any = None
+        self._get: Any = None
 
     def get(self, key: str, now: float | None = None) -> CachedAnswer | None:
         """The fresh answer for `key` written by this version, if any."""
-        import sqlalchemy as sa
+        if self._get is None:  # built once: a hit binds only its key
+            import sqlalchemy as sa
 
-        table = self.table()
-        query = sa.select(table.c.outputs, table.c.variant, table.c.written_at).where(
-            table.c.pipeline == self.pipeline, table.c.version == self.version,
-            table.c.key == str(key))
+            table = self.table()
+            self._get = sa.select(table.c.outputs, table.c.variant, table.c.written_at).where(
+                table.c.pipeline == self.pipeline, table.c.version == self.version,
+                table.c.key == sa.bindparam("key"))
         with self._engine().connect() as connection:
-            row = connection.execute(query).first()
+            row = connection.execute(self._get, {"key": str(key)}).first()
         if row is None or row.written_at + self.settings.ttl_s <= (now or time.time()):
             return None
         return CachedAnswer(json.loads(row.outputs), row.variant, row.written_at)
@@ -105,5 +107,7 @@ class ResultCache:
 
         with _LOCK:
             if self.url not in _ENGINES:
-                _ENGINES[self.url] = sa.create_engine(self.url, pool_pre_ping=True)
+                # a file has no connection to go stale: no ping per read there
+                _ENGINES[self.url] = sa.create_engine(
+                    self.url, pool_pre_ping=not self.url.startswith("sqlite"))
             return _ENGINES[self.url]

@@ -18,7 +18,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=_bounded(1, 100_000), default=64,
                    help="rows per batch; each batch is written to the cache at once (64)")
     p.add_argument("--concurrency", type=_bounded(1, 4096), default=8,
-                   help="rows run at once (8)")
+                   help="rows run at once (8; with --ray-address, per Ray actor)")
+    p.add_argument("--ray-address", default=None,
+                   help="run the rows on this Ray cluster with Ray Data (HOST:PORT of its "
+                        "head, or auto); the repository must be at the same path on every "
+                        "node. Default: in this process")
+    p.add_argument("--ray-actors", type=_bounded(1, 4096), default=2,
+                   help="with --ray-address: Ray Data actors, each loading the pipeline (2)")
     p.set_defaults(func=_batch)
 
 
@@ -46,7 +52,9 @@ def _batch(args: argparse.Namespace) -> int:
 
         report = asyncio.run(run_batch(args.repository, args.pipeline, args.input,
                                        batch_size=args.batch_size,
-                                       concurrency=args.concurrency, on_progress=show))
+                                       concurrency=args.concurrency, on_progress=show,
+                                       ray_address=args.ray_address,
+                                       ray_actors=args.ray_actors))
     print(f"batch {args.pipeline}: {report.total} rows, {report.skipped} already fresh, "
           f"{report.computed} computed, {report.failed} failed")
     return 1 if report.failed else 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from podium.errors import InvalidArgument
@@ -43,6 +44,13 @@ def parse(text: str) -> list[Ref] | None:
     return alternatives
 
 
+@lru_cache(maxsize=4096)
+def _parsed(text: str) -> tuple[Ref, ...] | None:
+    """`parse`, once per distinct string: a pipeline's settings resolve every request."""
+    refs = parse(text)
+    return None if refs is None else tuple(refs)
+
+
 def walk(value: Any) -> Iterator[list[Ref]]:
     """Every reference in a settings value (nested dicts and lists)."""
     if isinstance(value, str):
@@ -61,7 +69,7 @@ def resolve(value: Any, scope: Mapping[str, Any]) -> Any:
     """`value` with every reference replaced by what it points at in `scope` (the request
     inputs under `input`, each finished step's result under its name)."""
     if isinstance(value, str):
-        refs = parse(value)
+        refs = _parsed(value)
         if refs is None:
             return value[1:] if value.startswith("$$") else value
         for ref in refs:

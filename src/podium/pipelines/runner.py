@@ -16,7 +16,7 @@ from podium.errors import BackendError, PodiumError, RequestError, RequestTimeou
 from podium.pipelines import refs
 from podium.pipelines.graph import Graph
 from podium.pipelines.steps import CallContext, StepSpec
-from podium.pipelines.trace import StepRecord, Tracing, now, size_of, traceparent_now
+from podium.pipelines.trace import StepRecord, Tracing, now, traceparent_of
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Runner:
         # settings without references need no resolving per request
         self._static = {name: step.settings() for name, step in graph.steps.items()
                         if not any(True for _ in refs.walk(step.settings()))}
+        self._experiments = [e.name for e in graph.experiments()]
 
     async def run(self, inputs: dict[str, Any], request_id: str,
                   traceparent: str | None = None) -> RunResult:
@@ -83,10 +84,11 @@ class Runner:
                     left = deadline - loop.time()
                     timeout = min(left, step.timeout_ms / 1000) if step.timeout_ms else left
                     args = self._static.get(name) or refs.resolve(step.settings(), scope)
-                    call = CallContext(request_id, traceparent_now(), max(timeout, 0.0))
+                    call = CallContext(request_id, traceparent_of(span), max(timeout, 0.0))
                     if timeout <= 0:
                         raise TimeoutError
-                    value = await asyncio.wait_for(step.run(args, call), timeout)
+                    async with asyncio.timeout(timeout):  # no extra task, as wait_for made
+                        value = await step.run(args, call)
             except TimeoutError:
                 record.outcome = "timeout"
                 value = self._fallback(step, record, RequestTimeout(
@@ -97,9 +99,8 @@ class Runner:
                 value = self._fallback(step, record, exc)
             finally:
                 record.duration_ms = round((now() - started) * 1000, 3)
-                record.sizes = size_of(value)
                 record.variant = self._variant({**scope, name: value})
-                self.tracing.record(record, span)
+                self.tracing.record(record, span, value)
             scope[name] = value
             if debug:
                 self.tracing.debug(request_id, name, args, value)
@@ -125,6 +126,6 @@ class Runner:
         return isinstance(chosen, dict) and chosen.get("variant") in (step.when_variant or [])
 
     def _variant(self, scope: dict[str, Any]) -> str:
-        chosen = [scope[e.name]["variant"] for e in self.graph.experiments()
-                  if isinstance(scope.get(e.name), dict)]
+        chosen = [scope[name]["variant"] for name in self._experiments
+                  if isinstance(scope.get(name), dict)]
         return ",".join(chosen)

@@ -34,6 +34,7 @@ class SqlSource(FeatureSource):
         self.table_name = options["table"]
         self.key_column = options["key_column"]
         self.batch_size = int(options.get("batch_size", 500))
+        self._queries: dict[tuple[Any, ...], Any] = {}
         if not 1 <= self.batch_size <= 10_000:
             raise PackageError(f"sql source: batch_size={self.batch_size} must be 1..10000")
 
@@ -43,28 +44,40 @@ class SqlSource(FeatureSource):
             self._column(table, name)
 
     def fetch(self, keys: list[Any], columns: list[str]) -> dict[Any, dict[str, Any]]:
-        import sqlalchemy as sa
-
-        table = self._table()
-        wanted = [table.c[self.key_column], *(self._column(table, name) for name in columns)]
+        query = self._query(("fetch", *columns))
         rows: dict[Any, dict[str, Any]] = {}
         unique = list(dict.fromkeys(keys))
         with self._engine().connect() as connection:
             for start in range(0, len(unique), self.batch_size):
                 chunk = unique[start:start + self.batch_size]
-                query = sa.select(*wanted).where(table.c[self.key_column].in_(chunk))
-                for row in connection.execute(query):
+                for row in connection.execute(query, {"keys": chunk}):
                     rows[row[0]] = dict(zip(columns, row[1:], strict=True))
         return rows
 
     def candidates(self, key: Any, column: str, limit: int) -> list[Any]:
-        import sqlalchemy as sa
-
-        table = self._table()
-        query = (sa.select(self._column(table, column))
-                 .where(table.c[self.key_column] == key).limit(limit))
+        query = self._query(("candidates", column, limit))
         with self._engine().connect() as connection:
-            return [row[0] for row in connection.execute(query)]
+            return [row[0] for row in connection.execute(query, {"key": key})]
+
+    def _query(self, shape: tuple[Any, ...]) -> Any:
+        """The statement of this shape, built once: a request only binds its keys (building
+        and compiling a select per read cost more than the read itself)."""
+        query = self._queries.get(shape)
+        if query is None:
+            import sqlalchemy as sa
+
+            table = self._table()
+            if shape[0] == "fetch":
+                wanted = [table.c[self.key_column],
+                          *(self._column(table, name) for name in shape[1:])]
+                query = sa.select(*wanted).where(table.c[self.key_column].in_(
+                    sa.bindparam("keys", expanding=True)))
+            else:
+                _, column, limit = shape
+                query = (sa.select(self._column(table, column))
+                         .where(table.c[self.key_column] == sa.bindparam("key")).limit(limit))
+            self._queries[shape] = query
+        return query
 
     def _column(self, table: Any, name: str) -> Any:
         if name not in table.c:
@@ -94,7 +107,9 @@ class SqlSource(FeatureSource):
 
         with _LOCK:
             if self.url not in _ENGINES:
-                _ENGINES[self.url] = sa.create_engine(self.url, pool_pre_ping=True)
+                # a file has no connection to go stale: a ping per read is pure cost there
+                _ENGINES[self.url] = sa.create_engine(
+                    self.url, pool_pre_ping=not self.url.startswith("sqlite"))
             return _ENGINES[self.url]
 
 
