@@ -17,7 +17,7 @@ import pytest
 from podium.control.runtime.base import READY
 from podium.control.runtime.local import LocalRuntime
 from podium.preload.spawn import Zygote
-from tests.control.test_local_runtime import Env, fake_command, wait_for
+from tests.support.local_runtime_env import Env, fake_command, wait_for
 
 
 @pytest.fixture

@@ -28,12 +28,12 @@ from podium.gateway.proxy import Gateway
 from tests.support import echo_platform as platform_module
 from tests.support.echo_platform import Load, Platform, write_echo
 from tests.support.ports import free_port
+from tests.support.ray_cluster import BODY, FIRST, INSTANCE_CPUS, ray_cluster
 from tests.support.servers import Served
 
-# instances ask for half a CPU so v1 and v2 fit side by side on the 2-CPU head
-INSTANCE_CPUS = 0.5
+__all__ = ["ray_cluster"]  # the module's Ray head (a fixture), shared with other Ray tests
+
 CREDENTIAL = "ray-internal-credential-0123456789"
-BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [2.0]}]}
 
 
 def _package(backend: str, **engine_args: object) -> PackageRow:
@@ -75,21 +75,6 @@ def test_up_with_a_bad_ray_address_fails_fast_naming_it_and_the_fix(
     for part in message:
         assert part.format(port=port) in result.stderr
     assert time.monotonic() - started < 30  # not Ray's own two minutes of retries
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Any]:
-    """A local Ray head for this module; instances bind loopback like every test server."""
-    with pytest.MonkeyPatch.context() as mp:
-        # Ray otherwise resolves its node IP to the machine's network address; this keeps the
-        # head, its workers and so the instances on 127.0.0.1
-        mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        import ray
-
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024 * 1024,
-                 log_to_driver=False)
-        yield ray
-        ray.shutdown()
 
 
 def _wait_for(condition: Callable[[], bool], runtime: RayRuntime, timeout_s: float = 60) -> None:
@@ -208,8 +193,6 @@ def test_an_instance_the_cluster_cannot_place_waits_and_is_cancelled_by_a_drain(
         store.close()
 
 
-FIRST = RolloutConfig(stages=(100,), num_instances=1, ready_timeout_ms=60_000,
-                      analysis_window_ms=0, warm_delay_ms=0)
 # judged loosely on latency, as in test_e2e_rollout: 4 clients, Ray and 2 instances share 2 cores
 STAGED = RolloutConfig(stages=(50, 100), num_instances=1, ready_timeout_ms=60_000,
                        analysis_window_ms=1_500, min_requests=20, warm_delay_ms=500,

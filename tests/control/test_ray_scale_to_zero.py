@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from podium.control.runtime.ray import RayRuntime
-from tests.control.test_ray_runtime import BODY, FIRST, INSTANCE_CPUS, ray_cluster
 from tests.support import echo_platform as platform_module
 from tests.support.echo_platform import Platform, write_echo
+from tests.support.ray_cluster import BODY, FIRST, INSTANCE_CPUS, ray_cluster
 
 pytestmark = pytest.mark.ray
 __all__ = ["ray_cluster"]  # the module's Ray head, as test_ray_runtime.py's

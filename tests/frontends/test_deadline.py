@@ -17,7 +17,7 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from podium.backends.vllm import deadline_check
-from tests.backends.vllm.test_admission_measured import RATES
+from tests.support.admission_rates import RATES
 from tests.support.fake_llm_instance import RefusingEngine, llm_instance
 from tests.support.openai_instance import CHAT, GOOD, client_for, openai_app
 

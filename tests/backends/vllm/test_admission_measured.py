@@ -16,10 +16,7 @@ from podium.backends import deadline
 from podium.backends.limits import InstanceLimits
 from podium.backends.vllm import admission, deadline_check, probe
 from podium.errors import Overloaded
-
-RATES = admission.Rates(prefill_tokens_per_s=1000.0, prefill_tokens=256, prefill_s=0.5,
-                        decode_tokens_per_s=80.0, batch=8, decode_s=1.5)
-"""A small CPU engine: 1,000 prompt tokens/s, 80 output tokens/s over 8 sequences."""
+from tests.support.admission_rates import RATES
 
 
 def test_the_bounds_are_the_work_the_engine_finishes_in_the_target_wait() -> None:
