@@ -60,7 +60,7 @@ async def test_openai_request_arrives_compiled_and_the_engine_never_compiles(
     seconds = first.json()["constraint_compile_seconds"]
     assert seconds > 0 and float(first.headers[COMPILE_HEADER]) == pytest.approx(seconds,
                                                                                  abs=1e-5)
-    assert again.json()["constraint_compile_seconds"] < seconds
+    # the second is a hit (counted below as cache="hit"), whatever its time on a loaded machine
     assert ('podium:constraint_compile_seconds_count{cache="miss",compiler="thread",'
             'type="distinct_items"}') in metrics
     assert ('podium:constraint_compile_seconds_count{cache="hit",compiler="thread",'
@@ -124,7 +124,7 @@ async def test_identical_specs_arriving_together_compile_once(smol_dir: Any) -> 
     assert len({r.key for r in results}) == 1 and len(puts) == 1  # one compile for all 8
     assert compiler.store.directory.joinpath(results[0].key + ".form").exists()
     again = await compiler.compile(spec)
-    assert again.cached and again.seconds < min(r.seconds for r in results)
+    assert again.cached and again.key == results[0].key and len(puts) == 1  # found, not rebuilt
 
 
 async def test_compiling_leaves_the_event_loop_serving(smol_dir: Any) -> None:
