@@ -4,7 +4,6 @@ gets the answer, and the request's task carries on normally either way."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -74,22 +73,20 @@ def test_slow_work_is_answered_while_the_client_stays() -> None:
 @pytest.mark.parametrize(("swallow", "chunks"), [(False, 0), (True, 0), (False, 2)],
                          ids=["cancelled", "work-swallows-the-cancel", "after-stray-chunks"])
 def test_a_client_that_leaves_cancels_the_work(swallow: bool, chunks: int) -> None:
-    async def main() -> float:
+    async def main() -> None:
         connection = Connection(chunks)
-        work = SlowWork(swallow=swallow)
+        work = SlowWork(swallow=swallow)  # 10 s unless cancelled
         task = asyncio.current_task()
         assert task is not None
         asyncio.get_running_loop().call_later(0.2, connection.gone.set)
         with pytest.raises(ClientLeft):
-            await unless_client_leaves(connection.receive, work())
-        left = time.monotonic()
+            # noticed while the work still ran: well inside its 10 s, not when it ended
+            await asyncio.wait_for(unless_client_leaves(connection.receive, work()), 5)
         assert work.cancelled
         assert task.cancelling() == 0  # the request's task goes on: it can still answer
         await asyncio.sleep(0.01)
-        return left
 
-    started = time.monotonic()
-    assert asyncio.run(main()) - started < 0.2 + 2 * WATCH_AFTER_S + 0.3
+    asyncio.run(main())
 
 
 def test_a_client_gone_before_the_watch_starts_is_noticed_when_it_does() -> None:

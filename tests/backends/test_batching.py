@@ -18,11 +18,17 @@ from tests.support.polling import async_eventually
 class Recorder:
     """A model that doubles its inputs and remembers each batch it was given."""
 
-    def __init__(self, delay_s: float = 0.0, fail_on: int | None = None) -> None:
+    def __init__(self, delay_s: float = 0.0, fail_on: int | None = None,
+                 held: bool = False) -> None:
         self.batches: list[list[int]] = []
         self.threads: set[str] = set()
         self.delay_s = delay_s
         self.fail_on = fail_on
+        # held: each call blocks until the test sets `release` (or 10 s pass)
+        self.release = threading.Event()
+        if not held:
+            self.release.set()
+        self.returned = 0  # calls that ran to their end
 
     def __call__(self, items: list[int]) -> list[int]:
         self.threads.add(threading.current_thread().name)
@@ -30,6 +36,8 @@ class Recorder:
         if self.fail_on in items:
             raise ValueError(f"bad item {self.fail_on}")
         time.sleep(self.delay_s)
+        self.release.wait(10)
+        self.returned += 1
         return [2 * i for i in items]
 
 
@@ -86,36 +94,42 @@ def test_item_sizes_count_toward_the_max() -> None:
 
 
 def test_a_lone_request_waits_at_most_the_queue_delay() -> None:
-    model = Recorder()
+    """Cut by the delay, not by size (64 never comes); never before the delay's timer fired."""
+    delay_s = 0.02
+    fired = threading.Event()
+    fired_before_the_call: list[bool] = []
 
-    async def go() -> float:
+    def model(items: list[int]) -> list[int]:
+        fired_before_the_call.append(fired.is_set())
+        return [2 * i for i in items]
+
+    async def go() -> int:
         batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=64,
-                                                       max_queue_delay_s=0.02))
+                                                       max_queue_delay_s=delay_s))
         try:
-            started = time.perf_counter()
-            assert await batcher.submit(5) == 10
-            return time.perf_counter() - started
+            # scheduled before the request is queued, so due no later than the batcher's deadline
+            asyncio.get_running_loop().call_later(delay_s, fired.set)
+            return await asyncio.wait_for(batcher.submit(5), 10)  # bounded: no company needed
         finally:
             await batcher.close()
 
-    elapsed = run(go())
-    assert 0.015 < elapsed < 0.5
+    assert run(go()) == 10
+    assert fired_before_the_call == [True]
 
 
 def test_preferred_size_cuts_without_waiting() -> None:
     model = Recorder()
 
-    async def go() -> float:
-        batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=64, max_queue_delay_s=5,
+    async def go() -> list:
+        batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=64, max_queue_delay_s=3600,
                                                        preferred_batch_sizes=(2, 4)))
         try:
-            started = time.perf_counter()
-            await submit_all(batcher, [1, 2, 3, 4])
-            return time.perf_counter() - started
+            # the hour's delay never runs out inside the wait: 4 is preferred, so it is cut
+            return await asyncio.wait_for(submit_all(batcher, [1, 2, 3, 4]), 30)
         finally:
             await batcher.close()
 
-    assert run(go()) < 1  # the 5 s delay never ran out: 4 is preferred
+    assert run(go()) == [2, 4, 6, 8]
     assert model.batches == [[1, 2, 3, 4]]
 
 
@@ -152,16 +166,20 @@ def test_a_failing_batch_fails_its_requests_only() -> None:
 
 
 def test_requests_arriving_during_a_call_form_the_next_batch() -> None:
-    model = Recorder(delay_s=0.1)
+    model = Recorder(held=True)
 
     async def go() -> None:
         batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=16, max_queue_delay_s=0))
         try:
             first = asyncio.create_task(batcher.submit(0))
             assert await async_eventually(lambda: model.batches)  # the model is busy with [0]
-            await submit_all(batcher, list(range(1, 6)))
-            await first
+            rest = asyncio.ensure_future(submit_all(batcher, list(range(1, 6))))
+            # all five arrived while the test still holds the call of [0]
+            assert await async_eventually(lambda: len(batcher._pending) == 5)
+            model.release.set()
+            await asyncio.wait_for(asyncio.gather(first, rest), 10)
         finally:
+            model.release.set()
             await batcher.close()
 
     run(go())
@@ -244,23 +262,26 @@ def test_a_fault_in_the_loop_fails_its_batch_logs_it_and_the_loop_goes_on(
 async def _kill_during_call(batcher: DynamicBatcher, model: Recorder, item: int,
                             queued: list[int] = ()) -> tuple[BaseException, list[asyncio.Task]]:
     """Submit `item` (then `queued`, which wait behind it), cancel the loop's task while the
-    model runs `item`; the request's error and the queued requests."""
+    model (held by the test) runs `item`; the request's error and the queued requests."""
     waiting = asyncio.create_task(batcher.submit(item))
     assert await async_eventually(lambda: [item] in model.batches)  # the model is busy with it
     behind = [asyncio.create_task(batcher.submit(i)) for i in queued]
     await asyncio.sleep(0)
     assert batcher._task is not None
     batcher._task.cancel()
-    started = time.perf_counter()
-    with pytest.raises(BackendError) as err:
-        await asyncio.wait_for(waiting, 5)
-    assert time.perf_counter() - started < 0.05, "the waiting request did not fail at once"
+    try:
+        with pytest.raises(BackendError) as err:
+            await asyncio.wait_for(waiting, 5)
+        # at once: it failed while its model call was still held open, not when it returned
+        assert model.returned == 0, "the waiting request did not fail at once"
+    finally:
+        model.release.set()
     return err.value, behind
 
 
 def test_a_killed_loop_fails_its_batch_at_once_and_is_restarted(
         caplog: pytest.LogCaptureFixture) -> None:
-    model = Recorder(delay_s=0.2)
+    model = Recorder(held=True)
 
     async def go() -> tuple[BaseException, int, bool]:
         batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=4, max_queue_delay_s=0),
@@ -282,7 +303,7 @@ def test_a_killed_loop_fails_its_batch_at_once_and_is_restarted(
 
 
 def test_a_loop_killed_past_its_restarts_is_dead_and_fails_fast() -> None:
-    model = Recorder(delay_s=0.2)
+    model = Recorder(held=True)
 
     async def go() -> None:
         batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=4, max_queue_delay_s=0),

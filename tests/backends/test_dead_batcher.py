@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -69,21 +68,20 @@ async def _kill_the_batcher(examples_dir: Path) -> dict[str, Any]:
             batcher = repository.find("xgb-example").backend._batcher
             batcher.max_restarts = 0
             real = batcher._run_batch
-            busy = threading.Event()
-            batcher._run_batch = lambda items: (busy.set(), time.sleep(0.3), real(items))[2]
+            busy, release = threading.Event(), threading.Event()
+            batcher._run_batch = lambda items: (busy.set(), release.wait(10), real(items))[2]
             waiting = asyncio.create_task(infer("xgb-example"))
             assert await asyncio.to_thread(busy.wait, 10), "the request never reached the model"
             batcher._task.cancel()
-            started = time.perf_counter()
             seen["waiting"] = await waiting
-            seen["waiting_s"] = time.perf_counter() - started
+            # answered while the test still held its model call: it failed at once
+            seen["answered_while_held"] = not release.is_set()
+            release.set()
             seen["ready"] = (await client.get("/v2/health/ready")).status_code
             seen["model_ready"] = (await client.get("/v2/models/xgb-example/ready")).status_code
             seen["index"] = (await client.post("/v2/repository/index", json={})).json()
-            started = time.perf_counter()
             seen["later"] = await infer("xgb-example")
             seen["ensemble"] = await infer("python-example")
-            seen["later_s"] = time.perf_counter() - started
     finally:
         await repository.unload_all(timeout_s=5)
     return seen
@@ -94,7 +92,7 @@ def test_a_dead_batcher_makes_the_model_not_ready_and_requests_fail_fast(
     seen = asyncio.run(_kill_the_batcher(examples_dir))
     assert seen["waiting"].status_code == 503  # BackendDead: try another instance
     assert "xgb-example@1 is dead" in seen["waiting"].json()["error"]
-    assert seen["waiting_s"] < 0.2
+    assert seen["answered_while_held"]
     assert seen["ready"] == 503
     assert seen["model_ready"] != 200
     state = {row["name"]: row for row in seen["index"]}
@@ -102,7 +100,7 @@ def test_a_dead_batcher_makes_the_model_not_ready_and_requests_fail_fast(
     assert "died" in state["xgb-example"]["reason"]
     assert state["python-example"]["state"] == "READY"
     assert seen["later"].status_code == 503, seen["later"].text
-    # the ensemble's call into the dead model fails at once instead of waiting out its timeout
+    # the ensemble's call into the dead model fails at once instead of waiting out its 60 s
+    # timeout (`infer` gives up after 10 s), with an error naming the dead model
     assert seen["ensemble"].status_code >= 500
     assert "xgb-example" in seen["ensemble"].json()["error"]
-    assert seen["later_s"] < 2

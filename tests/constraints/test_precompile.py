@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -59,7 +60,7 @@ async def test_openai_request_arrives_compiled_and_the_engine_never_compiles(
     seconds = first.json()["constraint_compile_seconds"]
     assert seconds > 0 and float(first.headers[COMPILE_HEADER]) == pytest.approx(seconds,
                                                                                  abs=1e-5)
-    assert again.json()["constraint_compile_seconds"] < seconds
+    # the second is a hit (counted below as cache="hit"), whatever its time on a loaded machine
     assert ('podium:constraint_compile_seconds_count{cache="miss",compiler="thread",'
             'type="distinct_items"}') in metrics
     assert ('podium:constraint_compile_seconds_count{cache="hit",compiler="thread",'
@@ -123,28 +124,38 @@ async def test_identical_specs_arriving_together_compile_once(smol_dir: Any) -> 
     assert len({r.key for r in results}) == 1 and len(puts) == 1  # one compile for all 8
     assert compiler.store.directory.joinpath(results[0].key + ".form").exists()
     again = await compiler.compile(spec)
-    assert again.cached and again.seconds < min(r.seconds for r in results)
+    assert again.cached and again.key == results[0].key and len(puts) == 1  # found, not rebuilt
 
 
 async def test_compiling_leaves_the_event_loop_serving(smol_dir: Any) -> None:
-    compiler = ConstraintPrecompiler(str(smol_dir), 49152)
+    # the in-process pool (a worker process is off the loop by construction)
+    compiler = ConstraintPrecompiler(str(smol_dir), 49152, process=False)
     compiler.compile_now(validate_constraint({"type": "choice", "choices": ["warm"]}))
     spec = validate_constraint({"type": "choice", "choices": make_titles(20000)})
-    ticks = 0
+    entered, loop_ran = threading.Event(), threading.Event()
+    served_during: list[bool] = []
+    real = compiler._compile
 
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.001)
-            ticks += 1
+    def held(normalized: dict[str, Any], canonical: str) -> Any:
+        entered.set()
+        # the compile goes on only once the event loop has run a task meanwhile: on the loop,
+        # it would block that task and wait out the 10 s
+        served_during.append(loop_ran.wait(10))
+        return real(normalized, canonical)
 
-    task = asyncio.create_task(ticker())
-    start = time.perf_counter()
-    await compiler.compile(spec)
-    took = time.perf_counter() - start
-    task.cancel()
-    # on the loop, a compile would have let no tick run until it finished
-    assert took > 0.02 and ticks >= 3, (took, ticks)
+    async def serving() -> None:
+        await asyncio.to_thread(entered.wait, 10)
+        loop_ran.set()
+
+    compiler._compile = held  # type: ignore[method-assign]
+    task = asyncio.create_task(serving())
+    try:
+        await asyncio.wait_for(compiler.compile(spec), 30)
+    finally:
+        loop_ran.set()
+        await task
+        compiler.shutdown()
+    assert served_during == [True]
 
 
 def test_the_host_directory_is_trimmed_beside_the_compiles_oldest_first(

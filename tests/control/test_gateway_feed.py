@@ -5,8 +5,8 @@ soon as it changes."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -20,6 +20,7 @@ from podium.routes.stats import VersionStats
 from podium.routes.sync import ENCODER, Outcomes, SyncReport
 from podium.routes.table import Endpoint
 from tests.support.fake_world import FakeWorld
+from tests.support.polling import eventually
 
 
 class Clock:
@@ -113,10 +114,16 @@ def test_a_change_answers_a_waiting_gateway_at_once(clock: Clock) -> None:
     feed = _feed(clock)
     current = feed.sync(SyncReport("a"), wait_s=0)
     assert current.routes is not None and current.routes["echo"].splits == {"1": 100}
-    threading.Timer(0.2, lambda: feed.table.set_split("echo", {"1": 50, "2": 50})).start()
-    started = time.monotonic()
-    answer = feed.sync(SyncReport("a", feed.epoch, current.generation), wait_s=10)
-    assert time.monotonic() - started < 5
+    answers: list[Any] = []
+    # an hour's wait: only the change can answer it inside the test's 30 s join
+    waiting = threading.Thread(target=lambda: answers.append(
+        feed.sync(SyncReport("a", feed.epoch, current.generation), wait_s=3600)), daemon=True)
+    waiting.start()
+    assert eventually(lambda: len(feed._cond._waiters) == 1)  # it waits for a change
+    feed.table.set_split("echo", {"1": 50, "2": 50})
+    waiting.join(30)
+    assert not waiting.is_alive(), "the change did not answer the waiting gateway"
+    answer = answers[0]
     assert answer.routes is not None and answer.routes["echo"].splits == {"1": 50, "2": 50}
 
 

@@ -95,24 +95,44 @@ def front(v1: Served) -> Iterator[Front]:
     f.close()
 
 
-def test_past_the_in_flight_bound_a_request_is_shed_at_once_and_counted(front: Front) -> None:
-    slow = [threading.Thread(target=front.infer, args=("/v2/models/iris/versions/1/slow?s=1.5",))
-            for _ in range(2)]
-    for thread in slow:
-        thread.start()
-    assert eventually(lambda: front.stable.num_in_flight == 2)
-    started = time.monotonic()
-    shed = front.infer()
-    assert time.monotonic() - started < 0.3  # answered, not queued behind the slow ones
-    assert shed.status_code == 429 and shed.headers["retry-after"] == "1"
-    assert "every instance of iris@1 has 2 requests in flight" in shed.json()["error"]
-    openai = front.client.post("/v1/chat/completions", json={"model": "iris", "messages": []})
-    assert openai.status_code == 429 and openai.json()["error"]["type"] == "rate_limit_error"
-    for thread in slow:
-        thread.join()
-    assert front.infer().status_code == 200  # room again: served
-    assert front.metric("podium:gateway_shed_total", model="iris", version="1",
-                        by="gateway") == 2
+def holding(release: threading.Event) -> Starlette:
+    """An instance that answers 200 once the test sets `release` (10 s at most)."""
+    async def answer(_request: Request) -> Response:
+        await asyncio.to_thread(release.wait, 10)
+        return JSONResponse({"outputs": []})
+
+    return Starlette(routes=[Route("/{path:path}", answer, methods=["POST"])])
+
+
+def test_past_the_in_flight_bound_a_request_is_shed_at_once_and_counted() -> None:
+    release = threading.Event()
+    held = Served(holding(release))
+    front = Front(held)
+    front.table.set_split("iris", {"1": 100})
+    try:
+        slow = [threading.Thread(target=front.infer) for _ in range(2)]
+        for thread in slow:
+            thread.start()
+        assert eventually(lambda: front.stable.num_in_flight == 2)
+        shed = front.infer()
+        # at once: answered while the test still holds both requests in flight, not queued
+        # behind them (they end only when `release` is set, below)
+        assert front.stable.num_in_flight == 2 and all(t.is_alive() for t in slow)
+        assert shed.status_code == 429 and shed.headers["retry-after"] == "1"
+        assert "every instance of iris@1 has 2 requests in flight" in shed.json()["error"]
+        openai = front.client.post("/v1/chat/completions",
+                                   json={"model": "iris", "messages": []})
+        assert openai.status_code == 429 and openai.json()["error"]["type"] == "rate_limit_error"
+        release.set()
+        for thread in slow:
+            thread.join(10)
+        assert front.infer().status_code == 200  # room again: served
+        assert front.metric("podium:gateway_shed_total", model="iris", version="1",
+                            by="gateway") == 2
+    finally:
+        release.set()
+        front.close()
+        held.stop()
     # the analysis saw the 3 served requests, not the shed ones
     health = front.gateway.stats.health("iris", "1", since_ms=0)
     assert (health.num_requests, health.num_errors) == (3, 0)
