@@ -6,7 +6,6 @@ alone."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -317,16 +316,15 @@ def test_an_adapter_burst_past_admission_control_is_429s_then_the_adapter_serves
     assert complete(openai_client, name)
 
 
-def _metric(instance, family: str, **labels: str) -> float:
+def _metric(instance, sample: str, **labels: str) -> float:
+    """The sum of /metrics samples named `sample` whose labels include `labels` (parsed by
+    prometheus_client: a label value may hold braces, e.g. KServe's route templates)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     text = httpx.get(f"{instance.http_url}/metrics", timeout=30).text
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(family + "{"):
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-        if all(found.get(k) == v for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sum(s.value for family in text_string_to_metric_families(text)
+               for s in family.samples
+               if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def _peft_margins(base_dir: Path, adapter: Path, prompt: str, served: str) -> list[float]:
