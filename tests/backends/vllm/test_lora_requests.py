@@ -75,7 +75,7 @@ class LoraBase(FakeLlmBackend):
 
 
 @pytest.fixture
-async def instance(tmp_path: Path) -> AsyncIterator[tuple[Any, LoraEngine, LoraBase]]:
+async def adapter_instance(tmp_path: Path) -> AsyncIterator[tuple[Any, LoraEngine, LoraBase]]:
     package = open_package(write_manifest(tmp_path / "llm", {
         "name": "llm", "version": "1", "backend": "vllm", "lora": {},
         "weights": {"source": "path", "path": "/nonexistent/fake.gguf"}}).root)
@@ -101,8 +101,8 @@ def _requests(code: str) -> float:
 
 
 @pytest.mark.parametrize("route", ["generate", "generate_stream", "infer"])
-async def test_kserve_requests_of_an_adapter_count_its_tokens(instance, route: str) -> None:
-    client, engine, _ = instance
+async def test_kserve_requests_of_an_adapter_count_its_tokens(adapter_instance, route: str) -> None:
+    client, engine, _ = adapter_instance
     prompt, completion, served = _tokens("prompt"), _tokens("completion"), _requests("200")
     body = PROMPT if route != "infer" else {"inputs": [
         {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": [PROMPT["text_input"]]}]}
@@ -115,10 +115,10 @@ async def test_kserve_requests_of_an_adapter_count_its_tokens(instance, route: s
 
 
 async def test_an_adapter_request_refused_by_admission_control_is_a_429_then_one_is_served(
-        instance) -> None:
+        adapter_instance) -> None:
     from vllm.exceptions import MaxQueuedTokensError
 
-    client, engine, _ = instance
+    client, engine, _ = adapter_instance
     refused, completion = _requests("429"), _tokens("completion")
     engine.refusal = MaxQueuedTokensError
     answer = await client.post("/v2/models/tone/generate", json=PROMPT)
@@ -132,8 +132,8 @@ async def test_an_adapter_request_refused_by_admission_control_is_a_429_then_one
 
 
 async def test_a_cancelled_adapter_stream_aborts_its_generation_and_counts_what_it_had(
-        instance) -> None:
-    client, engine, base = instance
+        adapter_instance) -> None:
+    client, engine, base = adapter_instance
     engine.word_delay_s = 0.05
     completion = _tokens("completion")
     request = InferenceRequest(inputs={
