@@ -214,8 +214,9 @@ def test_kserve_generate_infer_and_stream_reach_the_adapter_by_version(
     result = client.infer(name, [text, params], model_version="1", headers=dict(headers))
     assert expected in result.as_numpy("text_output")[0].decode()
     # KServe answers carry no usage: the adapter's tokens are counted from the engine's
+    # outputs (the answer may end before max_tokens: 4 tokens in the run of 2026-12-03)
     after = _metric(instance, "podium:adapter_tokens_total", adapter=name, kind="completion")
-    assert after - before >= TOKENS - 1, (before, after)
+    assert 1 <= after - before <= TOKENS, (before, after)
     assert _metric(instance, "podium:requests_total", model=name, protocol="kserve_http",
                    code="200") >= 3
 
