@@ -13,12 +13,14 @@ from bench.harness.loops import check_loopback
 
 def serving_benchmark(base_url: str, model: str, tokenizer: Path, num_prompts: int,
                       concurrency: int, *, dataset: Path | None = None, warmups: int = 4,
-                      ready_check: bool = True, input_len: int = 128,
-                      output_len: int = 64) -> dict[str, Any]:
+                      ready_check: bool = True, input_len: int = 128, output_len: int = 64,
+                      models: list[str] | None = None) -> dict[str, Any]:
     """One run of vLLM's serving benchmark against `base_url`, streaming `/v1/completions`
     with `ignore_eos`, seed 0: random `input_len` in / `output_len` out (128 / 64), or the
-    prompts of a custom JSONL `dataset` (64 out each). `ready_check=False` skips its test
-    request (so a run sends exactly `num_prompts + warmups`). Returns vLLM's result dict."""
+    prompts of a custom JSONL `dataset` (`output_len` out each). `models` spreads the requests
+    round-robin over those model names (vLLM's `--lora-modules`; the base may be one of them).
+    `ready_check=False` skips its test request (so a run sends exactly `num_prompts +
+    warmups`). Returns vLLM's result dict."""
     from vllm.benchmarks.serve import add_cli_args, main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -31,7 +33,9 @@ def serving_benchmark(base_url: str, model: str, tokenizer: Path, num_prompts: i
              str(output_len)]
             if dataset is None else
             ["--dataset-name", "custom", "--dataset-path", str(dataset), "--custom-output-len",
-             "64", "--skip-chat-template"])
+             str(output_len), "--skip-chat-template"])
+    if models:
+        data += ["--lora-modules", *models, "--lora-assignment", "round-robin"]
     args = parser.parse_args([
         "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
         "--model", model, "--tokenizer", str(tokenizer), *data, "--num-prompts",

@@ -98,3 +98,72 @@ def test_patch_reaches_every_module_holding_the_ops_once(ops) -> None:
     for name in lora_slots.PATCHED_OPS:
         assert getattr(getattr(lora_ops, name), "__wrapped__", None) is ops[name]
         assert getattr(punica_cpu, name) is getattr(lora_ops, name)
+
+
+def _slot_batch(seed: int, dtype: torch.dtype, four_d: bool, rows: int = 9):
+    gen = torch.Generator().manual_seed(seed)
+    shape = (SLOTS, 1) if four_d else (SLOTS,)
+    inputs = torch.randn(rows, WIDTH, generator=gen).to(dtype)
+    shrink_weights = torch.randn(*shape, RANK, WIDTH, generator=gen).to(dtype)
+    expand_weights = torch.randn(*shape, OUT, RANK, generator=gen).to(dtype)
+    indices = torch.randint(0, SLOTS, (rows,), generator=gen)
+    return inputs, shrink_weights, expand_weights, indices
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("four_d", [True, False], ids=["stacked-4d", "stacked-3d"])
+@pytest.mark.parametrize("add_inputs", [True, False], ids=["add", "write"])
+def test_the_ops_by_slot_give_what_the_stock_ops_give(ops, dtype: torch.dtype, four_d: bool,
+                                                      add_inputs: bool) -> None:
+    """One matmul per adapter in the batch instead of a copy of the weights per token: the
+    same products (within the dtype's rounding), the same writes, for every slot mix."""
+    tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else \
+        {"atol": 0.1, "rtol": 0.02}
+    for seed, same_slot in ((0, False), (1, True)):
+        inputs, shrink_weights, expand_weights, indices = _slot_batch(seed, dtype, four_d)
+        if same_slot:
+            indices = torch.full_like(indices, 1)
+        buffer, reference = torch.zeros(len(indices), RANK), torch.zeros(len(indices), RANK)
+        lora_slots.shrink_by_slot(inputs, shrink_weights, buffer, indices, 0.5)
+        ops["bgmv_shrink"](inputs, shrink_weights, reference, indices, 0.5)
+        torch.testing.assert_close(buffer, reference, **tolerance)
+        base = torch.randn(len(indices), OUT + 4).to(dtype)
+        out, expected = base.clone(), base.clone()
+        lora_slots.expand_by_slot(reference, expand_weights, out, indices, add_inputs)
+        ops["bgmv_expand"](reference, expand_weights, expected, indices, add_inputs)
+        torch.testing.assert_close(out, expected, **tolerance)
+        out, expected = base.clone(), base.clone()
+        lora_slots.expand_slice_by_slot(reference, expand_weights, out, indices, 2, OUT,
+                                        add_inputs)
+        ops["bgmv_expand_slice"](reference, expand_weights, expected, indices, 2, OUT,
+                                 add_inputs)
+        torch.testing.assert_close(out, expected, **tolerance)
+
+
+def test_the_patched_ops_go_by_slot_and_give_rows_without_an_adapter_nothing(ops) -> None:
+    inputs, shrink_weights, expand_weights, indices = _batch()
+    fixed = {name: lora_slots.skipping_unassigned(ops[name], shrink=name == "bgmv_shrink",
+                                                  by_slot=lora_slots.BY_SLOT[name])
+             for name in lora_slots.PATCHED_OPS}
+    buffer, reference = torch.zeros(4, RANK), torch.zeros(4, RANK)
+    fixed["bgmv_shrink"](inputs, shrink_weights, buffer, indices, 1.0)
+    ops["bgmv_shrink"](inputs, shrink_weights, reference, indices.clamp(min=0), 1.0)
+    assert torch.equal(buffer[[1, 3]], torch.zeros(2, RANK))
+    torch.testing.assert_close(buffer[[0, 2]], reference[[0, 2]])
+    base = torch.randn(4, OUT)
+    out = base.clone()
+    fixed["bgmv_expand"](reference, expand_weights, out, indices, True)
+    assert torch.equal(out[[1, 3]], base[[1, 3]])  # untouched: no adapter
+    assert not torch.equal(out[[0, 2]], base[[0, 2]])
+    # the stock op, not by slot, where rows and indices differ in number (no vLLM call site)
+    calls = []
+
+    def op(*args, **kwargs):
+        calls.append(args[0])
+        return ops["bgmv_shrink"](*args, **kwargs)
+
+    by_slot = lora_slots.skipping_unassigned(op, shrink=True, by_slot=lora_slots.shrink_by_slot)
+    by_slot(inputs[:1], shrink_weights, torch.zeros(1, RANK), torch.tensor([1]), 1.0)
+    assert calls == []
+    by_slot(inputs[:1], shrink_weights, torch.zeros(2, RANK), torch.tensor([1, 2]), 1.0)
+    assert len(calls) == 1

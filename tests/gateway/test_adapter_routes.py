@@ -120,3 +120,67 @@ def test_grpc_requests_for_an_adapter_always_carry_the_version() -> None:
     assert _with_version(cls, request, None, "2") == request  # a model: left as asked
     pinned = cls.FromString(_with_version(cls, request, None, "2", pinned=True))
     assert (pinned.model_name, pinned.model_version) == ("tone", "2")
+
+
+def _base_in_rollout() -> RouteTable:
+    """A base in a rollout (v1 90%, v2 10%, one instance each) with adapter tone@1 placed."""
+    table = RouteTable()
+    table.add_endpoint("llm", "1", Endpoint("llm-1-a", "http://a"))
+    table.add_endpoint("llm", "2", Endpoint("llm-2-a", "http://b"))
+    table.set_split("llm", {"1": 90, "2": 10})
+    table.set_adapter("tone", "llm", "1", placed=True)
+    table.set_split("tone", {"1": 100})
+    return table
+
+
+def test_adapter_traffic_follows_its_base_split_during_a_base_rollout() -> None:
+    table = _base_in_rollout()
+    picks = Counter(table.resolve("tone", None)[1].id for _ in range(20))
+    assert picks == {"llm-1-a": 18, "llm-2-a": 2}  # the base's shares, not least in-flight
+    pinned = Counter(table.resolve("tone", "1")[1].id for _ in range(10))
+    assert pinned == {"llm-1-a": 9, "llm-2-a": 1}
+    # a retry that excludes the new base version's instance lands on the old one
+    assert table.resolve("tone", None, exclude=frozenset({"llm-1-a"}))[1].id == "llm-2-a"
+    table.set_split("llm", {"2": 100})  # the base rollout's last stage: all adapter traffic
+    assert {table.resolve("tone", None)[1].id for _ in range(5)} == {"llm-2-a"}
+
+
+def test_an_adapter_answer_counts_for_the_base_version_that_served_it() -> None:
+    table = _base_in_rollout()
+    new = table.endpoint("llm-2-a")
+    assert table.counted_for("tone", "1", new) == [("tone", "1"), ("llm", "2")]
+    assert table.counted_for("llm", "2", new) == [("llm", "2")]
+    assert table.counted_for("tone", "1", Endpoint("gone", "http://x")) == [("tone", "1")]
+
+
+def test_adapter_errors_on_a_new_base_version_reach_the_base_analysis(
+        base_instance: Served) -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def fail(_request: object) -> JSONResponse:
+        return JSONResponse({"error": "adapter failed to load"}, status_code=500)
+
+    broken = Served(Starlette(routes=[Route("/{path:path}", fail, methods=["GET", "POST"])]))
+    gateway = Gateway(max_attempts=1, connect_timeout_s=1.0)
+    gateway.table.add_endpoint("llm", "1", Endpoint("llm-1-a", base_instance.url))
+    gateway.table.add_endpoint("llm", "2", Endpoint("llm-2-a", broken.url))
+    gateway.table.set_split("llm", {"1": 50, "2": 50})
+    gateway.table.set_adapter("tone", "llm", "1", placed=True)
+    gateway.table.set_split("tone", {"1": 100})
+    served = Served(gateway.app())
+    try:
+        with httpx.Client(base_url=served.url, timeout=10) as client:
+            codes = Counter(client.post("/v1/chat/completions", json={
+                "model": "tone", "messages": []}).status_code for _ in range(10))
+            assert codes == {200: 5, 500: 5}
+            assert client.post("/v1/chat/completions", json={
+                "model": "llm", "messages": []}).status_code in (200, 500)
+    finally:
+        served.stop()
+        broken.stop()
+    new, old = gateway.stats.health("llm", "2", 0), gateway.stats.health("llm", "1", 0)
+    assert new.num_errors == 5 and new.num_requests >= 5  # the base's analysis sees them
+    assert old.num_errors == 0 and old.num_requests >= 5
+    assert gateway.stats.health("tone", "1", 0).num_requests == 10  # and the adapter's own

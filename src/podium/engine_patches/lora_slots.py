@@ -9,10 +9,15 @@ that slot is empty its weights are zeros and nothing shows; once every `max_lora
 an adapter, a base request batched beside adapter requests gets the last slot's adapter
 applied to each of its tokens. (vLLM's Triton kernels on GPUs skip index -1 rows instead.)
 
-The fix keeps the kernels' meaning for -1, "no adapter": each of the three ops gathers with
-the index clamped to a real slot and zeroes the input rows marked -1, so those rows add
-nothing (`add_inputs`) or write zeros (a shrink into its zeroed buffer), as the GPU kernels
-leave them. A batch with no -1 takes the original op unchanged.
+The fix keeps the kernels' meaning for -1, "no adapter": rows marked -1 add nothing
+(`add_inputs`) or write zeros (a shrink into its zeroed buffer), as the GPU kernels leave them.
+
+It also computes the ops by slot (`by_slot`): the stock ops copy each token's adapter weights
+out of the stack (`lora_b_weights[indices]`, a [tokens, out, rank] tensor, converted to the
+output's dtype) before one einsum, which in a 2,048-token prefill step is ~200 MB per op and
+~150 ops a step: a batch with any adapter in it took seconds where the base alone took tens of
+milliseconds (bench/lora_mixed.py). By slot, each adapter in the batch is one matmul over its
+own rows (at most `max_loras` of them), the same products with no copy.
 
 Installed as a vLLM general plugin (`vllm.general_plugins` entry point), which vLLM runs in
 every engine process before a model runner is built. It patches only the pinned engine
@@ -62,7 +67,8 @@ def patch() -> None:
 
     if getattr(lora_ops, _MARK, False):
         return
-    fixed = {name: skipping_unassigned(getattr(lora_ops, name), shrink=name == "bgmv_shrink")
+    fixed = {name: skipping_unassigned(getattr(lora_ops, name), shrink=name == "bgmv_shrink",
+                                       by_slot=BY_SLOT[name])
              for name in PATCHED_OPS}
     for module_name in _MODULES:
         try:
@@ -76,22 +82,26 @@ def patch() -> None:
     log.debug("patched vLLM's CPU LoRA ops: index -1 means no adapter")
 
 
-def skipping_unassigned(op: Callable[..., Any], *, shrink: bool = False) -> Callable[..., Any]:
+def skipping_unassigned(op: Callable[..., Any], *, shrink: bool = False,
+                        by_slot: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """`op(inputs, weights, output, indices, ...)` where rows indexed -1 contribute nothing.
     A batch with no adapter at all skips the op (a shrink writes its zeros): vLLM's CPU
     decode step runs the ops in every LoRA layer even then, at the cost of a gather of the
-    stacked weights per token."""
+    stacked weights per token. `by_slot` (the op computed one adapter at a time, below) runs
+    in its place where each row of `inputs` has its index, as every vLLM call site has."""
 
     @functools.wraps(op)
     def wrapper(inputs: Any, weights: Any, output: Any, indices: Any, *args: Any,
                 **kwargs: Any) -> Any:
         unassigned = indices < 0
-        if not bool(unassigned.any()):
-            return op(inputs, weights, output, indices, *args, **kwargs)
         if bool(unassigned.all()):
             if shrink:  # what the op writes for those rows: scaling x 0
                 output[:inputs.shape[0], :weights.shape[-2]] = 0
             return None
+        if by_slot is not None and inputs.dim() == 2 and inputs.shape[0] == indices.shape[0]:
+            return by_slot(inputs, weights, output, indices, *args, **kwargs)
+        if not bool(unassigned.any()):
+            return op(inputs, weights, output, indices, *args, **kwargs)
         rows = min(inputs.shape[0], indices.shape[0])
         keep = (~unassigned[:rows]).to(inputs.dtype).unsqueeze(-1)
         masked = inputs.clone()
@@ -100,3 +110,60 @@ def skipping_unassigned(op: Callable[..., Any], *, shrink: bool = False) -> Call
 
     setattr(wrapper, _MARK, True)
     return wrapper
+
+
+# -- the ops by slot: the stock ops' products and writes, one matmul per adapter -------------
+
+def products(inputs: Any, weights: Any, indices: Any, dtype: Any) -> Any:
+    """Row t: `inputs[t] @ weights[indices[t]].T` in `dtype` (the stock ops' einsum over
+    gathered weights), 0 where indices[t] is -1; `weights` [slots, (1,) out, in]."""
+    import torch
+
+    stacked = weights.squeeze(1) if weights.dim() == 4 else weights
+    rows_in = inputs.to(dtype)
+    slots = torch.unique(indices).tolist()
+    if len(slots) == 1 and slots[0] >= 0:  # one adapter for the whole batch: no indexing
+        return rows_in @ stacked[slots[0]].to(dtype).T
+    out = rows_in.new_zeros((rows_in.shape[0], stacked.shape[-2]))
+    for slot in slots:
+        if slot >= 0:
+            rows = (indices == slot).nonzero(as_tuple=True)[0]
+            out[rows] = rows_in[rows] @ stacked[slot].to(dtype).T
+    return out
+
+
+def shrink_by_slot(inputs: Any, lora_a_weights: Any, output_tensor: Any, lora_indices_tensor: Any,
+                   scaling: float = 1.0) -> None:
+    """`bgmv_shrink`, by slot."""
+    outputs = products(inputs, lora_a_weights, lora_indices_tensor, output_tensor.dtype)
+    output_tensor[:, :outputs.shape[1]] = scaling * outputs
+
+
+def expand_by_slot(inputs: Any, lora_b_weights: Any, output_tensor: Any, lora_indices_tensor: Any,
+                   add_inputs: bool = True) -> None:
+    """`bgmv_expand`, by slot (its padding rules kept)."""
+    outputs = products(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    limit = output_tensor.shape[0]
+    if outputs.shape[0] == 1 and output_tensor.shape[0] != 1:
+        limit = 1
+    common = min(outputs.shape[1], output_tensor.shape[1])
+    if add_inputs:
+        output_tensor[:, :common] += outputs[:limit, :common]
+    else:
+        output_tensor[:, :common] = outputs[:limit, :common]
+
+
+def expand_slice_by_slot(inputs: Any, lora_b_weights: Any, output_tensor: Any,
+                         lora_indices_tensor: Any, slice_offset: int, slice_size: int,
+                         add_inputs: bool = True) -> None:
+    """`bgmv_expand_slice`, by slot."""
+    outputs = products(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    if add_inputs:
+        output_tensor[:, slice_offset:slice_offset + slice_size] += outputs
+    else:
+        output_tensor[:, slice_offset:slice_offset + slice_size] = outputs
+
+
+BY_SLOT: dict[str, Callable[..., Any]] = {
+    "bgmv_shrink": shrink_by_slot, "bgmv_expand": expand_by_slot,
+    "bgmv_expand_slice": expand_slice_by_slot}

@@ -160,7 +160,8 @@ class GrpcGateway:
                     continue
                 finally:
                     endpoint.num_in_flight -= 1
-                self._record(method, model, target.version, started, grpc.StatusCode.OK)
+                self._record(method, model, target.version, endpoint, started,
+                             grpc.StatusCode.OK)
                 return answer
 
         return call
@@ -207,7 +208,7 @@ class GrpcGateway:
             # yield: end the upstream call too, so the instance cancels its generations
             call.cancel()
             endpoint.num_in_flight -= 1
-            self._record("ModelStreamInfer", model, resolved, started, code)
+            self._record("ModelStreamInfer", model, resolved, endpoint, started, code)
 
     def _metadata(self, context: grpc.aio.ServicerContext) -> tuple[tuple[str, str | bytes], ...]:
         return _metadata(context, self._authorization)
@@ -226,7 +227,7 @@ class GrpcGateway:
             return attempts.after_not_sent(target, exc.details() or "")
         if _shed(exc):  # shed by the instance: no evidence about the version
             return attempts.after_overloaded(target)
-        self._record(method, model, target.version, started, exc.code())
+        self._record(method, model, target.version, target.endpoint, started, exc.code())
         return attempts.after_failure(target) if exc.code() in _RESENDABLE else None
 
     def _stub(self, endpoint: Endpoint, method: str) -> grpc.aio.UnaryUnaryMultiCallable:
@@ -244,12 +245,14 @@ class GrpcGateway:
                 ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
         return self._channels[target]
 
-    def _record(self, method: str, model: str, version: str, started: float,
-                code: grpc.StatusCode) -> None:
+    def _record(self, method: str, model: str, version: str, endpoint: Endpoint,
+                started: float, code: grpc.StatusCode) -> None:
         if method not in ("ModelInfer", "ModelStreamInfer"):
             return  # only inference counts towards a version's error rate and latency
-        self.stats.record(model, version, Outcome(
-            self.clock_ms(), (time.perf_counter() - started) * 1000, code not in _FAILED))
+        outcome = Outcome(self.clock_ms(), (time.perf_counter() - started) * 1000,
+                          code not in _FAILED)
+        for counted, counted_version in self.table.counted_for(model, version, endpoint):
+            self.stats.record(counted, counted_version, outcome)
 
 
 def _with_version(cls: Any, payload: bytes, asked: str | None, resolved: str, *,

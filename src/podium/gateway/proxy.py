@@ -264,8 +264,10 @@ class Gateway:
     def _finish(self, attempt: _Attempt, *, ok: bool) -> None:
         self._release(attempt)
         latency_ms = (time.perf_counter() - attempt.started) * 1000
-        self.stats.record(attempt.model, attempt.version,
-                          Outcome(self.clock_ms(), latency_ms, ok))
+        outcome = Outcome(self.clock_ms(), latency_ms, ok)
+        for model, version in self.table.counted_for(attempt.model, attempt.version,
+                                                     attempt.endpoint):
+            self.stats.record(model, version, outcome)
 
     def _own_route(self, method: str, path: str) -> Answer | None:
         if method not in METHODS:

@@ -5,8 +5,11 @@ asks `pick` once per attempt. Versions are chosen by smooth weighted round robin
 sends exactly 1 request in 10, not 10% on average; instances by least in-flight requests.
 
 A LoRA adapter is a model of its own here (its splits, aliases, versions), with no instances of
-its own: each version *placed* (`set_adapter`) is served by every instance of its base model,
+its own: each version *placed* (`set_adapter`) is served by the instances of its base model,
 whichever base versions run (the control plane only keeps base versions that fit its adapters).
+Which base version takes an adapter request follows the base's split, and its answer counts for
+that base version's analysis too (`counted_for`): a base rollout moves and judges the adapter
+traffic it carries.
 """
 
 from __future__ import annotations
@@ -80,6 +83,9 @@ class _Model:
     """A LoRA adapter's base model (None: a model with instances of its own)."""
     placed: set[str] = field(default_factory=set)
     """An adapter's versions placed on its base's instances."""
+    base_wrr: dict[str, int] = field(default_factory=dict)
+    """An adapter's round robin over its base's versions (its traffic follows the base's
+    split)."""
 
 
 class RouteTable:
@@ -194,6 +200,19 @@ class RouteTable:
             entry = self._models.get(model)
             return entry.base if entry else None
 
+    def counted_for(self, model: str, version: str, endpoint: Endpoint
+                    ) -> list[tuple[str, str]]:
+        """The (model, version) pairs an answer of model@version from `endpoint` counts for
+        in the rollout analysis: its own, and for a LoRA adapter also the version of its base
+        that instance runs, so a base rollout is judged on the adapter requests it serves."""
+        with self._lock:
+            entry = self._models.get(model)
+            base = self._models.get(entry.base) if entry and entry.base is not None else None
+            for base_version, endpoints in (base.endpoints.items() if base else ()):
+                if any(e is endpoint for e in endpoints):
+                    return [(model, version), (entry.base, base_version)]  # type: ignore[union-attr]
+            return [(model, version)]
+
     def adapter_endpoints(self, adapter: str, version: str) -> list[Endpoint]:
         """The instances serving adapter@version ([] when it is not placed)."""
         with self._lock:
@@ -277,19 +296,23 @@ class RouteTable:
                     raise NotFound(f"{model}@{version} is not deployed; versions: "
                                    f"{', '.join(sorted(served)) or 'none'}",
                                    param="version")
-                return version, self._instance(model, version, served, exclude, choose)
+                return version, self._instance(model, version,
+                                               self._on_base_split(entry, served, exclude),
+                                               exclude, choose)
             candidates = {v: w for v, w in entry.splits.items()
                           if any(e.can_take and e.id not in exclude
                                  for e in served.get(v, []))}
             if candidates:
-                chosen = self._weighted(entry, candidates)
+                chosen = self._weighted(entry.wrr, candidates)
             elif LATEST in entry.aliases:
                 chosen = entry.aliases[LATEST]
             elif entry.splits:
                 chosen = max(entry.splits, key=lambda v: entry.splits[v])
             else:
                 raise Unavailable(f"model {model!r} has no version taking traffic")
-            return chosen, self._instance(model, chosen, served, exclude, choose)
+            return chosen, self._instance(model, chosen,
+                                          self._on_base_split(entry, served, exclude), exclude,
+                                          choose)
 
     def saturated(self, model: str, version: str | None,
                   has_room: Callable[[Endpoint], bool]) -> bool:
@@ -310,14 +333,30 @@ class RouteTable:
             return bool(usable) and not any(has_room(e) for e in usable)
 
     @staticmethod
-    def _weighted(entry: _Model, candidates: dict[str, int]) -> str:
+    def _weighted(wrr: dict[str, int], candidates: dict[str, int]) -> str:
         # smooth weighted round robin (nginx): exact proportions, interleaved
         total = sum(candidates.values())
         for version, weight in candidates.items():
-            entry.wrr[version] = entry.wrr.get(version, 0) + weight
-        chosen = max(candidates, key=lambda v: entry.wrr[v])
-        entry.wrr[chosen] -= total
+            wrr[version] = wrr.get(version, 0) + weight
+        chosen = max(candidates, key=lambda v: wrr[v])
+        wrr[chosen] -= total
         return chosen
+
+    def _on_base_split(self, entry: _Model, served: dict[str, list[Endpoint]],
+                       exclude: frozenset[str]) -> dict[str, list[Endpoint]]:
+        """For a LoRA adapter, its endpoints narrowed to one version of its base, chosen by the
+        base's split: during a base rollout at 10%, 10% of the adapter's requests run on the
+        new base version too, and the base's analysis sees them (`counted_for`). `served` as
+        it is for a model, or when no version of the base's split can take the request."""
+        base = self._models.get(entry.base) if entry.base is not None else None
+        if base is None:
+            return served
+        candidates = {v: w for v, w in base.splits.items()
+                      if any(e.can_take and e.id not in exclude for e in base.endpoints.get(v, []))}
+        if not candidates:
+            return served
+        chosen = base.endpoints[self._weighted(entry.base_wrr, candidates)]
+        return {v: chosen for v in served}
 
     def _served(self, entry: _Model) -> dict[str, list[Endpoint]]:
         """Endpoints per version; an adapter's placed versions share its base's instances."""

@@ -6,7 +6,6 @@ alone."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,7 @@ import pytest
 from podium.package.adapter_base import store_adapter
 from podium.package.adapter_store import AdapterStore
 from podium.package.package import open_package
-from tests.conftest import API_KEY, LLM, LORA_CPU_SLOTS, LORA_SLOTS
+from tests.conftest import API_KEY, LLM, LORA_CPU_SLOTS, LORA_SLOTS, MAX_NUM_QUEUED_TOKENS
 from tests.support.lora_adapters import write_adapter_package
 
 pytestmark = pytest.mark.engine
@@ -211,8 +210,15 @@ def test_kserve_generate_infer_and_stream_reach_the_adapter_by_version(
     params = http.InferInput("sampling_parameters", [1], "BYTES")
     params.set_data_from_numpy(np.array([b'{"max_tokens": 16, "temperature": 0}'],
                                         dtype=object))
+    before = _metric(instance, "podium:adapter_tokens_total", adapter=name, kind="completion")
     result = client.infer(name, [text, params], model_version="1", headers=dict(headers))
     assert expected in result.as_numpy("text_output")[0].decode()
+    # KServe answers carry no usage: the adapter's tokens are counted from the engine's
+    # outputs (the answer may end before max_tokens: 4 tokens in the run of 2026-12-03)
+    after = _metric(instance, "podium:adapter_tokens_total", adapter=name, kind="completion")
+    assert 1 <= after - before <= TOKENS, (before, after)
+    assert _metric(instance, "podium:requests_total", model=name, protocol="kserve_http",
+                   code="200") >= 3
 
 
 @pytest.mark.parametrize("options", [
@@ -254,16 +260,72 @@ def test_adapter_requests_and_tokens_are_on_metrics_by_adapter(
     assert "vllm:lora_requests_info" in text
 
 
-def _metric(instance, family: str, **labels: str) -> float:
+@pytest.mark.parametrize("protocol", ["openai", "grpc"])
+def test_adapter_clients_that_vanish_leave_the_engine_idle_then_the_adapter_serves(
+        adapters: Adapters, openai_client: openai.OpenAI, instance, protocol: str) -> None:
+    """Cancellation: long adapter generations whose clients leave (half mid-stream) are all
+    dropped by the engine (its running and waiting requests back to 0)."""
+    import asyncio
+
+    from tests.support.vanishing import grpc_client, vanish
+    from tests.support.vanishing import openai_client as leaving_chat
+
+    name = f"{adapters.names[5]}@1"
+    complete(openai_client, name)  # loaded: what is measured is the cancellation
+
+    def client(index: int, streams):
+        if protocol == "openai":
+            return leaving_chat(instance.http_url, name, index, streams,
+                                {"Authorization": f"Bearer {API_KEY}"})
+        return grpc_client(instance.grpc_url, adapters.names[5], index, streams,
+                           (("authorization", f"Bearer {API_KEY}"),))
+
+    give_up_s = 30
+    idle_after_s = asyncio.run(vanish(instance.http_url, LLM, client, 8, give_up_s=give_up_s))
+    assert idle_after_s < give_up_s  # every vanished client's generation was dropped
+    assert complete(openai_client, name)
+
+
+def test_an_adapter_burst_past_admission_control_is_429s_then_the_adapter_serves(
+        adapters: Adapters, openai_client: openai.OpenAI, instance) -> None:
+    """Admission control: a burst of long adapter prompts past the engine's prefill backlog
+    (`--max-num-queued-tokens`) is answered 200 or 429 naming the limit, never a 5xx, on
+    OpenAI and KServe; the 429s are the adapter's errors on /metrics."""
+    name = adapters.names[6]
+    complete(openai_client, name)
+    headers = {"authorization": f"Bearer {API_KEY}"}
+    prompt = "hello " * (MAX_NUM_QUEUED_TOKENS // 3 + 200)
+    refused_before = _metric(instance, "podium:requests_total", model=name, code="429")
+
+    def one(index: int) -> httpx.Response:
+        if index % 2:
+            return httpx.post(f"{instance.http_url}/v2/models/{name}/generate", headers=headers,
+                              timeout=300, json={"text_input": prompt,
+                                                 "parameters": {"max_tokens": 1}})
+        return httpx.post(f"{instance.http_url}/v1/completions", headers=headers, timeout=300,
+                          json={"model": name, "prompt": prompt, "max_tokens": 1})
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(16)))
+    statuses = [r.status_code for r in answers]
+    assert set(statuses) <= {200, 429} and 429 in statuses and 200 in statuses, statuses
+    for r in answers:
+        if r.status_code == 429:
+            assert "max_num_queued_tokens" in r.text and r.headers["Retry-After"] == "1", r.text
+    assert (_metric(instance, "podium:requests_total", model=name, code="429")
+            - refused_before) == statuses.count(429)
+    assert complete(openai_client, name)
+
+
+def _metric(instance, sample: str, **labels: str) -> float:
+    """The sum of /metrics samples named `sample` whose labels include `labels` (parsed by
+    prometheus_client: a label value may hold braces, e.g. KServe's route templates)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     text = httpx.get(f"{instance.http_url}/metrics", timeout=30).text
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(family + "{"):
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-        if all(found.get(k) == v for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sum(s.value for family in text_string_to_metric_families(text)
+               for s in family.samples
+               if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def _peft_margins(base_dir: Path, adapter: Path, prompt: str, served: str) -> list[float]:

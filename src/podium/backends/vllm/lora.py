@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -176,21 +176,26 @@ class AdapterView(Backend):
         observe_adapter_load(self.base.name, info.name, info.version, outcome)
 
     def count_tokens(self, usage: Any) -> None:
-        """Add one answered request's tokens to the adapter's counters."""
-        if usage is None:
-            return
+        """Add one answered OpenAI request's tokens to the adapter's counters."""
+        if usage is not None:
+            self._count_tokens(usage.prompt_tokens, usage.completion_tokens)
+
+    def _count_tokens(self, prompt: int | None, completion: int | None) -> None:
         from podium.metrics.server import observe_adapter_tokens
 
         info = self.stored.info
-        observe_adapter_tokens(self.base.name, info.name, info.version, usage.prompt_tokens,
-                               usage.completion_tokens)
+        observe_adapter_tokens(self.base.name, info.name, info.version, prompt, completion)
+
+    def _counting_engine(self) -> _AdapterEngine:
+        """The engine for a KServe request of this adapter (its tokens counted here)."""
+        return _AdapterEngine(self.engine, self.lora, self._count_tokens)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         from podium.backends.vllm import contract
 
         await self.ensure_loaded()
         with self.base.engine_errors():
-            return await contract.infer(_AdapterEngine(self.engine, self.lora), request,
+            return await contract.infer(self._counting_engine(), request,
                                         task=self.task, sampling_params=self.base.sampling,
                                         caps=self.caps)
 
@@ -200,7 +205,7 @@ class AdapterView(Backend):
         await self.ensure_loaded()
         with self.base.engine_errors():
             async for response in contract.infer_stream(
-                    _AdapterEngine(self.engine, self.lora), request, task=self.task,
+                    self._counting_engine(), request, task=self.task,
                     sampling_params=self.base.sampling, caps=self.caps):
                 yield response
 
@@ -249,15 +254,43 @@ class AdapterOpenAI(OpenAIService):
 
 
 class _AdapterEngine:
-    """The base's engine with every generation carrying the adapter's `LoRARequest`."""
+    """The base's engine with every generation carrying the adapter's `LoRARequest`, and each
+    generation's tokens counted for the adapter (`count(prompt, completion)`) when it ends,
+    finished or not: KServe's answers carry no usage, so the engine's outputs are read."""
 
-    def __init__(self, engine: Any, lora: Any) -> None:
-        self._engine, self._lora = engine, lora
+    def __init__(self, engine: Any, lora: Any,
+                 count: Callable[[int | None, int | None], None] | None = None) -> None:
+        self._engine, self._lora, self._count = engine, lora, count
 
     def generate(self, prompt: Any, sampling_params: Any, request_id: str, **kwargs: Any
                  ) -> AsyncIterator[Any]:
-        return self._engine.generate(prompt, sampling_params, request_id,
-                                     lora_request=self._lora, **kwargs)
+        outputs = self._engine.generate(prompt, sampling_params, request_id,
+                                        lora_request=self._lora, **kwargs)
+        if self._count is None:
+            return outputs
+        kind = getattr(getattr(sampling_params, "output_kind", None), "name", "")
+        return _counted(outputs, self._count, delta=kind == "DELTA")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
+
+
+async def _counted(outputs: AsyncIterator[Any], count: Callable[[int | None, int | None], None],
+                   *, delta: bool) -> AsyncIterator[Any]:
+    """`outputs` as they come; once they end (finished, failed or cancelled), `count` gets the
+    prompt's tokens and the completions' tokens generated so far (summed over deltas)."""
+    prompt: int | None = None
+    completion = 0
+    last: list[int] = []
+    try:
+        async for output in outputs:
+            if prompt is None and getattr(output, "prompt_token_ids", None) is not None:
+                prompt = len(output.prompt_token_ids)
+            sizes = [len(getattr(c, "token_ids", ()) or ()) for c in output.outputs]
+            if delta:
+                completion += sum(sizes)
+            else:
+                last = sizes
+            yield output
+    finally:
+        count(prompt, completion if delta else sum(last))
