@@ -15,6 +15,7 @@ from podium.errors import BackendError, InvalidArgument
 from podium.package.package import open_package
 from podium.repository import ModelRepository
 from podium.triton.import_cmd import import_model
+from tests.support.harness import running_instance
 from tests.support.triton_layouts import ADD_SUB, ADD_SUB_CONFIG, BLS, BLS_CONFIG, write_model
 
 CHECKED = '''
@@ -104,3 +105,32 @@ async def test_bls_calls_reach_the_models_the_instance_serves(tmp_path: Path,
         np.testing.assert_array_equal(response.outputs[0].data, x * 6)
     finally:
         await repository.unload_all()
+
+
+def test_served_package_answers_each_request_with_its_own_status(tmp_path: Path) -> None:
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    write_model(tmp_path / "repo", "checked", CHECKED_CONFIG, CHECKED)
+    import_model(tmp_path / "repo" / "checked", tmp_path / "pkg")
+    with running_instance([str(tmp_path / "pkg")], tmp_path / "serve.log") as server:
+        client = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"),
+                                                  concurrency=4)
+        rows = [np.array([[1, 2]], np.float32), np.array([[-1, 2]], np.float32),
+                np.array([[0, 0]], np.float32), np.array([[3, 4]], np.float32)]
+        pending = []
+        for row in rows:
+            tensor = httpclient.InferInput("X", list(row.shape), "FP32")
+            tensor.set_data_from_numpy(row)
+            pending.append(client.async_infer("checked", [tensor]))
+        answers = []
+        for call in pending:
+            try:
+                answers.append(call.get_result())
+            except InferenceServerException as exc:
+                answers.append(exc)
+        np.testing.assert_array_equal(answers[0].as_numpy("Y"), rows[0] * 2)
+        np.testing.assert_array_equal(answers[3].as_numpy("Y"), rows[3] * 2)
+        assert answers[1].status() == "400" and "X must not be negative" in answers[1].message()
+        assert answers[2].status() == "500" and "zero X broke the model" in answers[2].message()
+        client.close()
