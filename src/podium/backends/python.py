@@ -7,6 +7,7 @@ The package's `module` file defines `class_name` (default `Model`)::
             self.models = config["models"]     # call other loaded models (ensembles)
         def execute(self, requests):           # a batch: list of {input name: ndarray}
             return [{"OUT": ...} for r in requests]   # one {output name: ndarray} each
+                                               # (or a podium.errors error: that request fails)
         def finalize(self):                    # once, at unload
             ...
 
@@ -39,6 +40,16 @@ class ModelClient:
     def __init__(self, repository: ModelCaller, loop: asyncio.AbstractEventLoop) -> None:
         self._repository = repository
         self._loop = loop
+
+    @property
+    def repository(self) -> ModelCaller:
+        """The repository calls go through (Triton BLS in an imported model binds it)."""
+        return self._repository
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The instance's event loop, on which those calls run."""
+        return self._loop
 
     def infer(self, model: str, inputs: dict[str, np.ndarray], *, version: str | None = None,
               timeout_s: float = 60.0) -> dict[str, np.ndarray]:
@@ -151,6 +162,8 @@ class PythonBackend(ClassicBackend):
 
 def _or_error(check: Callable[[int, Any], Arrays], index: int, response: Any
               ) -> Arrays | Exception:
+    if isinstance(response, PodiumError):  # the model failed this request alone
+        return response
     try:
         return check(index, response)
     except BackendError as exc:
