@@ -67,3 +67,13 @@ def test_a_name_podium_refuses_is_named(tmp_path):
     write_model(tmp_path, "Scale", SCALE_CONFIG, SCALE)
     _, failures = scan_triton(tmp_path)
     assert "name" in failures[("Scale", "")] and "\n" not in failures[("Scale", "")]
+
+
+def test_a_batching_value_past_podiums_bound_is_a_load_error_naming_it(tmp_path):
+    write_model(tmp_path, "slow", SCALE_CONFIG
+                + "\ndynamic_batching { max_queue_delay_microseconds: 5000000 }", SCALE)
+    write_model(tmp_path, "scale", SCALE_CONFIG, SCALE)
+    packages, failures = scan_triton(tmp_path)
+    assert [p.key for p in packages] == ["scale@1"]  # the good model still loads
+    [reason] = [r for (name, _), r in failures.items() if name == "slow"]
+    assert "dynamic_batching" in reason and "max_queue_delay_us" in reason, reason

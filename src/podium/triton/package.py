@@ -99,9 +99,14 @@ def build_package(root: Path, version: str, config: Any, kind: str) -> TritonPac
             raise PackageError(f"{where}: dynamic_batching needs max_batch_size >= 1",
                                param="dynamic_batching")
         queue = settings.default_queue_policy.max_queue_size
-        batching = DynamicBatching(max_queue_delay_us=settings.max_queue_delay_microseconds,
-                                   preferred_batch_sizes=list(settings.preferred_batch_size),
-                                   max_queue=queue or None)
+        try:
+            batching = DynamicBatching(
+                max_queue_delay_us=settings.max_queue_delay_microseconds,
+                preferred_batch_sizes=list(settings.preferred_batch_size),
+                max_queue=queue or None)
+        except ValidationError as exc:  # e.g. a queue delay past Podium's bound
+            raise PackageError(f"{where}: dynamic_batching: {describe_validation_error(exc)}",
+                               param="dynamic_batching") from None
     common: dict[str, Any] = {
         "name": root.name, "version": version, "description": f"Triton model {root.name}",
         "inputs": tensor_specs(config.input, "input", where),
