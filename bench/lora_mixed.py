@@ -20,7 +20,12 @@ first request (found in the cache, checked against the base, loaded into the eng
 second one (warm), both one token, timed at the client.
 
     python -m bench.lora_mixed [--rounds 2] [--num-prompts 48] [--concurrency 16]
-        [--input-len 128] [--output-len 32] [--cold 16]
+        [--input-len 128] [--output-len 32] [--cold 16] [--max-loras 4,8] [--skip-reference]
+
+`--max-loras 4,8` boots Podium once per value (`"lora": {"max_loras": N, "max_cpu_loras":
+max(8, N)}`), one after the other, each with its own loads and cold probe, and prints each
+one's mixed / base ratio and the mixed throughput of each value against the first; the
+reference keeps Podium's defaults.
 
 The adapters are random rank-8 ones made the way the tests make them
 (`tests/support/lora_adapters.py`: PEFT's files, numpy, no training). Prints one JSON line per
@@ -108,11 +113,11 @@ def loads(url: str, model_dir: Path, adapters: list[str], opts: argparse.Namespa
     return results
 
 
-def cold_and_warm(url: str, write, count: int) -> dict[str, list[float]]:
+def cold_and_warm(url: str, write, count: int, prefix: str = "") -> dict[str, list[float]]:
     """`count` adapters stored while the server runs: first request (cold), then warm."""
     cold, warm = [], []
     for i in range(count):
-        name = write(f"cold{i}", seed=1000 + i)
+        name = write(f"cold{prefix}{i}", seed=1000 + i)
         cold.append(one_token(url, name))
         warm.append(one_token(url, name))
     return {"cold": cold, "warm": warm}
@@ -127,7 +132,11 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--cold", type=int, default=16, help="cold adapters to time")
     parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--max-loras", default=str(LORA["max_loras"]),
+                        help="comma-separated: one Podium server per value, e.g. 4,8")
     opts = parser.parse_args()
+    slot_counts = [int(v) for v in opts.max_loras.split(",")]
+    sides = {n: ("podium" if len(slot_counts) == 1 else f"podium-ml{n}") for n in slot_counts}
 
     from tests.support.lora_adapters import write_adapter_package
 
@@ -143,8 +152,12 @@ def main() -> None:
     model_dir = ModelCache().materialize(write_default_package()).path
     precision = resolved_precision(model_dir)
     work = Path(tempfile.mkdtemp(prefix="podium-bench-lora-"))
-    base = open_package(write_manifest(work / "base", {
-        **default_llm_manifest(), "precision": precision, "lora": {}}).root)
+    bases = {n: open_package(write_manifest(work / f"base-ml{n}", {
+        **default_llm_manifest(), "precision": precision,
+        "lora": {} if n == LORA["max_loras"] else
+        {"max_loras": n, "max_cpu_loras": max(LORA["max_cpu_loras"], n)}}).root)
+        for n in slot_counts}
+    base = bases[slot_counts[0]]  # same name@version for all: the adapters' base key
     tag = uuid.uuid4().hex[:6]  # the cache is shared with other runs: remove ours at the end
 
     def write(stem: str, seed: int) -> str:
@@ -162,15 +175,18 @@ def main() -> None:
           f"{opts.output_len} out, concurrency {opts.concurrency}; logs {work}", flush=True)
     results: list[dict] = []
     try:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        with podium_server(base.root, port, env, work / "podium.log") as served:
-            print(json.dumps({"server": "podium", "boot_s": served.boot_s}), flush=True)
-            for name in names:  # loaded once, before any load is measured
-                one_token(url, name)
-            results += loads(url, model_dir, names, opts, "podium")
-            probe = cold_and_warm(url, write, opts.cold)
-            print(json.dumps({"server": "podium", **probe}), flush=True)
+        probes = {}
+        for n, side in sides.items():
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            with podium_server(bases[n].root, port, env, work / f"{side}.log") as served:
+                print(json.dumps({"server": side, "max_loras": n, "boot_s": served.boot_s}),
+                      flush=True)
+                for name in names:  # loaded once, before any load is measured
+                    one_token(url, name)
+                results += loads(url, model_dir, names, opts, side)
+                probes[side] = cold_and_warm(url, write, opts.cold, prefix=f"-ml{n}-")
+                print(json.dumps({"server": side, **probes[side]}), flush=True)
         if not opts.skip_reference:
             port = free_port()
             url = f"http://127.0.0.1:{port}"
@@ -190,13 +206,25 @@ def main() -> None:
     def values(side: str, load: str, key: str) -> list[float]:
         return [r[key] for r in results if r["server"] == side and r["load"] == load]
 
-    print(f"\nPodium, mixed (base + {NUM_ADAPTERS} adapters) / base alone, per round\n")
-    print_ratios([("output tok/s", values("podium", "mixed", "output_throughput"),
-                   values("podium", "base", "output_throughput")),
-                  ("median TTFT ms", values("podium", "mixed", "median_ttft_ms"),
-                   values("podium", "base", "median_ttft_ms"))],
-                 podium="mixed", peer="base")
-    if not opts.skip_reference:
+    for n, side in sides.items():
+        print(f"\n{side} (max_loras {n}), mixed (base + {NUM_ADAPTERS} adapters) / base alone, "
+              "per round\n")
+        print_ratios([("output tok/s", values(side, "mixed", "output_throughput"),
+                       values(side, "base", "output_throughput")),
+                      ("median TTFT ms", values(side, "mixed", "median_ttft_ms"),
+                       values(side, "base", "median_ttft_ms")),
+                      ("p99 TTFT ms", values(side, "mixed", "p99_ttft_ms"),
+                       values(side, "base", "p99_ttft_ms"))],
+                     podium="mixed", peer="base")
+    first = sides[slot_counts[0]]
+    for side in list(sides.values())[1:]:
+        print(f"\nmixed load, {side} / {first}, per round\n")
+        print_ratios([("output tok/s", values(side, "mixed", "output_throughput"),
+                       values(first, "mixed", "output_throughput")),
+                      ("p99 TTFT ms", values(side, "mixed", "p99_ttft_ms"),
+                       values(first, "mixed", "p99_ttft_ms"))],
+                     podium=side, peer=first)
+    if not opts.skip_reference and len(sides) == 1:
         for load in ("mixed", "base"):
             print(f"\n{load} load, Podium / vllm --enable-lora, per round\n")
             print_ratios([("output tok/s", values("podium", load, "output_throughput"),
@@ -205,10 +233,12 @@ def main() -> None:
                            values("reference", load, "median_ttft_ms"))], peer="reference")
     failed = sum(r["failed"] for r in results)
     print(f"\nfailed requests: {failed}")
-    cold = percentiles([s * 1000 for s in probe["cold"]], (50, 99))
-    warm = percentiles([s * 1000 for s in probe["warm"]], (50, 99))
-    print(f"first request, cold adapter ({opts.cold}): p50 {cold['p50']:.0f} ms, "
-          f"p99 {cold['p99']:.0f} ms; warm: p50 {warm['p50']:.0f} ms, p99 {warm['p99']:.0f} ms")
+    for side, probe in probes.items():
+        cold = percentiles([s * 1000 for s in probe["cold"]], (50, 99))
+        warm = percentiles([s * 1000 for s in probe["warm"]], (50, 99))
+        print(f"{side}: first request, cold adapter ({opts.cold}): p50 {cold['p50']:.0f} ms, "
+              f"p99 {cold['p99']:.0f} ms; warm: p50 {warm['p50']:.0f} ms, "
+              f"p99 {warm['p99']:.0f} ms")
 
 
 if __name__ == "__main__":
