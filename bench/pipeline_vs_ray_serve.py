@@ -2,6 +2,7 @@
 composition: same models, same steps, same machine, one run.
 
     python -m bench.pipeline_vs_ray_serve [--requests 1200] [--concurrency 1 32] [--rounds 2]
+        [--client raw|httpx] [--seconds 3]
 
 Podium: one `podium serve --repository` of xgb-example and `recommend`'s control arm
 (`bench.pipeline_overhead.write_repository`: experiment → SQL member → SQL candidates → SQL
@@ -14,6 +15,13 @@ Podium's dynamic batcher batches it: up to 64, 0.5 ms). Both answer `{"member_id
 with the same three titles (checked before measuring). Closed loops over HTTP in ABBA blocks
 per concurrency; prints median and p99 latency and throughput, and Podium/Ray Serve ratios
 (issue 31's target: at least 2x Ray Serve's throughput, at most 0.5x its p99).
+
+The client is `bench.harness.rawload`'s by default (`--client raw`: pre-encoded requests for
+one member over keep-alive connections, one per loop, `--seconds` per block): the asyncio +
+httpx client (`--client httpx`, `--requests` per server and concurrency, members cycled) costs
+about a millisecond of CPU per request and, at c=32 on this 2-core machine, passed some of its
+own requests over for 0.4-0.8 s: its p99 was 4x its median while Podium's own request
+duration metric said p99 <= 100 ms (docs/benchmarks.md, the pipeline section).
 
 Needs Ray Serve's own dependencies (`pip install "ray[serve]"`): it says which is missing.
 """
@@ -32,6 +40,8 @@ from typing import Any
 
 from bench.harness import closed_loop, free_port, loopback_client, median, percentile
 from bench.harness import serve as serve_process
+from bench.harness.rawload import Target
+from bench.harness.rawload import closed_loop as raw_closed_loop
 from bench.pipeline_overhead import write_repository
 
 WARMUP = 40
@@ -104,8 +114,19 @@ async def same_answers(podium: Any, ray_client: Any) -> None:
         assert a["outputs"]["titles"] == b["titles"], (member, a, b)
 
 
+def raw_block(url: str, concurrency: int, seconds: float) -> tuple[list[float], float]:
+    """One closed-loop block with the light client: latencies (ms) and requests per second,
+    after a half-second warm-up that opens the connections."""
+    target = Target.post_json(url, b'{"member_id": "m42"}')
+    raw_closed_loop(target, concurrency, 0.5, processes=1)
+    answers = raw_closed_loop(target, concurrency, seconds, processes=1)
+    bad = [status for _, status, _ in answers if status != 200]
+    assert not bad, f"{url}: {len(bad)} answers were not 200 ({bad[:3]})"
+    return [took * 1000 for _, _, took in answers], len(answers) / seconds
+
+
 async def measure(podium_url: str, ray_url: str, requests: int, concurrencies: list[int],
-                  rounds: int) -> None:
+                  rounds: int, client: str = "httpx", seconds: float = 3.0) -> None:
     clients = {"podium": (loopback_client(podium_url, timeout=60), "/pipelines/recommend"),
                "ray serve": (loopback_client(ray_url, timeout=60), "/recommend")}
     await same_answers(clients["podium"][0], clients["ray serve"][0])
@@ -125,6 +146,13 @@ async def measure(podium_url: str, ray_url: str, requests: int, concurrencies: l
         results: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in clients}
         for _ in range(rounds):
             for name in ("podium", "ray serve", "ray serve", "podium"):
+                if client == "raw":
+                    url = (f"{podium_url}/pipelines/recommend" if name == "podium"
+                           else f"{ray_url}/recommend")
+                    latencies, rate = raw_block(url, concurrency, seconds)
+                    results[name][0].extend(latencies)
+                    results[name][1].append(rate)
+                    continue
                 started = time.perf_counter()
                 samples = await closed_loop(caller(name), concurrency,
                                             requests=requests // (2 * rounds),
@@ -147,6 +175,10 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1200, help="per server and concurrency")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--client", choices=["raw", "httpx"], default="raw",
+                        help="raw: rawload's light client (default); httpx: asyncio + httpx")
+    parser.add_argument("--seconds", type=float, default=3.0,
+                        help="per block with --client raw")
     parser.add_argument("--ray-cpus", type=int, default=2, help="the local Ray head's CPUs")
     args = parser.parse_args()
     try:
@@ -167,7 +199,7 @@ def main() -> int:
             serve.start(http_options={"host": "127.0.0.1", "port": ray_port})
             serve.run(ray_serve_app(root), route_prefix="/recommend")
             asyncio.run(measure(base, f"http://127.0.0.1:{ray_port}", args.requests,
-                                args.concurrency, args.rounds))
+                                args.concurrency, args.rounds, args.client, args.seconds))
         finally:
             serve.shutdown()
             ray.shutdown()

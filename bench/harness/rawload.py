@@ -78,7 +78,7 @@ class _Connections:
                 writer.close()
                 return None if reused else (599, time.monotonic() - sent)
             status = int(status_line.split(b" ", 2)[1])
-            length, close = 0, False
+            length, close, chunked = 0, False, False
             while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
                 name, _, value = line.partition(b":")
                 name = name.strip().lower()
@@ -86,7 +86,12 @@ class _Connections:
                     length = int(value)
                 elif name == b"connection" and value.strip().lower() == b"close":
                     close = True
-            await reader.readexactly(length)
+                elif name == b"transfer-encoding" and b"chunked" in value.lower():
+                    chunked = True  # Ray Serve's proxy answers so
+            if chunked:
+                await _skip_chunks(reader)
+            else:
+                await reader.readexactly(length)
             if close:
                 writer.close()
             else:
@@ -100,6 +105,14 @@ class _Connections:
             if conn is not None:
                 conn[1].close()
             return 599, time.monotonic() - sent
+
+
+async def _skip_chunks(reader: asyncio.StreamReader) -> None:
+    """Read a chunked body to its end (the last chunk, then the trailers' blank line)."""
+    while size := int((await reader.readline()).split(b";", 1)[0], 16):
+        await reader.readexactly(size + 2)
+    while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+        pass
 
 
 async def _open(target: Target, phases: list[tuple[float, float]], start: float,
