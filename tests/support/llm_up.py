@@ -19,6 +19,13 @@ def write_llm(root: Path, version: str) -> Path:
     manifest["version"] = version
     manifest["engine_args"] = {**manifest["engine_args"], "max_model_len": 2048,
                                "block_size": 32}
+    # explicit admission bounds (vLLM's own defaults before Podium measured them): these
+    # scenarios judge rollouts and autoscaling under a client load while a second engine boots
+    # on the same 2 cores, where the bound measured for `max_num_seqs` 2 sheds part of that load
+    # with 429s; shedding by the measured bound is tested on its own
+    # (tests/frontends/test_admission_real.py)
+    manifest["max_num_queued_reqs"] = 256
+    manifest["max_num_queued_tokens"] = 65_536
     return write_manifest(root / f"{DEFAULT_MODEL}-{version}", manifest).root
 
 
