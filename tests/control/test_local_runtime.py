@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,17 +14,10 @@ import pytest
 
 from podium.control.runtime.base import READY
 from podium.control.runtime.local import BOOT_NICE, SERVE_NICE
-from tests.support.local_runtime_env import FAKE, Env, wait_for
+from tests.support.local_runtime_env import FAKE, Env, env, wait_for
 from tests.support.polling import eventually
 
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path)
-    yield e
-    for runtime in e.runtimes:
-        runtime.close()
-    e.store.close()
+__all__ = ["env"]  # the fixture, shared through tests/support
 
 
 def test_instances_start_become_ready_and_get_routed(env: Env) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,16 +16,9 @@ import pytest
 from podium.control.runtime.base import READY
 from podium.control.runtime.local import LocalRuntime
 from podium.preload.spawn import Zygote
-from tests.support.local_runtime_env import Env, fake_command, wait_for
+from tests.support.local_runtime_env import Env, env, fake_command, wait_for
 
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path)
-    yield e
-    for runtime in e.runtimes:
-        runtime.close()
-    e.store.close()
+__all__ = ["env"]  # the fixture, shared through tests/support
 
 
 def runtime_with_zygote(env: Env) -> LocalRuntime:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from podium.control.runtime.local import LocalRuntime
 from podium.control.store import Store
@@ -48,3 +50,12 @@ class Env:
                                command=fake_command, **kwargs)  # type: ignore[arg-type]
         self.runtimes.append(runtime)
         return runtime
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path)
+    yield e
+    for runtime in e.runtimes:
+        runtime.close()
+    e.store.close()
