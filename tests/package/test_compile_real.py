@@ -49,14 +49,15 @@ def _materialize(package: Path, env: dict[str, str]) -> subprocess.CompletedProc
 
 def _job(root: Path, max_model_len: int) -> CompileJob:
     """The package's compile job as announce and boot compute it (in this process, its
-    environment left as it was)."""
+    environment left as it was), after materializing its weights as announce does."""
     from podium.backends.vllm import engine_build
     from podium.package.cache import ModelCache
     from podium.package.package import open_package
 
     package = open_package(_package(root, max_model_len))
-    weights = ModelCache().lookup(package)
-    assert weights is not None
+    # the weights object is the one the first announce cached; this only writes the package's
+    # ref to it (a fresh clone has never announced the changed package)
+    weights = ModelCache().materialize(package).path
     with mock.patch.dict(os.environ):  # job_for sets the engine's environment
         return engine_build.job_for(package, weights, engine_build.resolve_mode(package))
 
