@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from bench import kserve_server
-from bench.harness import abba, free_port, ratio_line, serve
+from bench.harness import abba, free_port, print_load_cells, serve
 from bench.kserve_load import LoadResult, run_load
 from podium.examples.builders import synthetic_features, write_xgb_example
 
@@ -78,19 +78,8 @@ def main() -> None:
                                                       binary=False))
                         results.setdefault((server, protocol, concurrency), []).append(result)
                         print(result.row(server), flush=True)
-    print("\nPodium / MLServer per repeat (throughput: higher is better; latency: lower is "
-          "better)")
-    print(f"{'cell':38} {'podium':>10} {'mlserver':>10}  ratio median [min .. max]")
-    for protocol in args.protocols:
-        for concurrency in args.concurrency:
-            ours, theirs = (results[(s, protocol, concurrency)] for s in ("podium", "mlserver"))
-            cell = f"{protocol} c={concurrency}"
-            print(ratio_line(f"{cell} throughput req/s", [r.throughput for r in ours],
-                             [r.throughput for r in theirs]))
-            for q in (50, 99):
-                print(ratio_line(f"{cell} p{q} ms", [r.percentile_ms(q) for r in ours],
-                                 [r.percentile_ms(q) for r in theirs]))
-
+    print_load_cells(results, args.protocols, args.concurrency, "podium", "mlserver",
+                     "Podium / MLServer per repeat")
 
 if __name__ == "__main__":
     main()

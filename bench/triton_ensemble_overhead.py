@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import kserve_server
-from bench.harness import abba, closed_loop, free_port, ratio_line, serve
+from bench.harness import abba, closed_loop, free_port, print_load_cells, serve
 from bench.kserve_load import LoadResult
 
 SCALE = '''
@@ -137,19 +137,8 @@ def main() -> None:
                                                  seconds=args.seconds))
                         results.setdefault((side, protocol, concurrency), []).append(result)
                         print(result.row(side), flush=True)
-    print("\nEnsemble / steps one by one, per repeat (throughput: higher is better; latency: "
-          "lower is better)")
-    print(f"{'cell':38} {'ensemble':>10} {'steps':>10}  ratio median [min .. max]")
-    for protocol in args.protocols:
-        for concurrency in args.concurrency:
-            ours, theirs = (results[(s, protocol, concurrency)] for s in ("ensemble", "steps"))
-            cell = f"{protocol} c={concurrency}"
-            print(ratio_line(f"{cell} throughput req/s", [r.throughput for r in ours],
-                             [r.throughput for r in theirs]))
-            for q in (50, 99):
-                print(ratio_line(f"{cell} p{q} ms", [r.percentile_ms(q) for r in ours],
-                                 [r.percentile_ms(q) for r in theirs]))
-
+    print_load_cells(results, args.protocols, args.concurrency, "ensemble", "steps",
+                     "Ensemble / steps one by one, per repeat")
 
 if __name__ == "__main__":
     main()

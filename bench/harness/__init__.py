@@ -19,12 +19,13 @@ from bench.harness.procs import (
     serve,
     wait_until,
 )
-from bench.harness.report import Spread, abba, print_ratios, ratio_line
+from bench.harness.report import Spread, abba, print_load_cells, print_ratios, ratio_line
 from bench.harness.stats import median, percentile, percentiles
 from podium.ports import free_port  # the one definition, shared with the product and tests
 
 __all__ = [
     "ROOT", "Sample", "Served", "Spread", "abba", "check_loopback", "closed_loop",
     "cpu_seconds", "free_port", "loopback_client", "median", "module_command", "open_loop",
-    "percentile", "percentiles", "print_ratios", "ratio_line", "serve", "wait_until",
+    "percentile", "percentiles", "print_load_cells", "print_ratios", "ratio_line", "serve",
+    "wait_until",
 ]

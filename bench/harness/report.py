@@ -5,10 +5,20 @@ ratio is printed with its spread over the repeats (min / median / max), never al
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from bench.harness.stats import median
+
+
+class LoadFigures(Protocol):
+    """What one load run reports (bench.kserve_load.LoadResult and the like)."""
+
+    @property
+    def throughput(self) -> float: ...
+
+    def percentile_ms(self, q: float) -> float: ...
 
 
 def abba(repeats: int, peer: str = "peer", podium: str = "podium") -> list[tuple[int, str]]:
@@ -63,3 +73,22 @@ def print_ratios(rows: Sequence[tuple[str, Sequence[float], Sequence[float]]],
     print(f"{'metric':{width}} {podium:>10} {peer:>10}  ratio median [min .. max]")
     for label, ours, theirs in rows:
         print(ratio_line(label, ours, theirs, width))
+
+
+def print_load_cells(results: Mapping[tuple[str, str, int], Sequence[LoadFigures]],
+                     protocols: Sequence[str], concurrency: Sequence[int],
+                     ours: str, theirs: str, title: str) -> None:
+    """The ratio table of a protocol x concurrency load comparison: for each cell, throughput
+    and p50/p99 latency of `ours` over `theirs`, repeat by repeat. `results` holds each side's
+    runs by (side, protocol, concurrency)."""
+    print(f"\n{title} (throughput: higher is better; latency: lower is better)")
+    print(f"{'cell':38} {ours:>10} {theirs:>10}  ratio median [min .. max]")
+    for protocol in protocols:
+        for c in concurrency:
+            a, b = results[(ours, protocol, c)], results[(theirs, protocol, c)]
+            cell = f"{protocol} c={c}"
+            print(ratio_line(f"{cell} throughput req/s", [r.throughput for r in a],
+                             [r.throughput for r in b]))
+            for q in (50, 99):
+                print(ratio_line(f"{cell} p{q} ms", [r.percentile_ms(q) for r in a],
+                                 [r.percentile_ms(q) for r in b]))
