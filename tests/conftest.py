@@ -63,7 +63,7 @@ TIER_FIXTURES = {
                "constrained_run": "tests.constraints.conftest"},
     "postgres": {"postgres_url": "tests.control.conftest",
                  "fresh_postgres": "tests.control.conftest"},
-    "ray": {"ray_cluster": "tests.control.test_ray_runtime",
+    "ray": {"ray_cluster": "tests.support.ray_cluster",
             "ray_platform": "tests.control.test_ray_runtime"},
 }
 """Fixtures that put a test in a tier, by name and the module defining them: any test using one
