@@ -19,6 +19,7 @@ import pytest
 from tests.support.harness import ROOT, RunningInstance, running_instance
 
 if TYPE_CHECKING:
+    from tests.support.compiled_embedder import Announced
     from tests.support.engine_count import EngineCounter
     from tests.support.kserve_instance import Instance
     from tests.support.spare import Spare
@@ -63,7 +64,7 @@ TIER_FIXTURES = {
                "constrained_run": "tests.constraints.conftest"},
     "postgres": {"postgres_url": "tests.control.conftest",
                  "fresh_postgres": "tests.control.conftest"},
-    "ray": {"ray_cluster": "tests.control.test_ray_runtime",
+    "ray": {"ray_cluster": "tests.support.ray_cluster",
             "ray_platform": "tests.control.test_ray_runtime"},
 }
 """Fixtures that put a test in a tier, by name and the module defining them: any test using one
@@ -146,9 +147,10 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory,
                      default_model_dir: Path) -> Path:
     """A repository with the default LLM (its scheduling as shipped, chunked prefill and prefix
     caching on, with a smaller chunk and KV block, and a constraint catalog) and the embedding
-    model."""
-    from podium.package.defaults import default_llm_manifest, write_embedding_package
+    model, compiled (tests/support/compiled_embedder.py)."""
+    from podium.package.defaults import default_llm_manifest
     from podium.package.package import write_manifest
+    from tests.support import compiled_embedder
     from tests.support.catalog import make_titles
 
     repo = tmp_path_factory.mktemp("repository")
@@ -163,18 +165,31 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory,
     (repo / LLM).mkdir()
     (repo / LLM / "catalog.txt").write_text("\n".join(make_titles(CATALOG_SIZE)) + "\n")
     write_manifest(repo / LLM, manifest)
-    write_embedding_package(repo / EMBEDDER)
+    write_manifest(repo / EMBEDDER, compiled_embedder.manifest())
     return repo
 
 
 @pytest.fixture(scope="session")
-def instance(model_repository: Path,
+def announced_embedder(model_repository: Path,
+                       tmp_path_factory: pytest.TempPathFactory) -> Announced:
+    """The shared instance's embedder compiled at announce into the session's compile cache,
+    before the instance boots from it (tests/package/test_compile_real.py reads both)."""
+    from tests.support.compiled_embedder import announce
+
+    return announce(model_repository / EMBEDDER, tmp_path_factory.mktemp("compiled"))
+
+
+@pytest.fixture(scope="session")
+def instance(model_repository: Path, announced_embedder: Announced,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningInstance]:
-    """The shared real instance (API key on, /metrics open for scrapers)."""
+    """The shared real instance (API key on, /metrics open for scrapers), its embedder booted
+    from the session's compile cache."""
     log = tmp_path_factory.mktemp("logs") / "instance.log"
     with running_instance(["--repository", str(model_repository), "--metrics-open",
                            "--max-num-queued-tokens", str(MAX_NUM_QUEUED_TOKENS)], log,
-                          api_key=API_KEY) as running:
+                          api_key=API_KEY,
+                          env={"PODIUM_COMPILE_CACHE": str(announced_embedder.cache)}
+                          ) as running:
         yield running
 
 

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         from podium.metrics.multiproc import prepare_multiproc_dir
 
         prepare_multiproc_dir()
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.print_help()
@@ -38,13 +38,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand; `command` (the one this process runs, when known) lets the others
+    whose flags cost imports (`up`, `gateway`: the control loop and the gateway, ~0.5 s of
+    every `podium` process) be listed by name and help only."""
     parser = argparse.ArgumentParser(prog="podium", description=__doc__)
     sub = parser.add_subparsers(metavar="COMMAND")
     _add_serve(sub)
     _add_package_commands(sub)
     _add_examples(sub)
-    _add_optional(sub)
+    _add_optional(sub, command)
     return parser
 
 
@@ -248,14 +251,14 @@ def _examples_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_optional(sub: argparse._SubParsersAction) -> None:
+def _add_optional(sub: argparse._SubParsersAction, command: str | None) -> None:
     """Subcommands owned by the control plane and the operator's view."""
     from podium.control.cli import register as register_control
     from podium.pipelines.cli import register as register_pipelines
     from podium.top.cli import register as register_top
     from podium.triton.import_cmd import register as register_import
 
-    register_control(sub)
+    register_control(sub, command)
     register_import(sub)
     register_top(sub)
     register_pipelines(sub)

@@ -31,7 +31,15 @@ def metric_files() -> list[str]:
 
 
 def write_report(path: str) -> None:
-    Path(path).write_text(json.dumps(report()))
+    _write(Path(path), report())
+
+
+def _write(path: Path, found: dict) -> None:
+    """Whole or not at all: a test waits for the file to exist, then reads it (written in
+    place, it was seen empty between its creation and its write)."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(found))
+    os.replace(part, path)
 
 
 def main() -> None:
@@ -54,7 +62,7 @@ def main() -> None:
         found["engine"] = json.loads(engine.read_text())
         found["preloader_title"] = Path(f"/proc/{server.pid()}/cmdline").read_text()
         server.stop()
-    Path(out).write_text(json.dumps(found))
+    _write(Path(out), found)
     if sys.argv[2:3] == ["exit"]:
         sys.exit(int(sys.argv[3]))
 

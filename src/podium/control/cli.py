@@ -20,15 +20,34 @@ import httpx
 from podium import env
 from podium.gateway import limits
 
+UP_HELP = "run control plane + gateway + instances"
+GATEWAY_HELP = "run one gateway process following a control plane (podium up starts its own)"
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the control-plane subcommands to `podium`."""
+
+def register(subparsers: argparse._SubParsersAction, command: str | None = None) -> None:
+    """Add the control-plane subcommands to `podium`. `up` and `gateway` get their flags when
+    `command` (the subcommand this process runs) is theirs or not known (None, `--help`):
+    their configs import the control loop and the gateway; otherwise name and help only."""
+    def full(name: str) -> bool:
+        return command is None or command == name or command.startswith("-")
+
+    if full("up"):
+        _add_up(subparsers)
+    else:
+        subparsers.add_parser("up", help=UP_HELP)
+    if full("gateway"):
+        _add_gateway(subparsers)
+    else:
+        subparsers.add_parser("gateway", help=GATEWAY_HELP)
+    _add_clients(subparsers)
+
+
+def _add_up(subparsers: argparse._SubParsersAction) -> None:
     from podium.cli import add_key_flags
     from podium.config_flags import add_flags
     from podium.control.up_config import UpConfig
-    from podium.gateway.process import GatewayConfig
 
-    p = subparsers.add_parser("up", help="run control plane + gateway + instances")
+    p = subparsers.add_parser("up", help=UP_HELP)
     add_flags(p, UpConfig)  # one flag per field, with its default and doc
     p.add_argument("--region", dest="regions", action="append", default=[],
                    metavar="name=N,http=PORT,grpc=PORT[,runtime=ray][,ray-address=HOST:PORT]",
@@ -42,13 +61,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     limits.add_flags(p)
     p.set_defaults(func=_up)
 
-    p = subparsers.add_parser("gateway", help="run one gateway process following a "
-                              "control plane (podium up starts its own)")
+
+def _add_gateway(subparsers: argparse._SubParsersAction) -> None:
+    from podium.cli import add_key_flags
+    from podium.config_flags import add_flags
+    from podium.gateway.process import GatewayConfig
+
+    p = subparsers.add_parser("gateway", help=GATEWAY_HELP)
     add_flags(p, GatewayConfig)
     add_key_flags(p)  # what clients must send: inference keys, admin keys for /metrics
     limits.add_flags(p)
     p.set_defaults(func=_gateway)
 
+
+def _add_clients(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("announce", help="register + materialize a package")
     p.add_argument("package", type=Path)
     _api_arg(p)
