@@ -62,7 +62,9 @@ def test_red_black_rollout_under_load_drops_no_request(platform: Platform,
     assert {r.version for r in results[-100:]} == {"2"}  # all traffic on v2 at the end
     platform.wait_for(lambda: [i.version for i in platform.runtime.instances()] == ["2", "2"])
     phases = [s.phase for s in platform.store.rollout_steps(rollout_id)]
-    assert phases.count("analyze") == 3 and phases[-1] == "done"
+    # one analysis per stage at least; a window judged slow under CPU load holds its stage for
+    # another analysis (seen once: 4), which is the rule working, not a fault
+    assert phases.count("analyze") >= len(STAGED.stages) and phases[-1] == "done"
 
 
 def test_erroring_v2_rolls_back_without_a_failed_request_for_clients(
