@@ -1,8 +1,11 @@
 """The `sql` feature source: one table read through SQLAlchemy (SQLite file or PostgreSQL).
 
-Settings: `url` (a relative `sqlite:///file.db` is inside the package), `table`, `key_column`.
-Keys are read in batches of `batch_size` with one `WHERE key IN (...)` each; the engine (and
-its pool) is shared by every step naming the same URL.
+Settings: `url` (a relative `sqlite:///file.db` is inside the package), `table`, `key_column`,
+`batch_size`, `inline`. Keys are read in batches of `batch_size` with one `WHERE key IN (...)`
+each; the engine (and its pool) is shared by every step naming the same URL. A SQLite file is
+read on the event loop by default (`inline`, a local read of a few hundred microseconds costs
+less than the hop to a worker thread) until one read is slow; `"inline": false` keeps every read
+in a worker thread; a server database (PostgreSQL) is always read in a worker thread.
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ class SqlSource(FeatureSource):
     """Rows of one table by its key column."""
 
     def __init__(self, options: dict[str, Any], root: Path) -> None:
-        unknown = set(options) - {"url", "table", "key_column", "batch_size"}
+        unknown = set(options) - {"url", "table", "key_column", "batch_size", "inline"}
         if unknown:
             raise PackageError(f"sql source: unknown field(s) {sorted(unknown)}; fields: url, "
-                               "table, key_column, batch_size")
+                               "table, key_column, batch_size, inline")
         for name in ("url", "table", "key_column"):
             if not isinstance(options.get(name), str) or not options[name]:
                 raise PackageError(f"sql source: field `{name}` is required (a string)")
@@ -37,6 +40,11 @@ class SqlSource(FeatureSource):
         self._queries: dict[tuple[Any, ...], Any] = {}
         if not 1 <= self.batch_size <= 10_000:
             raise PackageError(f"sql source: batch_size={self.batch_size} must be 1..10000")
+        inline = options.get("inline", True)
+        if not isinstance(inline, bool):
+            raise PackageError(f"sql source: inline={inline!r} must be true or false")
+        # only a file of this machine is known-fast; ":memory:" and servers are not inlined
+        self.inline = inline and _sqlite_file(self.url)
 
     def open(self, columns: list[str]) -> None:
         table = self._table()
@@ -111,6 +119,10 @@ class SqlSource(FeatureSource):
                 _ENGINES[self.url] = sa.create_engine(
                     self.url, pool_pre_ping=not self.url.startswith("sqlite"))
             return _ENGINES[self.url]
+
+
+def _sqlite_file(url: str) -> bool:
+    return url.startswith("sqlite:///") and url != "sqlite:///" and ":memory:" not in url
 
 
 def resolve_url(url: str, root: Path) -> str:
