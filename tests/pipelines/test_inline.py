@@ -72,3 +72,28 @@ def test_a_python_step_runs_on_the_loop_only_when_declared_inline(
     assert result.results["post"]["genre"] == "drama"
     on_loop = result.results["post"]["thread"] == threading.get_ident()
     assert on_loop is inline
+
+
+def test_sqlite_is_read_directly_only_where_sqlalchemy_would_answer_the_same(
+        tmp_path: Path, catalog: Path) -> None:
+    import decimal
+    import sqlite3
+
+    from podium.pipelines.sources.sql import SqlSource
+
+    with sqlite3.connect(catalog) as db:
+        db.execute("CREATE TABLE prices (title TEXT PRIMARY KEY, price NUMERIC, f0 REAL)")
+        db.execute("INSERT INTO prices VALUES ('Alpha', 1.5, 0.25)")
+    options = {"url": "sqlite:///catalog.db", "table": "prices", "key_column": "title"}
+    source = SqlSource(options, tmp_path)
+    source.open(["price", "f0"])
+    assert source._direct_for(["f0"]) is not None  # REAL: read as is
+    assert source._direct_for(["price"]) is None  # NUMERIC: SQLAlchemy makes a Decimal
+    assert source.fetch(["Alpha", "nope", "Alpha"], ["f0"]) == {"Alpha": {"f0": 0.25}}
+    assert source.fetch(["Alpha"], ["price", "f0"]) == {
+        "Alpha": {"price": decimal.Decimal("1.5"), "f0": 0.25}}
+    titles = SqlSource({"url": "sqlite:///catalog.db", "table": "titles",
+                        "key_column": "genre"}, tmp_path)
+    titles.open(["title"])
+    assert titles._direct_for(["title"]) is not None
+    assert titles.candidates("drama", "title", 2) == ["Alpha", "Beta"]

@@ -5,7 +5,9 @@ Settings: `url` (a relative `sqlite:///file.db` is inside the package), `table`,
 each; the engine (and its pool) is shared by every step naming the same URL. A SQLite file is
 read on the event loop by default (`inline`, a local read of a few hundred microseconds costs
 less than the hop to a worker thread) until one read is slow; `"inline": false` keeps every read
-in a worker thread; a server database (PostgreSQL) is always read in a worker thread.
+in a worker thread; a server database (PostgreSQL) is always read in a worker thread. A SQLite
+file is read through `sqlite3` directly (`sources.sqlite_direct`) where that answers exactly
+what SQLAlchemy would.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class SqlSource(FeatureSource):
         self.key_column = options["key_column"]
         self.batch_size = int(options.get("batch_size", 500))
         self._queries: dict[tuple[Any, ...], Any] = {}
+        self._direct: Any = None  # a SqliteReader for a SQLite file (set by open)
+        self._plain: set[str] = set()
         if not 1 <= self.batch_size <= 10_000:
             raise PackageError(f"sql source: batch_size={self.batch_size} must be 1..10000")
         inline = options.get("inline", True)
@@ -50,11 +54,30 @@ class SqlSource(FeatureSource):
         table = self._table()
         for name in columns:
             self._column(table, name)
+        if _sqlite_file(self.url):
+            from podium.pipelines.sources.sqlite_direct import SqliteReader, plain_column
+
+            self._direct = SqliteReader(self.url[len("sqlite:///"):], self.table_name,
+                                        self.key_column)
+            if plain_column(table.c[self.key_column], bound=True):
+                self._plain = {c.name for c in table.c if plain_column(c)}
+
+    def _direct_for(self, columns: list[str]) -> Any:
+        """The `sqlite3` reader when it reads these columns as SQLAlchemy would, else None."""
+        if self._direct is None or self.key_column not in self._plain:
+            return None
+        return self._direct if all(c in self._plain for c in columns) else None
 
     def fetch(self, keys: list[Any], columns: list[str]) -> dict[Any, dict[str, Any]]:
-        query = self._query(("fetch", *columns))
         rows: dict[Any, dict[str, Any]] = {}
         unique = list(dict.fromkeys(keys))
+        direct = self._direct_for(columns)
+        if direct is not None:
+            for start in range(0, len(unique), self.batch_size):
+                for row in direct.fetch(unique[start:start + self.batch_size], columns):
+                    rows[row[0]] = dict(zip(columns, row[1:], strict=True))
+            return rows
+        query = self._query(("fetch", *columns))
         with self._engine().connect() as connection:
             for start in range(0, len(unique), self.batch_size):
                 chunk = unique[start:start + self.batch_size]
@@ -63,6 +86,9 @@ class SqlSource(FeatureSource):
         return rows
 
     def candidates(self, key: Any, column: str, limit: int) -> list[Any]:
+        direct = self._direct_for([column])
+        if direct is not None:
+            return direct.candidates(key, column, limit)
         query = self._query(("candidates", column, limit))
         with self._engine().connect() as connection:
             return [row[0] for row in connection.execute(query, {"key": key})]
