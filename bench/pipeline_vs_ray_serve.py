@@ -190,7 +190,12 @@ def podium_up(root: Path) -> Iterator[tuple[str, int]]:
 def _own_children() -> list[Any]:
     import psutil
 
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+    alive = []
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+    return alive
 
 
 @contextlib.contextmanager
