@@ -1,8 +1,8 @@
 """The `recommend` pipeline served by Podium vs the same pipeline built with Ray Serve model
-composition: same models, same steps, same machine, one run.
+composition: same models, same steps, same machine, one run, never both servers up at once.
 
-    python -m bench.pipeline_vs_ray_serve [--requests 1200] [--concurrency 1 32] [--rounds 2]
-        [--client raw|httpx] [--seconds 3]
+    python -m bench.pipeline_vs_ray_serve [--concurrency 1 32] [--rounds 3] [--seconds 3]
+        [--client raw|httpx] [--requests 1200]
 
 Podium: one `podium serve --repository` of xgb-example and `recommend`'s control arm
 (`bench.pipeline_overhead.write_repository`: experiment → SQL member → SQL candidates → SQL
@@ -12,9 +12,17 @@ composition guide builds a pipeline: `Recommend` (HTTP ingress; the same salted 
 hash, the same three SQLite queries on the same catalog, the sort) calling `Scorer`
 (xgb-example's `model.json` with xgboost's `inplace_predict`, batched by `@serve.batch` as
 Podium's dynamic batcher batches it: up to 64, 0.5 ms). Both answer `{"member_id": ...}`
-with the same three titles (checked before measuring). Closed loops over HTTP in ABBA blocks
-per concurrency; prints median and p99 latency and throughput, and Podium/Ray Serve ratios
-(issue 31's target: at least 2x Ray Serve's throughput, at most 0.5x its p99).
+with the same three titles (checked after measuring, from what each answered while up).
+
+Fair on a 2-core machine: each server is measured with the other one fully stopped (Podium's
+process tree gone; `ray.shutdown()` and every Ray process of this bench gone: GCS, raylet, the
+Serve controller, proxy and replicas, checked), in the order Podium, Ray Serve, Ray Serve,
+Podium per round (ABBA; the two middle blocks share one Ray start and a round's last Podium
+block the next round's first Podium start). Each block measures every concurrency with the
+same client: closed loops over keep-alive HTTP, the same pre-encoded body. Prints every block
+(median, p99, req/s; Podium's CPU per request), then per concurrency the pooled figures and
+the Podium/Ray Serve ratios of adjacent blocks with their spread (issue 31's target: at least
+2x Ray Serve's throughput, at most 0.5x its p99).
 
 The client is `bench.harness.rawload`'s by default (`--client raw`: pre-encoded requests for
 one member over keep-alive connections, one per loop, `--seconds` per block): the asyncio +
@@ -30,18 +38,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import closed_loop, free_port, loopback_client, median, percentile
+from bench.harness import (
+    closed_loop,
+    cpu_seconds,
+    free_port,
+    loopback_client,
+    median,
+    percentile,
+    wait_until,
+)
 from bench.harness import serve as serve_process
 from bench.harness.rawload import Target
 from bench.harness.rawload import closed_loop as raw_closed_loop
+from bench.harness.report import ratios
 from bench.pipeline_overhead import write_repository
 
 WARMUP = 40
@@ -107,11 +127,20 @@ def ray_serve_app(root: Path) -> Any:
                           str(root / "recommend" / "catalog.db"), salt)
 
 
-async def same_answers(podium: Any, ray_client: Any) -> None:
-    for member in ("m5", "m42", "unknown"):
-        a = (await podium.post("/pipelines/recommend", json={"member_id": member})).json()
-        b = (await ray_client.post("/recommend", json={"member_id": member})).json()
-        assert a["outputs"]["titles"] == b["titles"], (member, a, b)
+MEMBERS = ("m5", "m42", "unknown")
+PODIUM, RAY = "podium", "ray serve"
+
+
+@dataclass
+class Block:
+    """One server's closed loop at one concurrency."""
+
+    server: str
+    concurrency: int
+    latencies_ms: list[float]
+    rate: float
+    cpu_ms: float | None = None
+    """The server process's CPU per request (Podium's one process; None for Ray Serve)."""
 
 
 def raw_block(url: str, concurrency: int, seconds: float) -> tuple[list[float], float]:
@@ -125,84 +154,189 @@ def raw_block(url: str, concurrency: int, seconds: float) -> tuple[list[float], 
     return [took * 1000 for _, _, took in answers], len(answers) / seconds
 
 
-async def measure(podium_url: str, ray_url: str, requests: int, concurrencies: list[int],
-                  rounds: int, client: str = "httpx", seconds: float = 3.0) -> None:
-    clients = {"podium": (loopback_client(podium_url, timeout=60), "/pipelines/recommend"),
-               "ray serve": (loopback_client(ray_url, timeout=60), "/recommend")}
-    await same_answers(clients["podium"][0], clients["ray serve"][0])
+async def httpx_block(url: str, concurrency: int, requests: int) -> tuple[list[float], float]:
+    """One closed-loop block with the asyncio + httpx client, members cycled."""
     counter = iter(range(10**9))
-
-    def caller(name: str) -> Any:
-        client, path = clients[name]
-
+    async with loopback_client(timeout=60) as client:
         async def call() -> object:
-            r = await client.post(path, json={"member_id": f"m{next(counter) % 200}"})
+            r = await client.post(url, json={"member_id": f"m{next(counter) % 200}"})
             r.raise_for_status()
             return r
-        return call
 
-    print(f"{'server':<12}{'c':>4}{'median ms':>11}{'p99 ms':>9}{'req/s':>9}")
+        started = time.perf_counter()
+        samples = await closed_loop(call, concurrency, requests=requests,
+                                    warmup_requests=WARMUP)
+        elapsed = time.perf_counter() - started
+    return [s.seconds * 1000 for s in samples], len(samples) / elapsed
+
+
+def answers_of(url: str, unwrap: Callable[[dict[str, Any]], list[str]]) -> list[list[str]]:
+    import httpx
+
+    return [unwrap(httpx.post(url, json={"member_id": m}, timeout=30).json()) for m in MEMBERS]
+
+
+@contextlib.contextmanager
+def podium_up(root: Path) -> Iterator[tuple[str, int]]:
+    """`podium serve` of the repository for the block: (the pipeline's URL, its pid)."""
+    http, grpc = free_port(), free_port()
+    command = [sys.executable, "-m", "podium.cli", "serve", "--repository", str(root),
+               "--host", "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc)]
+    base = f"http://127.0.0.1:{http}"
+    with serve_process(command, f"{base}/health/ready") as served:
+        yield f"{base}/pipelines/recommend", served.pid
+
+
+def _own_children() -> list[Any]:
+    import psutil
+
+    alive = []
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+    return alive
+
+
+@contextlib.contextmanager
+def ray_up(root: Path, cpus: int) -> Iterator[str]:
+    """A local Ray head with the Ray Serve application for the block: its URL. Afterwards
+    every process Ray started is gone (waited for; killed after 30 s), so none takes the
+    cores from the next Podium block."""
+    import psutil
+    import ray
+    from ray import serve
+
+    port = free_port()
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(ray_serve_app(root), route_prefix="/recommend")
+        yield f"http://127.0.0.1:{port}/recommend"
+    finally:
+        with contextlib.suppress(Exception):
+            serve.shutdown()
+        ray.shutdown()
+        left = _own_children()
+        _gone, alive = psutil.wait_procs(left, timeout=30)
+        for process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        if alive:
+            print(f"  (killed {len(alive)} Ray processes still up 30 s after shutdown)")
+
+
+def sessions(rounds: int) -> list[tuple[str, int]]:
+    """(server, blocks in a row) for `rounds` rounds of Podium, Ray Serve, Ray Serve, Podium:
+    consecutive blocks of one server share its start."""
+    order = [s for _ in range(rounds) for s in (PODIUM, RAY, RAY, PODIUM)]
+    merged: list[tuple[str, int]] = []
+    for server in order:
+        if merged and merged[-1][0] == server:
+            merged[-1] = (server, merged[-1][1] + 1)
+        else:
+            merged.append((server, 1))
+    return merged
+
+
+def measure_blocks(server: str, url: str, pid: int | None, blocks: int, concurrencies: list[int],
+                   client: str, seconds: float, requests: int, rounds: int) -> list[Block]:
+    out = []
+    for _ in range(blocks):
+        for concurrency in concurrencies:
+            cpu = cpu_seconds(pid) if pid is not None else None
+            if client == "raw":
+                latencies, rate = raw_block(url, concurrency, seconds)
+            else:
+                latencies, rate = asyncio.run(httpx_block(url, concurrency,
+                                                          requests // (2 * rounds)))
+            cpu_ms = None
+            if pid is not None and cpu is not None:
+                # the warm-up's requests are in the CPU too: per answer of the block it is
+                # an upper bound, the same for every Podium block
+                cpu_ms = (cpu_seconds(pid) - cpu) * 1000 / len(latencies)
+            block = Block(server, concurrency, latencies, rate, cpu_ms)
+            out.append(block)
+            cpu_text = f"{cpu_ms:8.2f}" if cpu_ms is not None else f"{'-':>8}"
+            print(f"{time.strftime('%H:%M:%S')} {server:<10}{concurrency:>4}"
+                  f"{median(latencies):>11.2f}{percentile(latencies, 99):>9.2f}"
+                  f"{rate:>9.0f}{cpu_text}", flush=True)
+    return out
+
+
+def summarize(blocks: list[Block], concurrencies: list[int]) -> None:
+    print(f"\n{'server':<12}{'c':>4}{'median ms':>11}{'p99 ms':>9}{'req/s':>9}  "
+          "(pooled latencies; median req/s of blocks)")
     for concurrency in concurrencies:
-        results: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in clients}
-        for _ in range(rounds):
-            for name in ("podium", "ray serve", "ray serve", "podium"):
-                if client == "raw":
-                    url = (f"{podium_url}/pipelines/recommend" if name == "podium"
-                           else f"{ray_url}/recommend")
-                    latencies, rate = raw_block(url, concurrency, seconds)
-                    results[name][0].extend(latencies)
-                    results[name][1].append(rate)
-                    continue
-                started = time.perf_counter()
-                samples = await closed_loop(caller(name), concurrency,
-                                            requests=requests // (2 * rounds),
-                                            warmup_requests=WARMUP)
-                elapsed = time.perf_counter() - started
-                results[name][0].extend(s.seconds * 1000 for s in samples)
-                results[name][1].append(len(samples) / elapsed)
-        for name, (latencies, rates) in results.items():
-            print(f"{name:<12}{concurrency:>4}{median(latencies):>11.2f}"
-                  f"{percentile(latencies, 99):>9.2f}{median(rates):>9.0f}")
-        p, r = results["podium"], results["ray serve"]
-        print(f"  podium/ray serve: throughput x{median(p[1]) / median(r[1]):.2f}, "
-              f"p99 x{percentile(p[0], 99) / percentile(r[0], 99):.2f}")
-    for client, _ in clients.values():
-        await client.aclose()
+        mine = {s: [b for b in blocks if b.server == s and b.concurrency == concurrency]
+                for s in (PODIUM, RAY)}
+        for server, own in mine.items():
+            pooled = [x for b in own for x in b.latencies_ms]
+            print(f"{server:<12}{concurrency:>4}{median(pooled):>11.2f}"
+                  f"{percentile(pooled, 99):>9.2f}{median([b.rate for b in own]):>9.0f}")
+        podium, ray = mine[PODIUM], mine[RAY]
+        pooled_p = [x for b in podium for x in b.latencies_ms]
+        pooled_r = [x for b in ray for x in b.latencies_ms]
+        rate = ratios([b.rate for b in podium], [b.rate for b in ray])
+        p99 = ratios([percentile(b.latencies_ms, 99) for b in podium],
+                     [percentile(b.latencies_ms, 99) for b in ray])
+        overall = median([b.rate for b in podium]) / median([b.rate for b in ray])
+        print(f"  c={concurrency} podium/ray serve: throughput x{overall:.2f} "
+              f"(adjacent blocks: {rate.median:.2f} [{rate.min:.2f} .. {rate.max:.2f}]), "
+              f"p99 x{percentile(pooled_p, 99) / percentile(pooled_r, 99):.2f} (adjacent "
+              f"blocks: {p99.median:.2f} [{p99.min:.2f} .. {p99.max:.2f}])")
+        cpu = [b.cpu_ms for b in podium if b.cpu_ms is not None]
+        if cpu:
+            print(f"  c={concurrency} podium CPU ms per request: {median(cpu):.2f} "
+                  f"[{min(cpu):.2f} .. {max(cpu):.2f}]")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=1200, help="per server and concurrency")
+    parser.add_argument("--requests", type=int, default=1200,
+                        help="per server and concurrency with --client httpx")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of Podium, Ray Serve, Ray Serve, Podium blocks")
     parser.add_argument("--client", choices=["raw", "httpx"], default="raw",
                         help="raw: rawload's light client (default); httpx: asyncio + httpx")
     parser.add_argument("--seconds", type=float, default=3.0,
                         help="per block with --client raw")
     parser.add_argument("--ray-cpus", type=int, default=2, help="the local Ray head's CPUs")
+    parser.add_argument("--podium-only", action="store_true",
+                        help="only Podium's blocks (no Ray: tuning without the Ray lock)")
     args = parser.parse_args()
     try:
-        import ray
-        from ray import serve
+        if not args.podium_only:
+            import ray  # noqa: F401
+            from ray import serve  # noqa: F401
     except ImportError as exc:
         print(f"Ray Serve cannot be imported here ({exc}); install its dependencies with "
               "`pip install \"ray[serve]\"`", file=sys.stderr)
         return 2
     root = write_repository(Path(tempfile.mkdtemp()))
-    http, grpc, ray_port = free_port(), free_port(), free_port()
-    command = [sys.executable, "-m", "podium.cli", "serve", "--repository", str(root),
-               "--host", "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc)]
-    base = f"http://127.0.0.1:{http}"
-    with serve_process(command, f"{base}/health/ready"):
-        ray.init(num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)
-        try:
-            serve.start(http_options={"host": "127.0.0.1", "port": ray_port})
-            serve.run(ray_serve_app(root), route_prefix="/recommend")
-            asyncio.run(measure(base, f"http://127.0.0.1:{ray_port}", args.requests,
-                                args.concurrency, args.rounds, args.client, args.seconds))
-        finally:
-            serve.shutdown()
-            ray.shutdown()
+    blocks: list[Block] = []
+    answers: dict[str, list[list[str]]] = {}
+    print(f"{'time':<9}{'server':<10}{'c':>4}{'median ms':>11}{'p99 ms':>9}{'req/s':>9}"
+          f"{'CPU ms':>8}")
+    for server, count in sessions(args.rounds):
+        if args.podium_only and server != PODIUM:
+            continue
+        assert not _own_children(), "a server of the last block is still up"
+        measure = (args.concurrency, args.client, args.seconds, args.requests, args.rounds)
+        if server == PODIUM:
+            with podium_up(root) as (url, pid):
+                answers.setdefault(server, answers_of(url, lambda a: a["outputs"]["titles"]))
+                blocks += measure_blocks(server, url, pid, count, *measure)
+        else:
+            with ray_up(root, args.ray_cpus) as url:
+                answers.setdefault(server, answers_of(url, lambda a: a["titles"]))
+                blocks += measure_blocks(server, url, None, count, *measure)
+        wait_until(lambda: not _own_children(), timeout_s=30, what="the servers' exit")
+    if args.podium_only:
+        return 0
+    assert answers[PODIUM] == answers[RAY], answers
+    summarize(blocks, args.concurrency)
     return 0
 
 

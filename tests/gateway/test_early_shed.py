@@ -133,6 +133,33 @@ def test_a_certain_shed_is_the_full_paths_429_counted_the_same(front: Front) -> 
     assert front.early == [INFER]
 
 
+@pytest.mark.parametrize("path", ["/pipelines/iris", "/pipelines/iris/versions/1",
+                                  "/pipelines/iris/versions/latest"])
+def test_a_pipeline_request_is_shed_from_its_head_before_its_body_is_read(
+        front: Front, path: str) -> None:
+    front.saturate()
+    pending = bytearray()
+    with front.connect() as conn:
+        # a body that is not even JSON: the head alone decides, so it is never parsed
+        status, headers, body = read_answer_after(conn, pending, post(path, b"{not json"))
+        assert (status, headers["retry-after"]) == (429, "1"), body
+        assert b"every instance of iris@1 has 4 requests in flight" in body
+        assert front.endpoint.num_in_flight == 0  # never forwarded
+        # the same connection serves the next, good request once there is room
+        front.saturate(False)
+        status, _, body = read_answer_after(conn, pending, post(path, b'{"member_id": "m1"}'))
+        assert status == 200 and b'"version":"1"' in body.replace(b" ", b""), body
+    assert front.early == [path]
+    assert metric_sample(front.client, "podium:gateway_shed_total", model="iris", version="1",
+                         by="gateway") == 1
+
+
+def test_a_path_beyond_a_pipeline_route_is_not_shed_early(front: Front) -> None:
+    front.saturate()
+    answer = front.client.post("/pipelines/iris/infer", content=b"{}")
+    assert answer.status_code == 404 and front.early == []  # the full path's answer
+
+
 def test_the_connection_stays_open_for_the_next_request_pipelined_or_not(front: Front) -> None:
     front.saturate()
     pending = bytearray()

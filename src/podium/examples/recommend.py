@@ -80,7 +80,7 @@ def recommend_manifest(llm: str) -> dict[str, Any]:
              "constraint": {"type": "distinct_items", "items": "$cands.items",
                             "min": 3, "max": 3},
              "sampling": {"max_tokens": 96, "temperature": 0}},
-            {"name": "post", "kind": "python", "function": "post.py:finish",
+            {"name": "post", "kind": "python", "function": "post.py:finish", "inline": True,
              "args": {"items": "$cands.items", "scores": "$rank.probability",
                       "picked": "$pick.json"}},
         ],

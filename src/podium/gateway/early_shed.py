@@ -1,12 +1,14 @@
-"""The gateway's cheapest answer: a KServe request certain to be shed is refused from its head.
+"""The gateway's cheapest answer: a KServe or pipeline request certain to be shed is refused from
+its head.
 
 At several times an instance's capacity most requests are refusals. A refusal that takes the
 full path (a task, the ASGI cycle, the body read, routing, the 429 rendered and sent through
 uvicorn) costs the gateway's one event loop nearly what forwarding does, so at 4x capacity the
 refusals alone saturate it and every request, admitted or not, waits behind them
 (`bench/overload_xgb.py`). The HTTP protocol (`gateway.http_server`) asks `EarlyShed` as soon as
-a request's head is parsed: when the path names a KServe model whose every ready instance is at
-its bound (`RouteTable.saturated`), the answer is the 429 the full path would give (counted as
+a request's head is parsed: when the path names a KServe model (`/v2/models/...`) or a pipeline
+(`/pipelines/NAME[/versions/V]`, routed like KServe) whose every ready instance is at its bound
+(`RouteTable.saturated`), the answer is the 429 the full path would give (counted as
 shed the same way, the same body and `Retry-After`), written by the protocol itself, and the
 request's body is dropped as it arrives.
 
@@ -23,7 +25,7 @@ from podium.auth_keys import Access
 from podium.errors import Overloaded
 from podium.gateway.asgi import Answer, Headers, error_answer
 from podium.gateway.proxy import Gateway
-from podium.gateway.request_route import KSERVE_PATH
+from podium.gateway.request_route import KSERVE_PATH, PIPELINE_PATH
 from podium.gateway.retry import Attempts
 
 
@@ -35,9 +37,14 @@ class EarlyShed:
         self.access = access if access is not None and access.guarded else None
 
     def __call__(self, method: str, path: str, headers: Headers) -> Answer | None:
-        if method != "POST" or not path.startswith("/v2/models/"):
+        if method != "POST":
             return None
-        match = KSERVE_PATH.match(path)
+        if path.startswith("/v2/models/"):
+            match = KSERVE_PATH.match(path)
+        elif path.startswith("/pipelines/"):
+            match = PIPELINE_PATH.match(path)
+        else:
+            return None
         if match is None or not self._plain(path, headers):
             return None
         gateway = self.gateway

@@ -24,7 +24,15 @@ _BUILT_IN = {
 
 
 class FeatureSource(abc.ABC):
-    """Rows by key. Implementations may block: the step calls them in a worker thread."""
+    """Rows by key. Implementations may block: the step calls them in a worker thread, unless
+    `inline` says a read is known to be fast (a local SQLite file): then it runs on the event
+    loop, saving the thread hop, until a few of its reads were slow."""
+
+    inline: bool = False
+    """Whether reads run on the event loop (see `podium.pipelines.steps.features.read_source`,
+    which turns it off for good after a few slow reads)."""
+    slow_reads: int = 0
+    """Inline reads that were slow so far."""
 
     def open(self, columns: list[str]) -> None:
         """At load: connect and check that `columns` exist (a PackageError names what not)."""

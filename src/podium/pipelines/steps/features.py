@@ -9,6 +9,8 @@ fails (and its fallback decides).
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr
@@ -16,6 +18,14 @@ from pydantic import Field, PrivateAttr
 from podium.errors import BackendError, RequestTimeout
 from podium.pipelines.sources import FeatureSource, create_source
 from podium.pipelines.steps.base import CallContext, StepEnv, StepSpec
+
+log = logging.getLogger(__name__)
+
+INLINE_MAX_S = 0.02
+"""An inline read longer than this is slow (a fast one takes ~0.2 ms; a busy loop, the GIL
+held by another thread or a GC pause can stretch one to a few ms)."""
+INLINE_MAX_SLOW = 3
+"""Slow inline reads a source may have before its reads move to worker threads for good."""
 
 
 class FeaturesStep(StepSpec):
@@ -68,8 +78,26 @@ class FeaturesStep(StepSpec):
 
 async def read_source(source: FeatureSource | None, timeout_ms: int, step: str, read: Any
                       ) -> Any:
-    """One blocking read in a worker thread, bounded by the source's timeout."""
+    """One read, bounded by the source's timeout: in a worker thread, or on the event loop
+    when the source says its reads are fast (`FeatureSource.inline`). An inline read cannot
+    be interrupted: after `INLINE_MAX_SLOW` reads over `INLINE_MAX_S` its source moves to
+    worker threads for good (logged), so a slow disk or a locked file stalls the loop a few
+    times at most."""
     assert source is not None, "prepare() runs before run()"
+    if source.inline:
+        started = time.perf_counter()
+        try:
+            return read(source)
+        finally:
+            took = time.perf_counter() - started
+            if took > INLINE_MAX_S and source.inline:
+                source.slow_reads += 1
+                if source.slow_reads >= INLINE_MAX_SLOW:
+                    source.inline = False
+                    log.info("step %r: %d reads from its %s took over %.0f ms on the event "
+                             "loop (the last %.1f ms); its reads go to worker threads from "
+                             "now on", step, source.slow_reads, type(source).__name__,
+                             INLINE_MAX_S * 1000, took * 1000)
     try:
         return await asyncio.wait_for(asyncio.to_thread(read, source), timeout_ms / 1000)
     except TimeoutError:
