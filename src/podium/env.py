@@ -131,12 +131,10 @@ def cold_start_wait_s(default: float) -> float:
 
 
 def zygote() -> bool:
-    """PODIUM_ZYGOTE: ``1`` forks the vLLM instances of `podium up`'s local runtime from a
-    zygote (`podium.preload.zygote`); off otherwise (the default): each starts as a plain
-    process. Opt-in until a defect is fixed: an instance forked from it once answered
-    /metrics with a 500 (a multiprocess metrics file it could not decode), which left the
-    autoscaler without its signals (docs/operations.md)."""
-    return os.environ.get("PODIUM_ZYGOTE", "0") == "1"
+    """PODIUM_ZYGOTE: ``0`` starts each vLLM instance of `podium up`'s local runtime as a
+    plain process; on otherwise (the default): they fork from a zygote with vLLM imported
+    (`podium.preload.zygote`)."""
+    return os.environ.get("PODIUM_ZYGOTE", "1") != "0"
 
 
 def preload_worker_fork(environ: Mapping[str, str] | None = None) -> bool:

@@ -10,12 +10,14 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
 
 from podium.preload import process, server
 from podium.preload.environment import engine_env, load_time_drift
+from tests.support.polling import eventually
 
 
 def report(path: str) -> None:
@@ -58,6 +60,31 @@ def test_a_child_gets_the_environment_at_its_start_not_the_preloaders(
     assert env["VLLM_WORKER_MULTIPROC_METHOD"] == process.WORKER_METHOD
     preloader_env = (Path(f"/proc/{preloader}/environ").read_bytes().split(b"\0"))
     assert b"PODIUM_TEST_LATE=yes" not in preloader_env
+
+
+def test_a_child_that_exits_before_its_parent_reads_its_pid_is_not_started_again(
+        preloader: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The fork server forks the child, the child runs and exits and the fork server reaps
+    it, all before the parent (slow: a loaded machine, a niced server) reads the pid: the
+    parent watches the exit status the fork server reports; the preloader is not bypassed and
+    the child is not spawned a second time."""
+    read_signed = forkserver.read_signed
+    late = {"pid": 0}
+
+    def read_late(fd: int) -> int:
+        value = read_signed(fd)
+        if not late["pid"]:  # the child's pid: come back once it is gone
+            late["pid"] = value
+            eventually(lambda: not os.path.exists(f"/proc/{value}"), timeout_s=30)
+        return value
+
+    monkeypatch.setattr(forkserver, "read_signed", read_late)
+    with caplog.at_level(logging.WARNING, logger="podium.preload"):
+        child = _run(tmp_path)
+    assert child["pid"] == late["pid"] and child["ppid"] == preloader  # the one it forked
+    assert "bypassed" not in caplog.text
+    assert server.pid() == preloader
 
 
 def test_the_preloader_runs_one_thread(preloader: int) -> None:

@@ -77,6 +77,33 @@ def test_an_instance_gets_its_own_environment_session_and_niceness(
     assert child.poll() == 0
 
 
+def test_metrics_made_in_the_zygote_and_in_the_instance_share_its_files_intact(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values made in the zygote (at import, as Podium's and vLLM's are) and values made in the
+    instance go to the instance's files through one value class: the directory reads back, every
+    value in it. (With a second class made in the instance, both mapped one file, each appended
+    over the other's entries, and reading it failed with a UnicodeDecodeError: an autoscaled
+    instance's /metrics answered 500.)"""
+    found = Zygote(tmp_path, modules=["json", "prometheus_client", "tests.support.zygote_metrics"])
+    found.start()
+    try:
+        wait_for(found.ready)
+        child, out = spawn(found, tmp_path, "metrics")
+        open_gate(child, lambda: None)  # type: ignore[arg-type]
+        wait_for(out.exists, log=tmp_path / "child.log")
+    finally:
+        found.stop()
+    metrics = json.loads(out.read_text())["metrics"]
+    assert metrics["preloaded"]  # the values were made in the zygote
+    assert "error" not in metrics, metrics.get("error")
+    text = metrics["text"]
+    assert "zygote_made_at_import_total 2.0" in text
+    codes = ["200", *map(str, range(300, 320))]
+    lines = [f'zygote_labelled_total{{code="{code}"}} 1.0' for code in codes]
+    assert [line for line in lines if line not in text] == []
+    assert f"counter_{child.pid}.db" in os.listdir(tmp_path / "instance-metrics")
+
+
 def test_an_instances_exit_status_is_known(zygote: Zygote, tmp_path: Path) -> None:
     child, _ = spawn(zygote, tmp_path, "exit", "3")
     open_gate(child, lambda: None)  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
-"""A trickle of chat requests through a gateway, every answer recorded, and the gateway's count
-of requests it held for a version at zero (tests/control/test_e2e_llm.py's scale to zero)."""
+"""A trickle or a burst of chat requests through a gateway, every answer recorded, and the
+gateway's count of requests it held for a version at zero (tests/control/test_e2e_llm.py's scale
+to zero)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,31 @@ class Sent:
     status: int = 0
     retry_after: str | None = None
     body: str = ""
+    answered: float = 0.0
+
+
+def _send(url: str, request: dict, record: Sent) -> None:
+    """One chat request, its answer (or the error that took its place: status 0) recorded."""
+    try:
+        r = httpx.post(url + "/v1/chat/completions", json={**request, "max_tokens": 4},
+                       timeout=300)
+        record.status, record.body = r.status_code, r.text[:300]
+        record.retry_after = r.headers.get("retry-after")
+    except httpx.HTTPError as exc:
+        record.body = repr(exc)
+    record.answered = time.monotonic()
+
+
+def burst(url: str, request: dict, num: int) -> list[Sent]:
+    """`num` chat requests at once, each in its own thread; every answer recorded."""
+    sent = [Sent(time.monotonic()) for _ in range(num)]
+    threads = [threading.Thread(target=_send, args=(url, request, record), daemon=True)
+               for record in sent]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(310)
+    return sent
 
 
 def trickle(url: str, request: dict, stop: threading.Event, every_s: float = 0.5) -> list[Sent]:
@@ -24,13 +50,7 @@ def trickle(url: str, request: dict, stop: threading.Event, every_s: float = 0.5
     sent: list[Sent] = []
 
     def send(record: Sent) -> None:
-        try:
-            r = httpx.post(url + "/v1/chat/completions", json={**request, "max_tokens": 4},
-                           timeout=300)
-            record.status, record.body = r.status_code, r.text[:300]
-            record.retry_after = r.headers.get("retry-after")
-        except httpx.HTTPError as exc:
-            record.body = repr(exc)
+        _send(url, request, record)
 
     threads = []
     while not stop.is_set():

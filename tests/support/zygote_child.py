@@ -2,7 +2,9 @@
 `python tests/support/zygote_child.py OUT [preloader]` writes what the process has (its
 environment, session, niceness, threads, title) to OUT as JSON; with `preloader`, it also
 starts a child through its engine preloader (forked from the zygote) and adds that child's
-report under "engine"; with `exit N`, it then exits with N."""
+report under "engine"; with `metrics`, it writes metrics made in the zygote and here, then reads
+its multiprocess directory back as /metrics does (under "metrics"); with `exit N`, it then exits
+with N."""
 
 from __future__ import annotations
 
@@ -30,6 +32,29 @@ def metric_files() -> list[str]:
     return sorted(os.listdir(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
 
 
+def metrics_read_back() -> dict:
+    """Values made in the zygote (`zygote_metrics`, imported there) and values made here, written
+    in turns, each turn adding a key to the one file, then the directory read back as an
+    instance's /metrics reads it: the text, or the error reading it."""
+    preloaded = "tests.support.zygote_metrics" in sys.modules
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from tests.support import zygote_metrics
+
+    zygote_metrics.LABELLED.labels("200").inc()  # made here: its file is opened first
+    zygote_metrics.MADE_AT_IMPORT.inc()  # made in the zygote: moves to this process's file
+    for code in range(300, 320):
+        zygote_metrics.LABELLED.labels(str(code)).inc()
+    zygote_metrics.MADE_AT_IMPORT.inc()
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)
+    try:
+        return {"preloaded": preloaded, "text": generate_latest(registry).decode()}
+    except Exception as exc:  # what an instance's /metrics answered with a 500
+        return {"preloaded": preloaded, "error": repr(exc)}
+
+
 def write_report(path: str) -> None:
     _write(Path(path), report())
 
@@ -46,6 +71,8 @@ def main() -> None:
     out = sys.argv[1]
     found = report()
     found["metric_files"] = metric_files()
+    if sys.argv[2:] == ["metrics"]:
+        found["metrics"] = metrics_read_back()
     if sys.argv[2:] == ["preloader"]:
         from podium.preload import process, server
         from podium.preload.environment import engine_env

@@ -61,9 +61,24 @@ class _PidfdPopen(popen_forkserver.Popen):
         with open(w, "wb", closefd=True) as f:
             f.write(buf.getbuffer())
         self.pid = forkserver.read_signed(self._status)
-        self.sentinel = os.pidfd_open(self.pid)
+        self.sentinel = self._open_sentinel()
         self.finalizer = util.Finalize(self, util.close_fds,
                                        (parent_w, self._status, self.sentinel))
+
+    def _open_sentinel(self) -> int:
+        """The child's pidfd; or, when the child has already exited and the fork server has
+        reaped it (a short-lived child, a parent slow to get here), a copy of the status pipe,
+        where the fork server writes its exit status: readable once that is there, as a pidfd is
+        once the child exits. (Taking a vanished pid for a failed start bypassed the preloader
+        and started the process a second time.)"""
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            return os.dup(self._status)
+        if select.select([self._status], [], [], 0)[0]:  # reaped before the pidfd was opened:
+            os.close(pidfd)  # the pid may be another process's by now
+            return os.dup(self._status)
+        return pidfd
 
     def poll(self, flag: int = os.WNOHANG) -> int | None:
         if self.returncode is None:

@@ -29,8 +29,13 @@ Nothing of the zygote's state leaks into an instance:
   an engine core, and the runtime forks only instances whose values match (the others are
   started as a plain process, with a warning).
 - **metrics**: prometheus_client (imported by vLLM) picks its value class when imported; the
-  zygote imports it multiprocess-mode (a scratch directory it never writes to) and the child
-  picks it afresh once the instance's own directory is set (`podium.metrics.multiproc`).
+  zygote imports it multiprocess-mode (a scratch directory). The child keeps that one class:
+  it notices the change of pid at its first value written or made, and moves every value to
+  ``<kind>_<pid>.db`` files in the directory set then (the instance's, by
+  `podium.metrics.multiproc`). A second class made in the child (as once here) maps the same
+  files a second time, each map with its own idea of where the file ends: each appends over
+  the other's entries and writes its values into the middle of the other's keys (the
+  instance's /metrics then fails decoding the file; tests/preload/test_zygote.py).
 
 It exits when its stdin (a pipe from the control plane) closes: a plane that crashes takes its
 zygote with it, the instances (in sessions of their own) keep serving.
@@ -208,7 +213,6 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     os.chdir(request.get("cwd") or os.getcwd())
     if request.get("nice"):
         os.setpriority(os.PRIO_PROCESS, 0, int(request["nice"]))
-    _fresh_metrics()
     _title([sys.executable, *request["argv"]])
     return _run(list(request["argv"]))
 
@@ -222,16 +226,6 @@ def _gate_opened(gate: int) -> bool:
         line += chunk
     os.close(gate)
     return line == b"go\n"
-
-
-def _fresh_metrics() -> None:
-    """prometheus_client's multiprocess value class made afresh for this process: it reads
-    the directory (the instance's, set by `podium.metrics.multiproc` next) when a value is
-    made, and values the zygote made at import move to it when first written here (the class
-    notices the change of pid)."""
-    values = sys.modules.get("prometheus_client.values")
-    if values is not None and getattr(values.ValueClass, "_multiprocess", False):
-        values.ValueClass = values.MultiProcessValue()
 
 
 def _title(command: list[str]) -> None:
