@@ -19,6 +19,9 @@ output's dtype) before one einsum, which in a 2,048-token prefill step is ~200 M
 milliseconds (bench/lora_mixed.py). By slot, each adapter in the batch is one matmul over its
 own rows (at most `max_loras` of them), the same products with no copy.
 
+Whole linear modules (every LoRA layer's call) go through `lora_linear` instead, a few ops a
+module for any adapter mix; these ops remain for the other callers and as its fallback.
+
 Installed as a vLLM general plugin (`vllm.general_plugins` entry point), which vLLM runs in
 every engine process before a model runner is built. It patches only the pinned engine
 version, and only where the ops it wraps are there.
@@ -43,6 +46,9 @@ def register() -> None:
     """The `vllm.general_plugins` entry point: patch the CPU LoRA ops where they apply."""
     if applies():
         patch()
+        from podium.engine_patches import lora_linear
+
+        lora_linear.patch()
 
 
 def applies() -> bool:
