@@ -22,10 +22,16 @@ Here a module is one shrink matmul and one expand matmul per slice that any adap
 Every slot's shrink is computed for every token and masked (no gather, no per-slot loop):
 at most slots x rank extra columns per token, a few % of the base model's FLOPs here. The
 math runs in fp32 for small steps (decode: CPU bf16 matmuls of a few rows cost more than the
-conversions) and in the model's dtype for large ones, where bf16 matmuls are the fast ones.
+conversions) and in the model's dtype for large ones, where bf16 matmuls are the fast ones;
+either way rounded where the stock ops round (the shrink, then each slice's product, to the
+model's dtype), as PEFT on transformers does.
 
-Installed by `lora_slots.register` (the same vLLM general plugin). A call this does not know
-(rows unlike the step's tokens, a 3-D input) goes to the stock path, which keeps the -1 fix.
+Installed by `lora_slots.register` (the same vLLM general plugin) when the engine's
+environment has `PODIUM_LORA_LINEAR=1`: opt-in, because on the real engine an adapter's greedy
+answer moved one token off PEFT's (a 0.125-nat gap, tests/backends/vllm/test_lora_real.py),
+although the unit tests match the definition; not found yet (docs/benchmarks.md, run 4).
+A call this does not know (rows unlike the step's tokens, a 3-D input) goes to the stock
+path, which keeps the -1 fix.
 """
 
 from __future__ import annotations
@@ -124,14 +130,17 @@ def prepare(lora_a: tuple[Any, ...], lora_b: tuple[Any, ...], output_slices: tup
 
 
 def apply(y: Any, x: Any, prepared: Prepared, step: StepSlots, scale: float) -> None:
-    """y[:, slice] += (x @ A_slot * scale) @ B_slot for each token's slot, in place."""
+    """y[:, slice] += (x @ A_slot * scale) @ B_slot for each token's slot, in place, rounded
+    as the stock ops round: the shrink and each slice's product to y's dtype."""
     import torch
 
     dtype = torch.float32 if x.shape[0] <= SMALL_STEP else y.dtype
-    a, expands = prepared.weights(dtype)
+    a, _ = prepared.weights(dtype)
+    _, expands = prepared.weights(y.dtype)
     mask = step.mask(prepared.slots, prepared.rank, len(expands), scale, dtype)
     h = x.to(dtype) @ a
     h.mul_(mask)
+    h = h.to(y.dtype)
     width = len(prepared.slots) * prepared.rank
     for j, ((offset, size), b) in enumerate(zip(prepared.offsets, expands, strict=True)):
         y[:, offset:offset + size].add_(h[:, j * width:(j + 1) * width] @ b)
