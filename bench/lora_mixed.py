@@ -3,7 +3,7 @@ against vLLM's own `--enable-lora` server with the same 8 adapters, in one run; 
 request to a cold adapter against a warm one.
 
 Servers, each booted once (never both at once: they would share 2 cores):
-- Podium: `podium serve` of the default LLM with `"lora": {}` (4 adapters a batch, rank 16,
+- Podium: `podium serve` of the default LLM with `"lora": {}` (8 adapters a batch, rank 16,
   8 kept loaded), its 8 adapters announced into the cache as `podium announce` does;
 - the reference: `python -m vllm.entrypoints.openai.api_server --enable-lora --lora-modules
   NAME=DIR x8` with the same engine settings and dtype, stock (`VLLM_PLUGINS=""`: none of
@@ -53,7 +53,7 @@ from bench.openai_overhead import ENGINE_ARGS, resolved_precision
 from podium.package.defaults import DEFAULT_MODEL, default_llm_manifest
 
 NUM_ADAPTERS = 8
-LORA = {"max_loras": 4, "max_lora_rank": 16, "max_cpu_loras": 8}
+LORA = {"max_loras": 8, "max_lora_rank": 16, "max_cpu_loras": 8}
 """Podium's defaults (`"lora": {}`), given to the reference as its flags."""
 
 

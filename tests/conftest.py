@@ -53,7 +53,10 @@ blocks only, and with 32 the chat template's system prompt and a test's repeated
 from it instead of prefilled again by each of the many similar requests."""
 
 LORA_SLOTS = 4
-"""The shared LLM's `lora.max_loras`: adapters one engine step mixes."""
+"""The shared LLM's `lora.max_loras`: adapters one engine step mixes. Below Podium's default
+(8) so that test_lora_real fills every slot, the case vLLM's CPU ops got wrong, with 4
+adapters (fewer loads and requests on the shared engine); the ops do not depend on the
+number of slots (tests/engine_patches/test_lora_linear.py)."""
 LORA_CPU_SLOTS = 6
 """The shared LLM's `lora.max_cpu_loras`: adapters kept loaded (an LRU past it)."""
 
@@ -159,8 +162,8 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory,
                                "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
                                "block_size": KV_BLOCK_SIZE}
     manifest["constraint_catalog"] = "catalog.txt"
-    # LoRA on (tests/backends/vllm/test_lora_real.py serves adapters on this engine), with
-    # Podium's defaults: LORA_SLOTS adapters a batch
+    # LoRA on (tests/backends/vllm/test_lora_real.py serves adapters on this engine):
+    # LORA_SLOTS adapters a batch
     manifest["lora"] = {"max_loras": LORA_SLOTS, "max_cpu_loras": LORA_CPU_SLOTS}
     (repo / LLM).mkdir()
     (repo / LLM / "catalog.txt").write_text("\n".join(make_titles(CATALOG_SIZE)) + "\n")

@@ -25,7 +25,7 @@ class LoraSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_loras: int = Field(default=4, ge=1, le=64,
+    max_loras: int = Field(default=8, ge=1, le=64,
                            description="Adapters one engine step (batch) may mix.")
     max_lora_rank: int = Field(default=16, ge=1, le=MAX_LORA_RANK,
                                description="The largest adapter rank this engine serves; an "
