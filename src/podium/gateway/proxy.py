@@ -120,7 +120,7 @@ class Gateway:
         if own is not None:
             await own.send(send)
             return
-        started = False
+        started, arrived = False, time.monotonic()
 
         async def tracked(message: asgi.Message) -> None:
             nonlocal started
@@ -131,15 +131,14 @@ class Gateway:
             route = route_of(method, path, await read_body(scope, receive, self.limits),
                              content_encoding=_header(scope, b"content-encoding"),
                              max_body_bytes=self.limits.max_body_bytes)
-            await self._forward(scope, route, receive, tracked)
+            await self._forward(scope, route, receive, tracked, arrived)
         except Exception as exc:  # rendered as the instance renders it
             if started:  # a relay that broke after its headers: nothing more can be said
                 raise
             await asgi.error_answer(path, exc).send(send)
 
     async def _forward(self, scope: Scope, route: RequestRoute, receive: Receive,
-                       send: Send) -> None:
-        arrived = time.monotonic()
+                       send: Send, arrived: float) -> None:
         headers = _request_headers(scope["headers"], inflated=route.inflated)
         expires = deadline.expires(headers, arrived)  # what the gateway spends is gone
         choose = None
