@@ -18,7 +18,6 @@ clears what other processes wrote there since, just before the engines start wri
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 from collections.abc import Callable
@@ -61,7 +60,6 @@ async def boot(instance: Instance) -> None:
             await _step(instance, _load_step(package), instance.repository.load, package)
         if instance.open_ports is not None:
             await _step(instance, "open gRPC port", instance.open_ports)
-        _freeze_heap()
         instance.booted = True
         from podium.metrics.server import set_ready
 
@@ -76,19 +74,6 @@ async def boot(instance: Instance) -> None:
         instance.boot_error = exc.message if isinstance(exc, PodiumError) else repr(exc)
         log.error("boot failed: %s", instance.boot_error)
         raise
-
-
-def _freeze_heap() -> None:
-    """What boot built lives as long as the process (vLLM, torch, the models: ~700,000 objects
-    once vLLM is imported): moved out of the collector's reach, as `vllm serve` does once it
-    has started. Otherwise each full collection walks all of it, 0.4-0.8 s of the one event
-    loop on a 2-core machine, and every request in flight waits (the overload bench's
-    refusals: 0.1 ms inside the server, p99 0.56-0.84 s at the client). Only the young
-    generations are collected first: a full collection here would add as long to the boot;
-    what garbage the old one holds stays."""
-    gc.collect(0)
-    gc.collect(1)
-    gc.freeze()
 
 
 async def _step(instance: Instance, name: str, fn: Callable[..., Any], *args: Any) -> Any:
