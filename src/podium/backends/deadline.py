@@ -116,13 +116,16 @@ async def until(chunks: AsyncIterator[T], deadline: float | None) -> AsyncIterat
     closed (which aborts the generation behind it) and `DeadlineExceeded` raised. Each chunk
     is awaited under its own timeout: a timeout spanning the `yield` would cancel whoever
     iterates."""
-    if deadline is None:
-        async for chunk in chunks:
-            yield chunk
-        return
     iterator = aiter(chunks)
     try:
         while True:
+            if deadline is None:
+                try:
+                    chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    return
+                yield chunk
+                continue
             timeout = asyncio.timeout_at(deadline)
             try:
                 async with timeout:
@@ -134,7 +137,7 @@ async def until(chunks: AsyncIterator[T], deadline: float | None) -> AsyncIterat
             if timeout.expired():
                 raise exceeded("while it was streamed")
             yield chunk
-    finally:
+    finally:  # closed here, not left to the collector: the engine aborts it at once
         aclose = getattr(iterator, "aclose", None)
         if aclose is not None:
             await aclose()
