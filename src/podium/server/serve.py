@@ -166,21 +166,6 @@ def _draining_server(instance: Instance, watchdog: ShutdownWatchdog, config: Any
     return DrainingServer(config)
 
 
-def _freeze_heap() -> None:
-    """What boot built lives as long as the process (vLLM, torch, the models: ~700,000 objects
-    once vLLM is imported): moved out of the collector's reach, as `vllm serve` does once it
-    has started. Otherwise each full collection walks all of it, 0.4-0.8 s of the one event
-    loop on a 2-core machine, and every request in flight waits (the overload bench's
-    refusals: 0.1 ms inside the server, p99 0.56-0.84 s at the client). Only the young
-    generations are collected first: a full collection here would be such a stall, just after
-    the instance turned ready; what garbage the old one holds stays."""
-    import gc
-
-    gc.collect(0)
-    gc.collect(1)
-    gc.freeze()
-
-
 async def _boot_or_exit(instance: Instance, server: Any) -> None:
     from podium.server.boot import boot
 
@@ -192,7 +177,6 @@ async def _boot_or_exit(instance: Instance, server: Any) -> None:
         log.error("stopping: the instance cannot serve (see the boot error above)")
         server.should_exit = True
         return
-    _freeze_heap()  # the server process only: a test process's boots must not pile up
     interval = instance.repository.control.poll_interval_s
     if interval is not None:
         from podium.server.repository_poll import poll_forever
