@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -51,8 +52,10 @@ from bench.harness import (
     median,
     open_loop,
     percentile,
+    rawload,
     serve,
 )
+from bench.harness.rawload import Target
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = " ".join(["word"] * 128)
@@ -118,6 +121,42 @@ async def open_answers(call: Call, phases: list[tuple[float, float]], seed: int 
     return [sample.value for sample in samples]
 
 
+def raw_loops(target: Target, processes: int, lags: list[float], nice: int = 0
+              ) -> tuple[Closed, Opened]:
+    """`measure`'s loops with rawload's light client sending `target`; each open loop's lag
+    behind its schedule goes to `lags`."""
+
+    def answers(raw: list[tuple[float, int, float]]) -> list[Answer]:
+        return [Answer(sent, status, seconds, status == 200) for sent, status, seconds in raw]
+
+    def closed(n: int, seconds: float) -> list[Answer]:
+        return answers(rawload.closed_loop(target, n, seconds, processes=processes,
+                                           nice=nice))
+
+    def opened(phases: list[tuple[float, float]]) -> list[Answer]:
+        raw, lag = rawload.open_loop(target, phases, processes=processes, nice=nice)
+        lags.append(lag)
+        return answers(raw)
+
+    return closed, opened
+
+
+_REFUSAL_LINE = re.compile(r" 429 ([0-9.]+)ms ")
+
+
+def refusals_inside(log: Path) -> dict[str, Any]:
+    """The refusals' time inside the server, from its request log (head to answer)."""
+    seconds = [float(m[1]) / 1000 for line in log.read_text(errors="replace").splitlines()
+               if (m := _REFUSAL_LINE.search(line))]
+    if not seconds:
+        return {"refusals_logged": 0}
+    return {"refusals_logged": len(seconds),
+            "inside_median_ms": round(median(seconds) * 1000, 2),
+            "inside_p95_ms": round(percentile(seconds, 95) * 1000, 2),
+            "inside_p99_ms": round(p99(seconds) * 1000, 2),
+            "inside_max_ms": round(max(seconds) * 1000, 2)}
+
+
 def p99(values: list[float]) -> float:
     return percentile(values, 99)
 
@@ -147,6 +186,7 @@ def measure(call: Call | None, opts: argparse.Namespace,
     capacity = len(admitted) / opts.capacity_seconds
     base_p99 = p99([a.seconds for a in admitted])
     spike_end_offset = opts.seconds
+    asked = opts.factor * capacity * opts.seconds
     started = time.monotonic()
     answers = opened([(opts.factor * capacity, opts.seconds), (capacity, opts.recovery_seconds)])
     spike = [a for a in answers if a.sent - started < spike_end_offset]
@@ -156,7 +196,8 @@ def measure(call: Call | None, opts: argparse.Namespace,
                                                                  a.seconds < 1)]
     return {
         "capacity_rps": round(capacity, 2), "capacity_p99_ttft_s": round(base_p99, 3),
-        "offered": len(spike), "share_2xx": round(len(ok) / max(1, len(spike)), 3),
+        "asked": round(asked), "offered": len(spike),
+        "share_2xx": round(len(ok) / max(1, len(spike)), 3),
         "admitted_p99_ttft_s": round(p99([a.seconds for a in ok]), 3),
         "rejected": len(rejected),
         "reject_median_ms": round(median(rejected) * 1000, 1) if rejected else None,
@@ -217,6 +258,17 @@ def add_phase_args(parser: argparse.ArgumentParser) -> None:
                         help="clients of the closed loop that measures capacity")
 
 
+def add_client_args(parser: argparse.ArgumentParser) -> None:
+    """The load generator: rawload's (default) or httpx's."""
+    parser.add_argument("--client", choices=["raw", "httpx"], default="raw",
+                        help="raw: rawload's light multi-process client (default); httpx: "
+                             "one asyncio process (the runs before 2026-12-04)")
+    parser.add_argument("--client-processes", type=int, default=2)
+    parser.add_argument("--client-nice", type=int, default=0,
+                        help="the raw client's nice value (negative needs root): a generator "
+                             "that waits for the servers' time slice measures its own wait")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_phase_args(parser)
@@ -227,6 +279,7 @@ def main() -> int:
                              "of vllm-limited")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--servers", default="podium,vllm")
+    add_client_args(parser)
     opts = parser.parse_args()
 
     home = Path(os.environ.get("PODIUM_HOME", ROOT / ".podium"))
@@ -258,17 +311,29 @@ def main() -> int:
         with serve(command, ready, log=logs / f"{name}.log", env=env, timeout_s=600,
                    poll_s=0.5, stop_timeout_s=120):
             admission = podium_admission(url) if name == "podium" else None
-            results[name] = measure(completion(url, opts.max_tokens), opts)
+            if opts.client == "raw":
+                lags: list[float] = []
+                body = json.dumps({"model": MODEL, "prompt": PROMPT,
+                                   "max_tokens": opts.max_tokens, "stream": True,
+                                   "ignore_eos": True}).encode()
+                target = Target.post_json(f"{url}/v1/completions", body, first_chunk=True)
+                results[name] = measure(None, opts, raw_loops(
+                    target, opts.client_processes, lags, opts.client_nice))
+                results[name]["client_lag_s"] = round(max(lags), 3)
+            else:
+                results[name] = measure(completion(url, opts.max_tokens), opts)
             if admission is not None:
                 results[name]["admission"] = admission
+        if name == "podium":
+            results[name].update(refusals_inside(logs / f"{name}.log"))
         print(json.dumps({"server": name, **results[name]}), flush=True)
     report(results, opts.target_wait)
     return 0
 
 
 def report(results: dict[str, dict[str, Any]], target_wait: float) -> None:
-    keys = ["share_2xx", "capacity_p99_ttft_s", "admitted_p99_ttft_s", "reject_p99_ms",
-            "num_5xx", "recovery_s"]
+    keys = ["asked", "offered", "share_2xx", "capacity_p99_ttft_s", "admitted_p99_ttft_s",
+            "reject_median_ms", "reject_p99_ms", "num_5xx", "recovery_s"]
     print(f"\n{'server':<14}" + "".join(f"{k:>22}" for k in keys))
     for name, r in results.items():
         print(f"{name:<14}" + "".join(f"{r[k]!s:>22}" for k in keys))
@@ -286,6 +351,8 @@ def report(results: dict[str, dict[str, Any]], target_wait: float) -> None:
         print(f"podium admitted p99 / vllm serve's: "
               f"{mine['admitted_p99_ttft_s'] / results['vllm']['admitted_p99_ttft_s']:.2f}x "
               "(target <= 0.5x)")
+    print(f"podium refusals inside the server (its request log): "
+          f"{ {k: v for k, v in mine.items() if k.startswith(('inside', 'refusals'))} }")
     print(f"podium rejections p99: {mine['reject_p99_ms']} ms (target <= 50); 5xx: "
           f"{mine['num_5xx']} (target 0); recovery: {mine['recovery_s']} s (target <= 5)")
 

@@ -42,32 +42,14 @@ import httpx
 
 from bench.gateway_overhead import FEATURES
 from bench.harness import free_port, module_command, serve
-from bench.harness.rawload import Target, closed_loop, open_loop
-from bench.overload import Answer, Call, add_phase_args, measure
+from bench.harness.rawload import Target
+from bench.overload import Answer, Call, add_client_args, add_phase_args, measure, raw_loops
 
 MODEL = "xgb-example"
 
 
 BODY = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 20],
                     "data": FEATURES[0]}]}
-
-
-def raw_loops(url: str, processes: int, lags: list[float]):  # type: ignore[no-untyped-def]
-    """`measure`'s loops with rawload's client; each open loop's lag goes to `lags`."""
-    target = Target.post_json(f"{url}/v2/models/{MODEL}/infer", json.dumps(BODY).encode())
-
-    def answers(raw: list[tuple[float, int, float]]) -> list[Answer]:
-        return [Answer(sent, status, seconds, status == 200) for sent, status, seconds in raw]
-
-    def closed(n: int, seconds: float) -> list[Answer]:
-        return answers(closed_loop(target, n, seconds, processes=processes))
-
-    def opened(phases: list[tuple[float, float]]) -> list[Answer]:
-        raw, lag = open_loop(target, phases, processes=processes)
-        lags.append(lag)
-        return answers(raw)
-
-    return closed, opened
 
 
 def infer(url: str) -> Call:
@@ -141,8 +123,7 @@ def main() -> int:
                              "generator gets the others ('': no pinning)")
     parser.add_argument("--instance-nice", type=int, default=0,
                         help="the instance's nice value (the gateway's is 0)")
-    parser.add_argument("--client", choices=["raw", "httpx"], default="raw")
-    parser.add_argument("--client-processes", type=int, default=2)
+    add_client_args(parser)
     parser.add_argument("--gateway-child", nargs=4, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.gateway_child:
@@ -180,7 +161,10 @@ def main() -> int:
             url = f"http://127.0.0.1:{gw}"
             lags: list[float] = []
             if opts.client == "raw":
-                results[name] = measure(None, opts, raw_loops(url, opts.client_processes, lags))
+                target = Target.post_json(f"{url}/v2/models/{MODEL}/infer",
+                                          json.dumps(BODY).encode())
+                results[name] = measure(None, opts, raw_loops(
+                    target, opts.client_processes, lags, opts.client_nice))
                 results[name]["client_lag_s"] = round(max(lags), 3)
             else:
                 results[name] = measure(infer(url), opts)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import random
+import re
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -32,14 +34,18 @@ class Target:
     host: str
     port: int
     raw: bytes
+    first_chunk: bool = False
+    """Time a chunked (streamed) answer to its first chunk, not to its end (an LLM's time to
+    the first token), and count an error event in it (`{"error": ... "code": N}`) as status
+    N, as a streaming client would."""
 
     @classmethod
-    def post_json(cls, url: str, body: bytes) -> Target:
+    def post_json(cls, url: str, body: bytes, *, first_chunk: bool = False) -> Target:
         parts = urlsplit(check_loopback(url))
         host, port = parts.hostname or "127.0.0.1", parts.port or 80
         head = (f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
-        return cls(host, port, head.encode() + body)
+        return cls(host, port, head.encode() + body, first_chunk)
 
 
 class _Connections:
@@ -88,15 +94,19 @@ class _Connections:
                     close = True
                 elif name == b"transfer-encoding" and b"chunked" in value.lower():
                     chunked = True  # Ray Serve's proxy answers so
+            took = None
             if chunked:
-                await _skip_chunks(reader)
+                first, error = await _skip_chunks(reader)
+                if self.target.first_chunk:
+                    took = first - sent
+                    status = error or status
             else:
                 await reader.readexactly(length)
             if close:
                 writer.close()
             else:
                 self.idle.append(conn)
-            return status, time.monotonic() - sent
+            return status, took if took is not None else time.monotonic() - sent
         except ConnectionResetError:
             if conn is not None:
                 conn[1].close()
@@ -107,12 +117,22 @@ class _Connections:
             return 599, time.monotonic() - sent
 
 
-async def _skip_chunks(reader: asyncio.StreamReader) -> None:
-    """Read a chunked body to its end (the last chunk, then the trailers' blank line)."""
+_ERROR_CODE = re.compile(rb'"code"\s*:\s*(\d{3})')
+
+
+async def _skip_chunks(reader: asyncio.StreamReader) -> tuple[float, int | None]:
+    """Read a chunked body to its end (the last chunk, then the trailers' blank line); when
+    its first chunk came, and the code of an error event in it (None: none)."""
+    first, error = None, None
     while size := int((await reader.readline()).split(b";", 1)[0], 16):
-        await reader.readexactly(size + 2)
+        data = await reader.readexactly(size + 2)
+        first = first or time.monotonic()
+        if error is None and b'{"error"' in data:
+            match = _ERROR_CODE.search(data)
+            error = int(match[1]) if match else 500
     while (await reader.readline()) not in (b"\r\n", b"\n", b""):
         pass
+    return first or time.monotonic(), error
 
 
 async def _open(target: Target, phases: list[tuple[float, float]], start: float,
@@ -160,18 +180,22 @@ async def _closed(target: Target, concurrency: int, seconds: float, start: float
     return answers, 0.0
 
 
-def _child(kind: str, args: tuple, out: multiprocessing.connection.Connection) -> None:
+def _child(kind: str, args: tuple, out: multiprocessing.connection.Connection,
+           nice: int = 0) -> None:
+    if nice:  # a generator above the servers' priority: its own wake-ups are not measured
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
     loop = _open if kind == "open" else _closed
     out.send(asyncio.run(loop(*args)))
     out.close()
 
 
-def _run(kind: str, per_process: list[tuple]) -> tuple[list[tuple[float, int, float]], float]:
+def _run(kind: str, per_process: list[tuple], nice: int = 0
+         ) -> tuple[list[tuple[float, int, float]], float]:
     ctx = multiprocessing.get_context("fork")
     pipes, procs = [], []
     for args in per_process:
         mine, theirs = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(kind, args, theirs), daemon=True)
+        proc = ctx.Process(target=_child, args=(kind, args, theirs, nice), daemon=True)
         proc.start()
         pipes.append(mine)
         procs.append(proc)
@@ -187,17 +211,18 @@ def _run(kind: str, per_process: list[tuple]) -> tuple[list[tuple[float, int, fl
 
 
 def open_loop(target: Target, phases: list[tuple[float, float]], *, processes: int = 2,
-              seed: int = 0) -> tuple[list[tuple[float, int, float]], float]:
-    """Poisson arrivals, `phases` of (rate per second, seconds), split over `processes`."""
+              seed: int = 0, nice: int = 0) -> tuple[list[tuple[float, int, float]], float]:
+    """Poisson arrivals, `phases` of (rate per second, seconds), split over `processes` (at
+    `nice`: negative needs root)."""
     start = time.monotonic() + 0.5  # every process is up before the first arrival
     share = [(rate / processes, seconds) for rate, seconds in phases]
-    return _run("open", [(target, share, start, seed + i) for i in range(processes)])
+    return _run("open", [(target, share, start, seed + i) for i in range(processes)], nice)
 
 
-def closed_loop(target: Target, concurrency: int, seconds: float, *, processes: int = 2
-                ) -> list[tuple[float, int, float]]:
+def closed_loop(target: Target, concurrency: int, seconds: float, *, processes: int = 2,
+                nice: int = 0) -> list[tuple[float, int, float]]:
     """`concurrency` clients back to back for `seconds`, split over `processes`."""
     start = time.monotonic() + 0.5
     counts = [concurrency // processes + (i < concurrency % processes)
               for i in range(processes)]
-    return _run("closed", [(target, n, seconds, start) for n in counts if n])[0]
+    return _run("closed", [(target, n, seconds, start) for n in counts if n], nice)[0]

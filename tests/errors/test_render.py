@@ -38,6 +38,8 @@ TABLE = [
                  id="request-error"),
     pytest.param(errors.Overloaded, 429, "RESOURCE_EXHAUSTED", "rate_limit_error",
                  id="overloaded"),
+    pytest.param(errors.DeadlineExceeded, 504, "DEADLINE_EXCEEDED", "timeout_error",
+                 id="deadline-exceeded"),
     pytest.param(errors.Unavailable, 503, "UNAVAILABLE", "service_unavailable",
                  id="unavailable"),
     pytest.param(errors.UpstreamFailed, 502, "UNAVAILABLE", "service_unavailable",

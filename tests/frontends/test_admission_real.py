@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.conftest import API_KEY, EMBEDDER, LLM, MAX_NUM_QUEUED_TOKENS
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.engine
 
@@ -151,6 +152,42 @@ def test_a_request_that_cannot_meet_its_deadline_is_refused_at_once(instance) ->
         assert "deadline" in refused.value.details()
     # a good request: one that can finish within its deadline
     good = httpx.post(f"{instance.http_url}/v1/completions", timeout=120,
+                      headers={**HEADERS, "X-Request-Timeout": "60"},
+                      json={"model": LLM, "prompt": "Hello", "max_tokens": 2})
+    assert good.status_code == 200, good.text
+
+
+NEVER_ENDS = {"prompt": "Count: 1, 2, 3,", "max_tokens": 3000,
+              "logit_bias": {"0": -100, "1": -100, "2": -100}}
+"""Admitted under any deadline (it may stop early, so only its prompt is counted), yet it
+cannot stop: its end-of-text tokens are banned, and 3,000 tokens take minutes here."""
+
+
+def _running(base: str) -> float:
+    text = httpx.get(f"{base}/metrics", timeout=30).text
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               if family.name == "vllm:num_requests_running" for sample in family.samples)
+
+
+def test_a_request_whose_deadline_passes_while_it_runs_is_aborted_with_504(instance) -> None:
+    base = instance.http_url
+    r = httpx.post(f"{base}/v1/completions", timeout=120,
+                   headers={**HEADERS, "X-Request-Timeout": "2"},
+                   json={"model": LLM, **NEVER_ENDS})
+    assert r.status_code == 504, r.text
+    error = r.json()["error"]
+    assert error["param"] == "X-Request-Timeout" and error["type"] == "timeout_error", error
+    assert eventually(lambda: _running(base) == 0, timeout_s=30)  # aborted in the engine
+    # streamed: the 200 went with the first token; the stream's last event is the 504
+    with httpx.stream("POST", f"{base}/v1/completions", timeout=120,
+                      headers={**HEADERS, "X-Request-Timeout": "2"},
+                      json={"model": LLM, **NEVER_ENDS, "stream": True}) as stream:
+        assert stream.status_code == 200
+        lines = [line for line in stream.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]" and len(lines) > 3, lines[-3:]
+    assert json.loads(lines[-2][6:])["error"]["code"] == 504, lines[-3:]
+    assert eventually(lambda: _running(base) == 0, timeout_s=30)
+    good = httpx.post(f"{base}/v1/completions", timeout=120,
                       headers={**HEADERS, "X-Request-Timeout": "60"},
                       json={"model": LLM, "prompt": "Hello", "max_tokens": 2})
     assert good.status_code == 200, good.text

@@ -5,19 +5,27 @@ number (`X-Request-Timeout: 2.5`), counted from when the instance read the reque
 gRPC: the call's own deadline (`timeout=` in the client; `grpc-timeout` on the wire). The
 frontend opens `scope(seconds)` around admission and the engine call; a backend that can
 estimate how long a request takes (`backends.vllm.admission`) reads `remaining()` and refuses
-at once what cannot finish in time instead of running it. No header, no deadline: nothing is
-checked.
+at once what cannot finish in time instead of running it (429: nothing ran). A request admitted
+in time whose deadline passes while it runs is stopped there: the frontend awaits its work
+`within` the deadline, and a stream's chunks `until` it; the work is cancelled (vLLM aborts a
+request whose generator is cancelled or closed, freeing its place in the batch) and the answer
+is `DeadlineExceeded`, 504 / DEADLINE_EXCEEDED naming the header (in a stream that already
+started: its last event). No header, no deadline: nothing is checked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from contextvars import ContextVar
+from typing import TypeVar
 
-from podium.errors import InvalidArgument
+from podium.errors import DeadlineExceeded, InvalidArgument
+
+T = TypeVar("T")
 
 HEADER = "x-request-timeout"
 """The HTTP header that carries a request's deadline, in seconds from its arrival."""
@@ -70,3 +78,66 @@ def remaining() -> float | None:
     the request carries no deadline."""
     deadline = _deadline.get()
     return None if deadline is None else deadline - time.monotonic()
+
+
+def at() -> float | None:
+    """The current request's deadline on `time.monotonic()`'s clock; None without one (for
+    work that outlives the scope, e.g. a stream's body)."""
+    return _deadline.get()
+
+
+def exceeded(after: str = "while it ran") -> DeadlineExceeded:
+    """The 504 of a request whose deadline passed `after`."""
+    return DeadlineExceeded(f"the request's deadline (X-Request-Timeout, or the gRPC call's "
+                            f"deadline) passed {after}: its work was stopped; retry with a "
+                            "longer deadline or a smaller request")
+
+
+async def within(work: Awaitable[T]) -> T:
+    """`work`'s result, or `DeadlineExceeded` once the current request's deadline passes
+    (the work is then cancelled). Without a deadline: just `await work`."""
+    deadline = _deadline.get()
+    if deadline is None:
+        return await work
+    # asyncio's loop clock is time.monotonic's: the deadline carries over as it is
+    timeout = asyncio.timeout_at(deadline)
+    try:
+        async with timeout:
+            result = await work
+    except TimeoutError:
+        raise exceeded() from None
+    if timeout.expired():  # the work swallowed the cancel and answered anyway (vLLM does)
+        raise exceeded()
+    return result
+
+
+async def until(chunks: AsyncIterator[T], deadline: float | None) -> AsyncIterator[T]:
+    """`chunks` until `deadline` (monotonic; None: to their end); past it the iterator is
+    closed (which aborts the generation behind it) and `DeadlineExceeded` raised. Each chunk
+    is awaited under its own timeout: a timeout spanning the `yield` would cancel whoever
+    iterates."""
+    iterator = aiter(chunks)
+    try:
+        while True:
+            if deadline is None:
+                try:
+                    chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    return
+                yield chunk
+                continue
+            timeout = asyncio.timeout_at(deadline)
+            try:
+                async with timeout:
+                    chunk = await anext(iterator)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise exceeded("while it was streamed") from None
+            if timeout.expired():
+                raise exceeded("while it was streamed")
+            yield chunk
+    finally:  # closed here, not left to the collector: the engine aborts it at once
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()

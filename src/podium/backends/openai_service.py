@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from podium.errors import PodiumError
+
 
 @dataclass(frozen=True)
 class OpenAIRoute:
@@ -82,6 +84,12 @@ class OpenAIService(abc.ABC):
     @abc.abstractmethod
     def serves(self, route: OpenAIRoute) -> bool:
         """True when this model answers `route`."""
+
+    def refusal(self, route: OpenAIRoute) -> PodiumError | None:
+        """The refusal any request on `route` would get now, before its body is read (a full
+        engine's 429), or None; the instance answers it from the request's head
+        (`server.early_shed`)."""
+        return None
 
     @abc.abstractmethod
     async def admit(self, route: OpenAIRoute, body: dict[str, Any]) -> OpenAICall:

@@ -11,6 +11,8 @@
     │   (+ RequestTimeout 408)
     │   └── HeaderFieldsTooLarge 431 RESOURCE_EXHAUSTED
     ├── Overloaded              429 RESOURCE_EXHAUSTED + Retry-After: a queue is full
+    ├── DeadlineExceeded        504 DEADLINE_EXCEEDED: the request's own deadline passed while
+    │                           it ran (X-Request-Timeout, the gRPC deadline); its work stopped
     ├── Unavailable             503 UNAVAILABLE: not ready yet, draining, or shutting down
     │   └── UpstreamFailed      502 UNAVAILABLE: an instance failed mid-request (gateway)
     ├── PackageError            400: a package or manifest is invalid (exit 2 at the CLI)
@@ -85,6 +87,16 @@ class Overloaded(PodiumError):
                  param: str | None = None) -> None:
         super().__init__(message, param=param)
         self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(PodiumError):
+    """The request's own deadline (`X-Request-Timeout`, the gRPC call's) passed after it was
+    admitted: its work was stopped (the engine aborted it) and it is answered 504 /
+    DEADLINE_EXCEEDED. A request refused before it starts because it cannot finish in time is
+    `Overloaded` instead: nothing ran, the load ahead of it is the cause."""
+
+    def __init__(self, message: str, *, param: str | None = "X-Request-Timeout") -> None:
+        super().__init__(message, param=param)
 
 
 class Unavailable(PodiumError):

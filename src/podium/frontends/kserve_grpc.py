@@ -138,10 +138,10 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- inference -----------------------------------------------------------------------------
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         async with track_grpc(context, "ModelInfer"):
-            with deadline.scope(deadline.from_grpc(context)):
-                response = await self._repository.infer(
+            with deadline.scope(deadline.from_grpc(context)):  # past it: cancelled
+                response = await deadline.within(self._repository.infer(
                     request.model_name, request.model_version or None,
-                    decode_request(request, self._limits))
+                    decode_request(request, self._limits)))
             return encode_response(response, request.model_name, response.model_version)
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any

@@ -149,9 +149,9 @@ def _infer(repository: ModelRepository, limits: KServeLimits) -> Callable[..., A
         body = await read_body(request, limits)
         header, binary_outputs, infer_request = parse_infer_request(
             body, request.headers.get(HEADER_LENGTH), limits)
-        with deadline.scope(seconds):
-            response = await cancel_on_disconnect(request, repository.infer(model, version,
-                                                                            infer_request))
+        with deadline.scope(seconds):  # past it the work is cancelled: a 504
+            response = await cancel_on_disconnect(request, deadline.within(
+                repository.infer(model, version, infer_request)))
         if isinstance(response, Response):  # the client left; the work was cancelled
             return response
         return encode_infer_response(response, model=model, version=response.model_version,
@@ -175,18 +175,23 @@ def _generate(repository: ModelRepository, limits: KServeLimits, *, stream: bool
                                     stream=stream)
 
         if not stream:
-            response = await cancel_on_disconnect(request, repository.infer(model, version,
-                                                                            infer_request))
+            response = await cancel_on_disconnect(request, deadline.within(
+                repository.infer(model, version, infer_request)))
             if isinstance(response, Response):  # the client left; the work was cancelled
                 return response
             return JSONResponse(generate_response(response, model, response.model_version))
         responses = repository.infer_stream(model, version, infer_request)
         # the first response (or the bad-request error) comes before the 200 status is sent
-        first = await cancel_on_disconnect(request, anext(responses))
+        try:
+            first = await cancel_on_disconnect(request, deadline.within(anext(responses)))
+        except BaseException:
+            await responses.aclose()
+            raise
         if isinstance(first, Response):  # the client left before the first response
             await responses.aclose()
             return first
-        return StreamingResponse(_sse(first, responses, model, first.model_version),
+        rest = deadline.until(responses, deadline.at())  # past it: the last event, a 504
+        return StreamingResponse(_sse(first, rest, model, first.model_version),
                                  media_type="text/event-stream")
     return handler
 

@@ -32,7 +32,8 @@ from podium.backends.openai_service import (
     OpenAIService,
     Usage,
 )
-from podium.errors import InvalidArgument, NotFound
+from podium.errors import DeadlineExceeded, InvalidArgument, NotFound
+from podium.errors.render import encode, openai_body, problem_of
 from podium.frontends.disconnect import cancel_on_disconnect
 from podium.frontends.json_body import BodyLimits, read_json_object
 from podium.metrics import request_log
@@ -97,7 +98,9 @@ def _handler(repository: ModelRepository, route: OpenAIRoute, limits: BodyLimits
             stack.enter_context(track_in_flight("openai", route.path, name, entry.version))
             # a client that leaves before the answer (or a stream's start) aborts the
             # generation: vLLM's serving objects do not watch the connection themselves
-            answer = await cancel_on_disconnect(request, service.run(call, request))
+            # past its deadline (X-Request-Timeout) the generation is aborted: a 504
+            answer = await cancel_on_disconnect(request, deadline.within(service.run(call,
+                                                                                  request)))
         except BaseException:
             await stack.aclose()
             raise
@@ -176,7 +179,7 @@ async def _render(answer: OpenAIAnswer | Response, stack: AsyncExitStack) -> Res
     if answer.stream is not None:
         # the lease lasts as long as the stream; a client that disconnects cancels the
         # generator, and vLLM aborts the request when its generator is closed
-        response: Response = StreamingResponse(_leased(answer, stack),
+        response: Response = StreamingResponse(_leased(answer, stack, deadline.at()),
                                                media_type="text/event-stream")
     else:
         await stack.aclose()
@@ -190,12 +193,18 @@ async def _render(answer: OpenAIAnswer | Response, stack: AsyncExitStack) -> Res
     return response
 
 
-async def _leased(answer: OpenAIAnswer, stack: AsyncExitStack) -> AsyncIterator[str]:
+async def _leased(answer: OpenAIAnswer, stack: AsyncExitStack, until: float | None
+                  ) -> AsyncIterator[str]:
+    """The stream while its lease lasts; past the request's deadline (`until`) the generation
+    is aborted and the stream ends with a 504 error event, as vLLM ends a failed stream."""
     assert answer.stream is not None
     try:
-        async for chunk in answer.stream:
+        async for chunk in deadline.until(answer.stream, until):
             yield chunk
         _annotate_usage(answer.usage)
+    except DeadlineExceeded as exc:
+        yield f"data: {encode(openai_body(problem_of(exc))).decode()}\n\n"
+        yield "data: [DONE]\n\n"
     finally:
         await stack.aclose()
 

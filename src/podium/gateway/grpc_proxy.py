@@ -25,6 +25,7 @@ from tritonclient.grpc import service_pb2
 from podium.auth_keys import Access
 from podium.errors import InvalidArgument
 from podium.errors.interceptor import ErrorInterceptor
+from podium.gateway import deadline
 from podium.gateway.admission import Admission
 from podium.gateway.hold import Hold
 from podium.gateway.limits import DEFAULT_MAX_GRPC_MESSAGE_BYTES, DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE
@@ -141,17 +142,22 @@ class GrpcGateway:
         async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             model, version = read_name_version(ROUTED[method], request)
             attempts = self._attempts(model, version)
-            target = await self.hold.first(self.table, model, version, attempts.first)
+            expires = deadline.grpc_expires(context)
+            target = await deadline.held(self.hold.first(self.table, model, version,
+                                                         attempts.first), expires)
             pinned = self.table.base_of(model) is not None
             while True:
                 payload = _with_version(ROUTED[method], request, version, target.version,
                                         pinned=pinned)
                 started = time.perf_counter()
                 endpoint = target.endpoint
+                # what the gateway spent is gone: the instance gets what is left, or nothing
+                left = None if expires is None else deadline.left_or_exceeded(
+                    expires, "in the gateway, before it reached an instance")
                 endpoint.num_in_flight += 1
                 try:
                     answer = await self._stub(endpoint, method)(
-                        payload, metadata=self._metadata(context), timeout=context.time_remaining())
+                        payload, metadata=self._metadata(context), timeout=left)
                 except grpc.aio.AioRpcError as exc:
                     retry = self._after_error(method, model, target, attempts, started, exc)
                     if retry is None:
@@ -172,8 +178,12 @@ class GrpcGateway:
         if first is None:
             return
         model, version = read_name_version(service_pb2.ModelInferRequest, first)
-        target = await self.hold.first(self.table, model, version,
-                                       self._attempts(model, version).first)
+        expires = deadline.grpc_expires(context)
+        target = await deadline.held(self.hold.first(self.table, model, version,
+                                                     self._attempts(model, version).first),
+                                     expires)
+        left = None if expires is None else deadline.left_or_exceeded(
+            expires, "in the gateway, before it reached an instance")
         resolved, endpoint = target.version, target.endpoint
         cls = service_pb2.ModelInferRequest
         pinned = self.table.base_of(model) is not None
@@ -191,7 +201,7 @@ class GrpcGateway:
                 yield _with_version(cls, message, version, resolved, pinned=pinned)
 
         call = self._channel(endpoint).stream_stream(f"/{SERVICE}/ModelStreamInfer")(
-            upstream_requests(), metadata=self._metadata(context))
+            upstream_requests(), metadata=self._metadata(context), timeout=left)
         endpoint.num_in_flight += 1
         started = time.perf_counter()
         code = grpc.StatusCode.OK

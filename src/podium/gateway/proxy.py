@@ -29,7 +29,7 @@ import aiohttp
 
 from podium.cancellation import ClientLeft, unless_client_leaves
 from podium.errors import MethodNotAllowed, UpstreamFailed
-from podium.gateway import asgi
+from podium.gateway import asgi, deadline
 from podium.gateway.admission import Admission
 from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
 from podium.gateway.hold import Hold
@@ -120,7 +120,7 @@ class Gateway:
         if own is not None:
             await own.send(send)
             return
-        started = False
+        started, arrived = False, time.monotonic()
 
         async def tracked(message: asgi.Message) -> None:
             nonlocal started
@@ -131,15 +131,16 @@ class Gateway:
             route = route_of(method, path, await read_body(scope, receive, self.limits),
                              content_encoding=_header(scope, b"content-encoding"),
                              max_body_bytes=self.limits.max_body_bytes)
-            await self._forward(scope, route, receive, tracked)
+            await self._forward(scope, route, receive, tracked, arrived)
         except Exception as exc:  # rendered as the instance renders it
             if started:  # a relay that broke after its headers: nothing more can be said
                 raise
             await asgi.error_answer(path, exc).send(send)
 
     async def _forward(self, scope: Scope, route: RequestRoute, receive: Receive,
-                       send: Send) -> None:
+                       send: Send, arrived: float) -> None:
         headers = _request_headers(scope["headers"], inflated=route.inflated)
+        expires = deadline.expires(headers, arrived)  # what the gateway spends is gone
         choose = None
         if self.prefix is not None and route.prefix is not None:
             choose = self.prefix.chooser(route.model, route.prefix, self.admission.has_room,
@@ -147,10 +148,11 @@ class Gateway:
         attempts = Attempts(self.table, self.admission, self.stats, route.model, route.version,
                             max_attempts=self.max_attempts, choose=choose)
         # a version at zero instances started on demand: held until one is ready
-        target: Target | None = await self.hold.first(self.table, route.model, route.version,
-                                                      attempts.first)
+        target: Target | None = await deadline.held(self.hold.first(
+            self.table, route.model, route.version, attempts.first), expires)
         while target is not None:
-            target = await self._attempt(scope, route, headers, target, attempts, receive, send)
+            target = await self._attempt(scope, route, deadline.forwarded(headers, expires),
+                                         target, attempts, receive, send)
 
     async def _attempt(self, scope: Scope, route: RequestRoute, headers: list[tuple[str, str]],
                        target: Target, attempts: Attempts, receive: Receive,
@@ -223,7 +225,8 @@ class Gateway:
             return attempts.after_overloaded(target)
         if status >= 500:
             self._finish(attempt, ok=False)
-            return attempts.after_failure(target)
+            # a passed deadline has passed for every version (gRPC: DEADLINE_EXCEEDED alike)
+            return attempts.after_failure(target) if status != 504 else None
         self._finish(attempt, ok=True)
         return None
 

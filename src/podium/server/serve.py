@@ -99,7 +99,8 @@ async def _serve(instance: Instance, watchdog: ShutdownWatchdog) -> int:
     instance.frontends = None  # boot mounts /v1 (or refuses it) once it has read the packages
     app = build_app(instance, lifespan=lifespan)
     server = _draining_server(instance, watchdog, uvicorn_config(
-        app, config, timeout_graceful_shutdown=watchdog.remaining(_unload_reserve(config))))
+        app, config, timeout_graceful_shutdown=watchdog.remaining(_unload_reserve(config)),
+        instance=instance))
     server.should_exit = watchdog.armed  # told to stop while starting: stop at once
     log.info("HTTP on %s:%d (liveness now, inference once ready); gRPC %s", config.host,
              config.http_port, f"on {config.grpc_port} once ready" if config.grpc_port >= 0
@@ -109,18 +110,26 @@ async def _serve(instance: Instance, watchdog: ShutdownWatchdog) -> int:
 
 
 def uvicorn_config(app: Any, config: ServerConfig, *,
-                   timeout_graceful_shutdown: float | None = None) -> Any:
-    """How uvicorn serves the instance's HTTP port; request heads are bounded (431)."""
+                   timeout_graceful_shutdown: float | None = None,
+                   instance: Instance | None = None) -> Any:
+    """How uvicorn serves the instance's HTTP port; request heads are bounded (431); with
+    `instance`, an OpenAI request to its full engine is refused from its head
+    (`server.early_shed`)."""
     import uvicorn
 
+    from podium.edge.early import early_answer_protocol
     from podium.edge.head import bounded_head_protocol
+    from podium.server.early_shed import InstanceShed, answered
 
+    protocol = bounded_head_protocol(config.max_header_bytes, server="the instance",
+                                     flag="--max-header-bytes")
+    if instance is not None:
+        protocol = early_answer_protocol(protocol, InstanceShed(instance),
+                                         answered)  # type: ignore[arg-type]
     return uvicorn.Config(
         app, host=config.host, port=config.http_port, log_config=None,
         timeout_graceful_shutdown=timeout_graceful_shutdown, access_log=False,
-        timeout_keep_alive=KEEP_ALIVE_S,
-        http=bounded_head_protocol(config.max_header_bytes, server="the instance",
-                                   flag="--max-header-bytes"))
+        timeout_keep_alive=KEEP_ALIVE_S, http=protocol)
 
 
 def _unload_reserve(config: ServerConfig) -> float:

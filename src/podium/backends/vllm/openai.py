@@ -31,7 +31,7 @@ from podium.backends.openai_service import (
     Usage,
 )
 from podium.backends.vllm import constraint, openai_request
-from podium.errors import BackendDead, InvalidArgument, PodiumError
+from podium.errors import BackendDead, InvalidArgument, Overloaded, PodiumError
 
 _SERVING = {CHAT: ("openai_serving_chat", "create_chat_completion"),
             CHAT_BATCH: ("openai_serving_chat_batch", "create_batch_chat_completion"),
@@ -70,6 +70,15 @@ class VllmOpenAI(OpenAIService):
 
     def serves(self, route: OpenAIRoute) -> bool:
         return self._serving(route) is not None
+
+    def refusal(self, route: OpenAIRoute) -> PodiumError | None:
+        if route not in _GENERATING:
+            return None
+        try:  # one sequence: a request of n > 1 is refused whenever one is
+            _check_room(self.model.engine, 1, 1)
+        except Overloaded as exc:
+            return exc
+        return None
 
     async def admit(self, route: OpenAIRoute, body: dict[str, Any]) -> OpenAICall:
         model = self.model
