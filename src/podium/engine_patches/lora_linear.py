@@ -15,9 +15,11 @@ Here a module is one shrink matmul and one expand matmul per slice that any adap
 - per module, rebuilt only when the stacked weights change (`Prepared`): the A matrices of
   every slot holding an adapter, the slices they use side by side, trimmed to the highest
   rank any of them uses (a rank-8 adapter in a rank-16 stack has zero rows beyond 8), as one
-  [in, slices x slots x rank] matrix; and each used slice's B as [slots x rank, out];
-- the module: `h = (x @ A) * mask`, then `y[:, slice] += h[:, slice's columns] @ B` per used
-  slice. A slice no adapter targets (k, gate, up for a q/v/o/down adapter) costs nothing.
+  [slices x slots x rank, in] matrix; and each used slice's B as [out, slots x rank], both
+  laid out as vLLM stacks them and multiplied transposed, as the by-slot ops do (laid out
+  [in, ...] the CPU's fp32 sums ran in another order: see `prepare`);
+- the module: `h = (x @ A.T) * mask`, then `y[:, slice] += h[:, slice's columns] @ B.T` per
+  used slice. A slice no adapter targets (k, gate, up for a q/v/o/down adapter) costs nothing.
 
 Every slot's shrink is computed for every token and masked (no gather, no per-slot loop):
 at most slots x rank extra columns per token, a few % of the base model's FLOPs here. The
@@ -26,10 +28,11 @@ conversions) and in the model's dtype for large ones, where bf16 matmuls are the
 either way rounded where the stock ops round (the shrink, then each slice's product, to the
 model's dtype), as PEFT on transformers does.
 
-Installed by `lora_slots.register` (the same vLLM general plugin) when the engine's
-environment has `PODIUM_LORA_LINEAR=1`: opt-in, because on the real engine an adapter's greedy
-answer moved one token off PEFT's (a 0.125-nat gap, tests/backends/vllm/test_lora_real.py),
-although the unit tests match the definition; not found yet (docs/benchmarks.md, run 4).
+Installed by `lora_slots.register` (the same vLLM general plugin) unless the engine's
+environment has `PODIUM_LORA_LINEAR=0`. For one adapter, in steps of up to SMALL_STEP tokens,
+it adds what the by-slot ops add, bit
+for bit (tests/engine_patches/test_lora_linear.py); a mix of slots can differ from them by one
+bf16 rounding in a few module calls, as vLLM's own kernels do between batch sizes.
 A call this does not know (rows unlike the step's tokens, a 3-D input) goes to the stock
 path, which keeps the -1 fix.
 """
@@ -85,8 +88,8 @@ class Prepared:
     slots: tuple[int, ...]
     rank: int
     offsets: list[tuple[int, int]]  # (offset in y, size) per used slice
-    a: Any  # [in, parts x slots x rank]
-    b: list[Any]  # per used slice: [slots x rank, size]
+    a: Any  # [parts x slots x rank, in]
+    b: list[Any]  # per used slice: [size, slots x rank]
     cast: dict[Any, tuple[Any, list[Any]]] = field(default_factory=dict)
 
     def weights(self, dtype: Any) -> tuple[Any, list[Any]]:
@@ -121,11 +124,15 @@ def prepare(lora_a: tuple[Any, ...], lora_b: tuple[Any, ...], output_slices: tup
     for a, b, size, slice_used in zip(a_all, b_all, output_slices, used, strict=True):
         if bool(slice_used.any()):
             shrinks.append(a[index, :rank].reshape(len(slots) * rank, a.shape[-1]))
-            expand = b[index, :size, :rank].permute(0, 2, 1).reshape(len(slots) * rank, size)
+            expand = b[index, :size, :rank].permute(1, 0, 2).reshape(size, len(slots) * rank)
             expands.append(expand.float().contiguous())
             offsets.append((offset, size))
         offset += size
-    a_cat = torch.cat(shrinks).T.float().contiguous()
+    # kept as vLLM stacks them, (out, in), and multiplied transposed (`x @ w.T`) as the
+    # by-slot ops do: CPU BLAS sums a product in another order when the same weights are laid
+    # out (in, out), and one bf16 rounding flipped that way in 2 of 1,920 module calls moved
+    # an adapter's greedy answer off PEFT's on the real engine (docs/benchmarks.md, run 5)
+    a_cat = torch.cat(shrinks).float().contiguous()
     return Prepared(key, slots, rank, offsets, a_cat, expands)
 
 
@@ -138,12 +145,12 @@ def apply(y: Any, x: Any, prepared: Prepared, step: StepSlots, scale: float) -> 
     a, _ = prepared.weights(dtype)
     _, expands = prepared.weights(y.dtype)
     mask = step.mask(prepared.slots, prepared.rank, len(expands), scale, dtype)
-    h = x.to(dtype) @ a
+    h = x.to(dtype) @ a.T
     h.mul_(mask)
     h = h.to(y.dtype)
     width = len(prepared.slots) * prepared.rank
     for j, ((offset, size), b) in enumerate(zip(prepared.offsets, expands, strict=True)):
-        y[:, offset:offset + size].add_(h[:, j * width:(j + 1) * width] @ b)
+        y[:, offset:offset + size].add_(h[:, j * width:(j + 1) * width] @ b.T)
 
 
 def weights_key(lora_a: tuple[Any, ...], lora_b: tuple[Any, ...], epoch: tuple[Any, ...]

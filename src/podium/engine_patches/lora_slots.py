@@ -19,9 +19,9 @@ output's dtype) before one einsum, which in a 2,048-token prefill step is ~200 M
 milliseconds (bench/lora_mixed.py). By slot, each adapter in the batch is one matmul over its
 own rows (at most `max_loras` of them), the same products with no copy.
 
-With `PODIUM_LORA_LINEAR=1` in the engine's environment, whole linear modules go through
-`lora_linear` instead (a few ops a module for any adapter mix; opt-in until its answers match
-PEFT's in tests/backends/vllm/test_lora_real.py); these ops remain its fallback.
+Whole linear modules go through `lora_linear` instead (a few ops a module for any adapter mix;
+the default, `PODIUM_LORA_LINEAR=0` in the engine's environment turns it off); these ops remain
+its fallback and the reference its tests compare with, bit for bit for one adapter.
 
 Installed as a vLLM general plugin (`vllm.general_plugins` entry point), which vLLM runs in
 every engine process before a model runner is built. It patches only the pinned engine
@@ -49,7 +49,7 @@ def register() -> None:
         patch()
         import os
 
-        if os.environ.get("PODIUM_LORA_LINEAR") == "1":  # opt-in: see lora_linear's doc
+        if os.environ.get("PODIUM_LORA_LINEAR", "1") != "0":  # the default: lora_linear's doc
             from podium.engine_patches import lora_linear
 
             lora_linear.patch()
