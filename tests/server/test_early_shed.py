@@ -52,12 +52,14 @@ def _refusals_counted() -> float:
 
 
 @contextlib.asynccontextmanager
-async def served(**config: object) -> AsyncIterator[tuple[httpx.AsyncClient, FullEngine]]:
+async def served(adapters: bool = False, **config: object
+                 ) -> AsyncIterator[tuple[httpx.AsyncClient, FullEngine]]:
     port = free_port()
     settings = ServerConfig(host="127.0.0.1", http_port=port, grpc_port=-1, **config)
     instance = Instance(settings)
     backend = FakeLlmBackend()
     backend.engine = engine = FullEngine()
+    backend.serves_adapters = adapters
     add_ready(instance.repository, backend)
     instance.booted = True
     server = uvicorn.Server(uvicorn_config(build_app(instance), settings, instance=instance))
@@ -114,3 +116,15 @@ async def test_a_stream_request_gets_the_same_refusal() -> None:
         engine.full = False
         ok = await client.post(CHAT, json=GOOD)
         assert ok.status_code == 200 and ok.json()["choices"], SimpleNamespace(r=ok.text)
+
+
+async def test_a_model_serving_adapters_takes_the_full_path() -> None:
+    """The body may name an adapter, whose refusal is counted for the adapter: from the head
+    the model is not certain, so even a full engine's refusal takes the full path (a body that
+    is not JSON is then its 400, not the head's 429)."""
+    async with served(adapters=True) as (client, engine):
+        r = await client.post(CHAT, content=b"{not json")
+        assert r.status_code == 400, r.text
+        assert (await client.post(CHAT, json=GOOD)).status_code == 429  # the full path's
+        engine.full = False
+        assert (await client.post(CHAT, json=GOOD)).status_code == 200

@@ -181,6 +181,10 @@ class Backend(abc.ABC):
         """The LoRA adapters this model serves now."""
         return []
 
+    serves_adapters: bool = False
+    """True when requests naming LoRA adapters of this model reach it (its engine has adapters
+    enabled): its routes' model is then known only from a request's body. Cheap to read."""
+
     @property
     def parent(self) -> str | None:
         """The model an adapter runs on (OpenAI's `parent`); None for a model."""

@@ -9,7 +9,8 @@ routing and the rendered error; from the head it costs vLLM's admission check
 The answer is the 429 the full path gives, byte for byte (`Retry-After`, the OpenAI error
 naming the bound), logged and counted as any request is.
 
-Only a certain refusal is answered early, on an instance serving one model over the route:
+Only a certain refusal is answered early, on an instance serving one model over the route
+(and no LoRA adapters of it, whose requests name the adapter in their body):
 the request's key must pass (else its answer is the 401), its declared body must be within the
 limit (else the 413), its `X-Request-Timeout` must parse (else the 400). While the engine is
 full, a body the full path would refuse with a 400 (or naming another model: a 404) is answered
@@ -85,6 +86,8 @@ class InstanceShed:
         if len(served) != 1:  # the body names the model: only one model makes it certain
             return None
         entry = served[0]
+        if entry.backend.serves_adapters:  # the body may name an adapter: its 429 is counted
+            return None                    # for the adapter, on the full path
         refusal = entry.backend.openai.refusal(route)  # type: ignore[union-attr]
         if refusal is None:
             return None

@@ -159,6 +159,10 @@ class VllmBackend(Backend):
         each call (an adapter announced after boot is served at once); None without one."""
         return self._adapters.find(name, version) if self._adapters is not None else None
 
+    @property
+    def serves_adapters(self) -> bool:  # type: ignore[override]
+        return self._adapters is not None
+
     def adapters(self) -> list[AdapterCard]:
         if self._adapters is None:
             return []
