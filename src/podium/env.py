@@ -137,6 +137,13 @@ def zygote() -> bool:
     return os.environ.get("PODIUM_ZYGOTE", "1") != "0"
 
 
+def lora_linear() -> bool:
+    """PODIUM_LORA_LINEAR: ``0`` keeps vLLM's CPU LoRA linear on the by-slot ops
+    (`engine_patches.lora_slots`); on otherwise (the default): the per-module ops
+    (`engine_patches.lora_linear`). Read in the engine's process."""
+    return os.environ.get("PODIUM_LORA_LINEAR", "1") != "0"
+
+
 def preload_worker_fork(environ: Mapping[str, str] | None = None) -> bool:
     """PODIUM_PRELOAD_WORKER_FORK: ``0`` spawns the engine core's worker; on otherwise
     (`podium.preload.worker`). Read from `environ`: the server's environment at the engine's

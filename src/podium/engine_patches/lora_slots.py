@@ -47,9 +47,9 @@ def register() -> None:
     """The `vllm.general_plugins` entry point: patch the CPU LoRA ops where they apply."""
     if applies():
         patch()
-        import os
+        from podium import env
 
-        if os.environ.get("PODIUM_LORA_LINEAR", "1") != "0":  # the default: lora_linear's doc
+        if env.lora_linear():  # the default: lora_linear's doc
             from podium.engine_patches import lora_linear
 
             lora_linear.patch()
