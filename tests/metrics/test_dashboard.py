@@ -1,29 +1,24 @@
 """The Grafana dashboard: current with its generator, valid PromQL, only names an instance exposes.
 
 Exposed names are podium's registry plus the vLLM exposition captured from a real engine
-(fixtures/vllm_engine_metrics.prom, refreshed by tests/support/engine_probe.py --write-fixture). Set
-PODIUM_METRICS_URL (and PODIUM_API_KEY) to check against a live instance's /metrics as well.
+(fixtures/vllm_engine_metrics.prom, refreshed by tests/support/engine_probe.py --write-fixture).
+The same queries are checked against the shared real instance's /metrics in
+tests/metrics/test_engine_metrics.py (in CI, as every engine test).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
-import httpx
-import promql_parser
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from podium.metrics import server
+from tests.support.dashboard import DASHBOARD, QUERIES, ROOT, metric_names, sample_names
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).with_name("fixtures") / "vllm_engine_metrics.prom"
-GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "1h", "$__interval": "1m"}
 
 
 def load_builder() -> Any:
@@ -34,47 +29,8 @@ def load_builder() -> Any:
     return module
 
 
-def sample_names(text: str) -> set[str]:
-    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
-
-
 def exposed_names() -> set[str]:
-    names = sample_names(FIXTURE.read_text()) | set(server.metric_names())
-    url = os.environ.get("PODIUM_METRICS_URL")
-    if url:
-        key = os.environ.get("PODIUM_API_KEY")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        names |= sample_names(httpx.get(url, headers=headers, timeout=10).raise_for_status().text)
-    return names
-
-
-def metric_names(expr: str) -> set[str]:
-    """Every metric a PromQL expression selects (raises on invalid PromQL)."""
-    for var, value in GRAFANA_VARIABLES.items():
-        expr = expr.replace(var, value)
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, promql_parser.VectorSelector):
-            found.add(node.name)
-            return
-        for attr in ("expr", "lhs", "rhs", "param", "vector_selector"):
-            child = getattr(node, attr, None)
-            if child is not None:
-                walk(child)
-        for arg in getattr(node, "args", None) or ():
-            walk(arg)
-
-    walk(promql_parser.parse(expr))
-    return found
-
-
-DASHBOARD = json.loads((ROOT / "dashboards/podium.json").read_text())
-QUERIES = [
-    (f"{panel['title']} [{t['refId']}]", t["expr"])
-    for panel in DASHBOARD["panels"]
-    for t in panel.get("targets", ())
-]
+    return sample_names(FIXTURE.read_text()) | set(server.metric_names())
 
 
 def test_dashboard_json_matches_its_generator() -> None:

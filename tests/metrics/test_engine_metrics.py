@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from podium.metrics.multiproc import LOCK_NAME, default_base
 from tests.conftest import LLM
+from tests.support.dashboard import QUERIES, metric_names, sample_names
 from tests.support.engine_probe import label_names
 from tests.support.harness import ROOT, RunningInstance
 from tests.support.polling import eventually
@@ -126,3 +127,23 @@ def test_openmetrics_exposes_the_same_families(
     reply = scrape(instance, "application/openmetrics-text; version=1.0.0")
     assert reply.headers["content-type"].startswith("application/openmetrics-text")
     assert set(registered) <= set(label_names(openmetrics_families(reply.text)))
+
+
+def test_every_dashboard_query_names_a_metric_the_instance_exposes(
+        instance: RunningInstance) -> None:
+    """The Grafana dashboard against the real engine's /metrics, not only the captured
+    exposition (tests/metrics/test_dashboard.py): after a served request, every vLLM metric a
+    panel selects is one this instance exposes; a Podium one is exposed or declared by Podium's
+    registry (a labelled family shows once observed: the dynamic batcher's only where a classic
+    model batches)."""
+    from podium.metrics import server
+
+    reply = httpx.post(f"{instance.openai_url}/completions", headers=instance.headers(),
+                       timeout=120, json={"model": LLM, "prompt": "Dashboards", "max_tokens": 2})
+    assert reply.status_code == 200, reply.text
+    exposed = sample_names(scrape(instance).text)
+    assert {n for n in exposed if n.startswith("vllm:")}, "no vLLM metric exposed"
+    exposed |= {n for n in server.metric_names() if n.startswith("podium:")}
+    unknown = {title: sorted(metric_names(expr) - exposed) for title, expr in QUERIES
+               if metric_names(expr) - exposed}
+    assert QUERIES and not unknown, unknown
