@@ -118,14 +118,11 @@ async def until(chunks: AsyncIterator[T], deadline: float | None) -> AsyncIterat
     iterates."""
     iterator = aiter(chunks)
     try:
-        while True:
-            if deadline is None:
-                try:
-                    chunk = await anext(iterator)
-                except StopAsyncIteration:
-                    return
+        if deadline is None:
+            async for chunk in iterator:
                 yield chunk
-                continue
+            return
+        while True:
             timeout = asyncio.timeout_at(deadline)
             try:
                 async with timeout:

@@ -20,7 +20,6 @@ from podium.backends import deadline as request_deadline
 from podium.errors import DeadlineExceeded
 
 T = TypeVar("T")
-HEADER = "x-request-timeout"
 MIN_LEFT_S = 0.001
 """Less than this left: nothing an instance could do in time; answered 504 at once."""
 
@@ -29,7 +28,7 @@ def expires(headers: list[tuple[str, str]], arrived: float) -> float | None:
     """When the request's deadline passes (monotonic), from its header; None without one; a
     400 naming the header when it is bad."""
     for name, value in headers:
-        if name.lower() == HEADER:
+        if name.lower() == request_deadline.HEADER:
             return arrived + request_deadline.parse(value)
     return None
 
@@ -38,10 +37,19 @@ def forwarded(headers: list[tuple[str, str]], expires_at: float | None
               ) -> list[tuple[str, str]]:
     """`headers` with what is left of the deadline in place of the client's value; a 504 when
     nothing is left."""
-    if expires_at is None:
+    left = remaining(expires_at)
+    if left is None:
         return headers
-    left = left_or_exceeded(expires_at, "in the gateway, before it reached an instance")
-    return [*((k, v) for k, v in headers if k.lower() != HEADER), (HEADER, f"{left:.6f}")]
+    header = request_deadline.HEADER
+    return [*((k, v) for k, v in headers if k.lower() != header), (header, f"{left:.6f}")]
+
+
+def remaining(expires_at: float | None) -> float | None:
+    """Seconds left for an attempt about to be sent (None without a deadline); a 504 when
+    fewer than `MIN_LEFT_S`."""
+    if expires_at is None:
+        return None
+    return left_or_exceeded(expires_at, "in the gateway, before it reached an instance")
 
 
 def left_or_exceeded(expires_at: float, where: str) -> float:

@@ -152,8 +152,7 @@ class GrpcGateway:
                 started = time.perf_counter()
                 endpoint = target.endpoint
                 # what the gateway spent is gone: the instance gets what is left, or nothing
-                left = None if expires is None else deadline.left_or_exceeded(
-                    expires, "in the gateway, before it reached an instance")
+                left = deadline.remaining(expires)
                 endpoint.num_in_flight += 1
                 try:
                     answer = await self._stub(endpoint, method)(
@@ -182,8 +181,7 @@ class GrpcGateway:
         target = await deadline.held(self.hold.first(self.table, model, version,
                                                      self._attempts(model, version).first),
                                      expires)
-        left = None if expires is None else deadline.left_or_exceeded(
-            expires, "in the gateway, before it reached an instance")
+        left = deadline.remaining(expires)
         resolved, endpoint = target.version, target.endpoint
         cls = service_pb2.ModelInferRequest
         pinned = self.table.base_of(model) is not None
