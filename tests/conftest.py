@@ -120,6 +120,8 @@ def pytest_configure(config: pytest.Config) -> None:
     global _engine_counter
     from tests.support.engine_count import from_environment
 
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # the xdist controller: its workers count (and run the tests)
     _engine_counter = from_environment()
     if _engine_counter is not None:
         _engine_counter.start()

@@ -11,7 +11,9 @@ vLLM when spawned, named so by `podium.preload.worker` when forked): the worker'
 the engine core. An engine core lives for
 the whole boot (tens of seconds), so none is missed. The token is set in `os.environ` before
 any test runs, so every process the run spawns inherits it; engines of other runs on the
-machine are not counted.
+machine are not counted. The file is appended to, never truncated (the fast tier's processes
+and the rest's write to one file): remove it before a run. Under pytest-xdist only the workers
+count (the controller runs no test, and would log each engine a second time, as `collection`).
 
     PODIUM_TEST_ENGINE_LOG=/tmp/engines.txt python -m pytest tests -m engine
     cut -f1 /tmp/engines.txt | sort | uniq -c
@@ -60,7 +62,9 @@ class EngineCounter:
         marker = f"{TOKEN_ENV}={self.token}".encode()
         for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
             engine = self._engine_pid(proc.info)
-            if engine is None or engine in self.seen:
+            # a test process is never an engine: tests/preload/test_worker.py forks a child
+            # that names itself `VLLM::Worker`, whose parent is the test process
+            if engine is None or engine == os.getpid() or engine in self.seen:
                 continue
             if not self._ours(proc, marker):
                 continue
