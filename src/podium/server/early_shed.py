@@ -13,8 +13,9 @@ Which requests: the OpenAI routes on an instance serving one model over the rout
 KServe v2 inference routes (`/v2/models/{m}[/versions/{v}]/infer|generate|generate_stream`),
 whose path names the model, a LoRA adapter included (`Backend.refusal`: a model without an
 engine never refuses here). An OpenAI body may name an adapter of the model, whose 429 is the
-adapter's (`podium:requests`, the request log): a model serving adapters takes the full path
-on the OpenAI routes, as only its body says which model a refusal is counted for.
+adapter's (`podium:requests`, the request log): for a model serving adapters the refusal is
+still decided and written from the head, but its body is kept as it arrives (`keeps_body`,
+`edge.early`) and read once the answer is written, for the model its line and count name.
 
 Only a certain refusal is answered early: the request's key must pass (else its answer is the
 401), its declared body must be within the limit (else the 413), its `X-Request-Timeout` must
@@ -26,7 +27,9 @@ body.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -37,6 +40,7 @@ from podium.edge.head import Headers
 from podium.errors import InvalidArgument, PodiumError
 from podium.errors.render import Shape, json_error, retry_after
 from podium.metrics import request_log
+from podium.repository import ModelEntry
 from podium.server.instance import Instance
 
 if TYPE_CHECKING:
@@ -55,6 +59,12 @@ class Refusal:
     body: bytes
     context: request_log.RequestContext = field(repr=False)
     protocol: Protocol = "openai"
+    keeps_body: int = 0
+    """> 0: the request's body (up to this many bytes) is wanted, for `named`."""
+    request_body: bytes | None = field(default=None, repr=False)
+    """Set by `edge.early` once the body has arrived (None when it was longer)."""
+    named: Callable[[bytes | None], None] | None = field(default=None, repr=False)
+    """Given the body: sets the context's model and version to the ones it names."""
 
 
 class InstanceShed:
@@ -103,8 +113,6 @@ class InstanceShed:
         if len(served) != 1:  # the body names the model: only one model makes it certain
             return None
         entry = served[0]
-        if entry.backend.serves_adapters:  # the body may name an adapter: its 429 is counted
-            return None                    # for the adapter, on the full path
         refusal = entry.backend.openai.refusal(route)  # type: ignore[union-attr]
         if refusal is None:
             return None
@@ -113,7 +121,26 @@ class InstanceShed:
                 request_id.decode("latin-1") if request_id else None),
             method="POST", path=path, protocol="openai", endpoint=route.path,
             model=entry.name, version=entry.version)
-        return _answer(refusal, context)
+        answer = _answer(refusal, context)
+        if entry.backend.serves_adapters:  # the body may name an adapter: counted for it
+            answer.keeps_body = self.max_body_bytes
+            answer.named = lambda body: self._name_adapter(entry, context, body)
+        return answer
+
+    def _name_adapter(self, base: ModelEntry, context: request_log.RequestContext,
+                      body: bytes | None) -> None:
+        """The context names the adapter of `base` the body's `model` names, as the full path
+        would; the base when it names none of them (or the body is not JSON)."""
+        model = _model_of(body)
+        if model is None:
+            return
+        name, at, version = model.partition("@")
+        try:
+            entry = self.instance.repository.find(name, version if at else None)
+        except PodiumError:
+            return
+        if entry.parent is base:
+            context.model, context.version = entry.name, entry.version
 
     def _kserve_refusal(self, route: KServeRoute, path: str, request_id: bytes | None
                         ) -> Refusal | None:
@@ -167,6 +194,18 @@ def kserve_route(path: str) -> KServeRoute | None:
     return KServeRoute(model, version, f"{template}/{action}")
 
 
+def _model_of(body: bytes | None) -> str | None:
+    """An OpenAI body's `model`, or None (no body, not JSON, no model)."""
+    if not body:
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError:  # not JSON (nor UTF-8): the full path's 400, counted for the base
+        return None
+    model = value.get("model") if isinstance(value, dict) else None
+    return model if isinstance(model, str) and model else None
+
+
 def _parses(value: bytes) -> bool:
     try:
         deadline.parse(value.decode("latin-1"))
@@ -194,6 +233,8 @@ def answered(answer: Refusal) -> None:
 
     context = answer.context
     context.latency_s = time.perf_counter() - context.started
+    if answer.named is not None:
+        answer.named(answer.request_body)
     request_log.log_request(context)
     server.observe_request(answer.protocol, context.endpoint or "", context.model or "",
                            context.version or "", context.status or 429, context.latency_s)
