@@ -7,10 +7,14 @@ Podium with its defaults (admission bounds measured at boot for `--target-wait` 
     python -m bench.overload [--seconds 60] [--factor 4] [--concurrency 16]
                              [--target-wait 30] [--queued-reqs N]
                              [--servers podium,vllm[,vllm-limited]]
+                             [--protocol openai|kserve]
 
-`--queued-reqs N` gives Podium (and `vllm-limited`) an explicit `--max-num-queued-reqs` instead
-of the measured one. For each server, in turn, on the same model (the default package,
-smollm2-135m-instruct, with its engine args for every server so only admission differs):
+`--protocol kserve` sends the same request as KServe v2's `generate_stream` (Triton's generate
+extension: `text_input`, the sampling options in `parameters`) to Podium alone (`vllm serve`
+has no KServe routes). `--queued-reqs N` gives Podium (and `vllm-limited`) an explicit
+`--max-num-queued-reqs` instead of the measured one. For each server, in turn, on the same
+model (the default package, smollm2-135m-instruct, with its engine args for every server so
+only admission differs):
 
 1. capacity: a closed loop of `--concurrency` clients for `--capacity-seconds`; capacity is the
    completed requests per second, and its p99 TTFT the baseline;
@@ -76,18 +80,29 @@ Call = Callable[[httpx.AsyncClient], Awaitable[Answer]]
 """One request of the load, sent with the given client."""
 
 
-def completion(url: str, max_tokens: int) -> Call:
-    """The LLM load's request: a streamed `/v1/completions`."""
-    return lambda client: one(client, url, max_tokens)
+def request(protocol: str, max_tokens: int) -> tuple[str, dict[str, Any]]:
+    """The LLM load's request on `protocol`: (path, JSON body) of a streamed generation of
+    the same prompt and length."""
+    if protocol == "kserve":
+        return (f"/v2/models/{MODEL}/generate_stream",
+                {"text_input": PROMPT, "parameters": {"max_tokens": max_tokens,
+                                                      "ignore_eos": True}})
+    return "/v1/completions", {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens,
+                               "stream": True, "ignore_eos": True}
 
 
-async def one(client: httpx.AsyncClient, url: str, max_tokens: int) -> Answer:
-    """A streamed completion: status, time to the first content chunk, whether it ended well."""
+def completion(url: str, max_tokens: int, protocol: str = "openai") -> Call:
+    """The LLM load's request: a streamed `/v1/completions` (or KServe's generate_stream)."""
+    path, body = request(protocol, max_tokens)
+    return lambda client: one(client, url + path, body)
+
+
+async def one(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Answer:
+    """A streamed generation: status, time to the first content chunk, whether it ended
+    well."""
     sent = time.monotonic()
-    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens, "stream": True,
-            "ignore_eos": True}
     try:
-        async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+        async with client.stream("POST", url, json=body) as r:
             if r.status_code != 200:
                 await r.aread()
                 return Answer(sent, r.status_code, time.monotonic() - sent, False)
@@ -97,7 +112,8 @@ async def one(client: httpx.AsyncClient, url: str, max_tokens: int) -> Answer:
                     continue
                 event = json.loads(line[6:])
                 if "error" in event:  # an error after the 200: its own code counts
-                    code = int(event["error"].get("code") or 500)
+                    error = event["error"]  # KServe's is a bare message: a 500
+                    code = int(error.get("code") or 500) if isinstance(error, dict) else 500
                     return Answer(sent, code, time.monotonic() - sent, False)
                 first = first or time.monotonic()
             return Answer(sent, 200, (first or time.monotonic()) - sent, True)
@@ -279,8 +295,13 @@ def main() -> int:
                              "of vllm-limited")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--servers", default="podium,vllm")
+    parser.add_argument("--protocol", choices=["openai", "kserve"], default="openai",
+                        help="the load's route: OpenAI's /v1/completions, or KServe v2's "
+                             "generate_stream (Podium only)")
     add_client_args(parser)
     opts = parser.parse_args()
+    if opts.protocol == "kserve" and set(opts.servers.split(",")) - {"podium"}:
+        parser.error("--protocol kserve: only --servers podium serves KServe v2")
 
     home = Path(os.environ.get("PODIUM_HOME", ROOT / ".podium"))
     env = {**os.environ, "PODIUM_HOME": str(home), "HF_HUB_OFFLINE": "1",
@@ -299,7 +320,8 @@ def main() -> int:
     print(resolved.describe(MODEL), flush=True)
     commands = servers(opts, package.root, model_dir, engine_args)
     logs = Path(tempfile.mkdtemp(prefix="podium-overload-"))
-    print(f"{MODEL}: spike {opts.factor}x capacity for {opts.seconds}s, Podium's target wait "
+    print(f"{MODEL} over {opts.protocol}: spike {opts.factor}x capacity for {opts.seconds}s, "
+          f"Podium's target wait "
           f"{opts.target_wait}s, max_num_queued_reqs {opts.queued_reqs or 'measured'}; logs in "
           f"{logs}", flush=True)
     results: dict[str, dict[str, Any]] = {}
@@ -313,15 +335,15 @@ def main() -> int:
             admission = podium_admission(url) if name == "podium" else None
             if opts.client == "raw":
                 lags: list[float] = []
-                body = json.dumps({"model": MODEL, "prompt": PROMPT,
-                                   "max_tokens": opts.max_tokens, "stream": True,
-                                   "ignore_eos": True}).encode()
-                target = Target.post_json(f"{url}/v1/completions", body, first_chunk=True)
+                path, body = request(opts.protocol, opts.max_tokens)
+                target = Target.post_json(url + path, json.dumps(body).encode(),
+                                          first_chunk=True)
                 results[name] = measure(None, opts, raw_loops(
                     target, opts.client_processes, lags, opts.client_nice))
                 results[name]["client_lag_s"] = round(max(lags), 3)
             else:
-                results[name] = measure(completion(url, opts.max_tokens), opts)
+                results[name] = measure(completion(url, opts.max_tokens, opts.protocol),
+                                        opts)
             if admission is not None:
                 results[name]["admission"] = admission
         if name == "podium":

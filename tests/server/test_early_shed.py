@@ -2,7 +2,8 @@
 the full path gives (Retry-After, the error naming the bound, X-Request-Id), logged and
 counted, its body never read (a body that is not even JSON gets the 429), the connection kept
 for the next request; what the head alone cannot decide (a key that does not pass, a bad
-X-Request-Timeout, a body over the limit) takes the full path. Each followed by a good
+X-Request-Timeout, a body over the limit) takes the full path. A model serving LoRA adapters:
+each refusal counted for the model or adapter its body names. Each followed by a good
 request once the engine has room. A real uvicorn server: the early answer is its protocol's."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import uvicorn
 from vllm.exceptions import QueueOverflowError
 
+from podium.backends.base import Backend
 from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
@@ -44,11 +46,25 @@ class FullEngine:
             raise QueueOverflowError()
 
 
-def _refusals_counted() -> float:
+def _refusals_counted(model: str = "fake-llm") -> float:
     """podium:requests of 429s on the chat route (this process's registry)."""
     from podium.metrics.server import REQUESTS
 
-    return REQUESTS.labels("fake-llm", "1", "openai", CHAT, "429")._value.get()
+    return REQUESTS.labels(model, "1", "openai", CHAT, "429")._value.get()
+
+
+ADAPTER = "fake-adapter"
+
+
+class AdaptedLlm(FakeLlmBackend):
+    """A fake LLM serving one LoRA adapter (`ADAPTER`, version 1) on its engine."""
+
+    def adapter(self, name: str, version: str | None) -> Backend | None:
+        if name != ADAPTER or version not in (None, "1"):
+            return None
+        view = FakeLlmBackend(ADAPTER, "1")
+        view.engine = self.engine
+        return view
 
 
 @contextlib.asynccontextmanager
@@ -57,7 +73,7 @@ async def served(adapters: bool = False, **config: object
     port = free_port()
     settings = ServerConfig(host="127.0.0.1", http_port=port, grpc_port=-1, **config)
     instance = Instance(settings)
-    backend = FakeLlmBackend()
+    backend = AdaptedLlm() if adapters else FakeLlmBackend()
     backend.engine = engine = FullEngine()
     backend.serves_adapters = adapters
     add_ready(instance.repository, backend)
@@ -118,13 +134,49 @@ async def test_a_stream_request_gets_the_same_refusal() -> None:
         assert ok.status_code == 200 and ok.json()["choices"], SimpleNamespace(r=ok.text)
 
 
-async def test_a_model_serving_adapters_takes_the_full_path() -> None:
-    """The body may name an adapter, whose refusal is counted for the adapter: from the head
-    the model is not certain, so even a full engine's refusal takes the full path (a body that
-    is not JSON is then its 400, not the head's 429)."""
+async def test_a_model_serving_adapters_counts_each_refusal_for_the_model_its_body_names(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The body may name an adapter, whose refusal is counted for the adapter (as the full
+    path counts it): the refusal is still answered from the head, and the body, kept as it
+    arrives, names the model of its log line and count. A body naming the base, or nothing
+    JSON, is counted for the base; never the adapter's for the base."""
     async with served(adapters=True) as (client, engine):
-        r = await client.post(CHAT, content=b"{not json")
-        assert r.status_code == 400, r.text
-        assert (await client.post(CHAT, json=GOOD)).status_code == 429  # the full path's
+        base_before = _refusals_counted()
+        adapter_before = _refusals_counted(ADAPTER)
+        r = await client.post(CHAT, json={**GOOD, "model": ADAPTER},
+                              headers={"x-request-id": "early-a"})
+        assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
+        assert _refusals_counted(ADAPTER) == adapter_before + 1
+        assert _refusals_counted() == base_before
+        line = next(line for line in capsys.readouterr().err.splitlines()
+                    if f"early-a POST {CHAT} 429" in line)
+        assert f" openai {ADAPTER}@1 " in line, line  # the request log names the adapter
+        r = await client.post(CHAT, json={**GOOD, "model": f"{ADAPTER}@1"})
+        assert r.status_code == 429 and _refusals_counted(ADAPTER) == adapter_before + 2
+        r = await client.post(CHAT, content=b"{not json")  # the head's 429, for the base
+        assert r.status_code == 429 and _refusals_counted() == base_before + 1
+        assert (await client.post(CHAT, json=GOOD)).status_code == 429
+        assert _refusals_counted() == base_before + 2
+        assert _refusals_counted(ADAPTER) == adapter_before + 2
+        engine.full = False
+        assert (await client.post(CHAT, json=GOOD)).status_code == 200
+
+
+async def test_a_body_longer_than_kept_is_counted_for_the_base() -> None:
+    """A chunked body (no Content-Length) past the limit is not kept whole: the refusal is
+    still the head's, counted for the base, and the next request on the connection is read
+    from its own head."""
+    async def chunks() -> AsyncIterator[bytes]:
+        yield json.dumps({**GOOD, "model": ADAPTER}).encode()[:-1]
+        yield b', "pad": "' + b"x" * 2000 + b'"}'
+
+    async with served(adapters=True, max_body_bytes=1024) as (client, engine):
+        base_before, adapter_before = _refusals_counted(), _refusals_counted(ADAPTER)
+        r = await client.post(CHAT, content=chunks())
+        assert r.status_code == 429, r.text
+        assert _refusals_counted() == base_before + 1
+        assert _refusals_counted(ADAPTER) == adapter_before
+        r = await client.post(CHAT, json={**GOOD, "model": ADAPTER})
+        assert r.status_code == 429 and _refusals_counted(ADAPTER) == adapter_before + 1
         engine.full = False
         assert (await client.post(CHAT, json=GOOD)).status_code == 200

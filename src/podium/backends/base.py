@@ -25,6 +25,7 @@ from podium.package.manifest import Manifest, TensorSpec
 
 if TYPE_CHECKING:
     from podium.backends.openai_service import OpenAIService
+    from podium.errors import PodiumError
     from podium.package.package import Package
 
 
@@ -171,6 +172,12 @@ class Backend(abc.ABC):
     def check_seed(self, seed: object) -> None:
         """Raise InvalidArgument if a request's `seed` cannot be honoured."""
         return None  # by default every seed is honoured
+
+    def refusal(self) -> PodiumError | None:
+        """The refusal any inference request would get now, before it is read (a full
+        engine's 429), or None; the instance answers it from the request's head
+        (`server.early_shed`). Cheap: it runs for every request head."""
+        return None
 
     def adapter(self, name: str, version: str | None) -> Backend | None:
         """A backend serving LoRA adapter name[@version] (its highest version without one) on

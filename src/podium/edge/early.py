@@ -24,7 +24,13 @@ from podium.edge.head import Headers, wire
 
 
 class EarlyAnswer(Protocol):
-    """A whole response decided from a request's head."""
+    """A whole response decided from a request's head.
+
+    An answer may also carry `keeps_body` (an int, bytes): then the request's body, up to that
+    many bytes, is kept as it arrives and set as its `request_body` before `sent` is called
+    (None when the body was longer), for a log line or count that only the body can name
+    (the instance's refusal for a model whose body may name a LoRA adapter). The answer
+    itself is still the head's."""
 
     status: int
     headers: Headers
@@ -46,6 +52,8 @@ def early_answer_protocol(base: type[HttpToolsProtocol], early: Early,
         _early: bytes | None = None  # the answer `early` gave the request being read
         _early_answer: EarlyAnswer | None = None
         _early_keep_alive = True
+        _early_body: bytearray | None = None  # the body kept for an answer with keeps_body
+        _early_body_limit = 0
 
         def head_complete(self) -> None:
             if not self._answer_from_head():
@@ -54,6 +62,11 @@ def early_answer_protocol(base: type[HttpToolsProtocol], early: Early,
         def on_body(self, body: bytes) -> None:
             if self._early is None:
                 super().on_body(body)
+            elif self._early_body is not None:
+                if len(self._early_body) + len(body) <= self._early_body_limit:
+                    self._early_body += body
+                else:  # longer than the answer wants: dropped, as every early body is
+                    self._early_body = None
 
         def on_message_complete(self) -> None:
             if self._early is not None:
@@ -80,12 +93,17 @@ def early_answer_protocol(base: type[HttpToolsProtocol], early: Early,
                                [*self.server_state.default_headers, *answer.headers],
                                answer.body, keep_alive=self._early_keep_alive)
             self._early_answer = answer
+            self._early_body_limit = int(getattr(answer, "keeps_body", 0) or 0)
+            self._early_body = bytearray() if self._early_body_limit > 0 else None
             return True
 
         def _answer_early(self) -> None:
             raw, self._early = self._early, None
             answer, self._early_answer = self._early_answer, None
             assert raw is not None and answer is not None
+            if self._early_body_limit > 0:
+                kept, self._early_body, self._early_body_limit = self._early_body, None, 0
+                setattr(answer, "request_body", None if kept is None else bytes(kept))  # noqa: B010
             self.server_state.total_requests += 1
             if self.transport.is_closing():
                 return

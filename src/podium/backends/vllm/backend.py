@@ -20,7 +20,7 @@ from podium.backends.base import AdapterCard, Backend, InferenceRequest, Inferen
 from podium.backends.limits import InstanceLimits
 from podium.backends.openai_service import OpenAIService
 from podium.backends.vllm.engine import _engine_version, _start_engine, build_engine_args
-from podium.errors import BackendDead, BackendError, InvalidArgument
+from podium.errors import BackendDead, BackendError, InvalidArgument, PodiumError
 from podium.package.manifest import TensorSpec, VllmManifest
 
 if TYPE_CHECKING:
@@ -140,6 +140,9 @@ class VllmBackend(Backend):
         from starlette.datastructures import State
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
 
+        from podium.backends.vllm import refusal_logs
+
+        refusal_logs.install()  # a refusal inside vLLM's stream logs no ERROR traceback
         state = State()
         await init_app_state(self.engine, state, self.args, self.supported_tasks)
         return state
@@ -192,6 +195,12 @@ class VllmBackend(Backend):
                 "crashes when a seeded request is prefilled in chunks and Podium's fix does "
                 "not apply to this engine version; remove seed, or serve the package with "
                 "engine_args enable_chunked_prefill=false", param="seed")
+
+    def refusal(self) -> PodiumError | None:
+        """The engine's admission check (`checks.room_refusal`): its 429 while it is full."""
+        from podium.backends.vllm.checks import room_refusal
+
+        return room_refusal(self.engine) if self.engine is not None else None
 
     def is_alive(self) -> bool:
         """False once the engine has died (the instance must restart)."""

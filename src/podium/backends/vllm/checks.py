@@ -191,6 +191,34 @@ def engine_rejections() -> Iterator[None]:
         raise
 
 
+def check_room(engine: Any, n: Any, max_n: int) -> None:
+    """vLLM's own admission check (`AsyncLLM.check_admission`, the one its serving classes run
+    after validating), run before Podium validates the request: when the engine is full, a
+    refusal costs no request model, no constraint and no render, so it is answered while the
+    engine's output handling keeps the event loop busy (`bench/overload.py`)."""
+    check = getattr(engine, "check_admission", None)
+    if check is None:  # test doubles
+        return
+    # a bad n is validation's 400, not a refusal: it counts as one here
+    good = isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= max_n
+    try:
+        check(n if good else 1)
+    except Exception as exc:
+        if (refusal := admission_refusal(exc)) is not None:
+            raise refusal from exc
+        raise
+
+
+def room_refusal(engine: Any) -> Overloaded | None:
+    """The 429 any request would get from `engine` now (one sequence: a request of n > 1 is
+    refused whenever one is), or None: what the instance answers from a request's head."""
+    try:
+        check_room(engine, 1, 1)
+    except Overloaded as exc:
+        return exc
+    return None
+
+
 def admission_refusal(exc: BaseException) -> Overloaded | None:
     """vLLM's admission-control refusal as Overloaded; None for any other exception."""
     from vllm.exceptions import MaxQueuedTokensError, QueueOverflowError
@@ -242,4 +270,4 @@ def admission_response(response: Any) -> Overloaded | None:
 
 
 __all__ = ["MAX_CANDIDATES", "admission_refusal", "admission_response", "check_generation",
-           "check_scoring", "engine_rejections", "nesting_limit"]
+           "check_room", "check_scoring", "engine_rejections", "nesting_limit", "room_refusal"]

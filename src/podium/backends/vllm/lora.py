@@ -122,6 +122,9 @@ class AdapterView(Backend):
     def is_alive(self) -> bool:
         return self.base.is_alive()
 
+    def refusal(self) -> PodiumError | None:
+        return self.base.refusal()  # the base's engine runs the adapter's requests
+
     async def load(self) -> None:  # the base's engine is loaded; the adapter loads on use
         return None
 

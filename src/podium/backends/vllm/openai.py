@@ -30,8 +30,8 @@ from podium.backends.openai_service import (
     OpenAIService,
     Usage,
 )
-from podium.backends.vllm import constraint, openai_request
-from podium.errors import BackendDead, InvalidArgument, Overloaded, PodiumError
+from podium.backends.vllm import checks, constraint, openai_request
+from podium.errors import BackendDead, InvalidArgument, PodiumError
 
 _SERVING = {CHAT: ("openai_serving_chat", "create_chat_completion"),
             CHAT_BATCH: ("openai_serving_chat_batch", "create_batch_chat_completion"),
@@ -74,16 +74,12 @@ class VllmOpenAI(OpenAIService):
     def refusal(self, route: OpenAIRoute) -> PodiumError | None:
         if route not in _GENERATING:
             return None
-        try:  # one sequence: a request of n > 1 is refused whenever one is
-            _check_room(self.model.engine, 1, 1)
-        except Overloaded as exc:
-            return exc
-        return None
+        return checks.room_refusal(self.model.engine)
 
     async def admit(self, route: OpenAIRoute, body: dict[str, Any]) -> OpenAICall:
         model = self.model
         if route in _GENERATING:
-            _check_room(model.engine, body.get("n"), model.caps.max_n)
+            checks.check_room(model.engine, body.get("n"), model.caps.max_n)
         model.check_seed(body.get("seed"))
         request = openai_request.validate(route, body, model.caps, model.max_model_len)
         _check_priority(body.get("priority"), model)
@@ -153,27 +149,6 @@ class VllmOpenAI(OpenAIService):
 
 _GENERATING = (CHAT, CHAT_BATCH, COMPLETIONS, EMBEDDINGS)
 """The routes that add engine requests (tokenize and detokenize add none)."""
-
-
-def _check_room(engine: Any, n: Any, max_n: int) -> None:
-    """vLLM's own admission check (`AsyncLLM.check_admission`, the one its serving classes run
-    after validating), run before Podium validates the body: when the engine is full, a
-    refusal costs no request model, no constraint and no render, so it is answered while the
-    engine's output handling keeps the event loop busy (`bench/overload.py`)."""
-    check = getattr(engine, "check_admission", None)
-    if check is None:  # test doubles
-        return
-    # a bad n is validation's 400, not a refusal: it counts as one here
-    good = isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= max_n
-    sequences = n if good else 1
-    try:
-        check(sequences)
-    except Exception as exc:
-        from podium.backends.vllm.checks import admission_refusal
-
-        if (refusal := admission_refusal(exc)) is not None:
-            raise refusal from exc
-        raise
 
 
 def _check_priority(priority: Any, model: Model) -> None:
