@@ -17,7 +17,6 @@ from types import SimpleNamespace
 import httpx
 import pytest
 import uvicorn
-from vllm.exceptions import QueueOverflowError
 
 from podium.backends.base import Backend
 from podium.server.app import build_app
@@ -25,25 +24,13 @@ from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 from podium.server.serve import uvicorn_config
 from tests.support.fake_backends import FakeLlmBackend, add_ready
+from tests.support.full_engine import FullEngine
 from tests.support.polling import async_eventually
 from tests.support.ports import free_port
 
 CHAT = "/v1/chat/completions"
 GOOD = {"model": "fake-llm", "messages": [{"role": "user", "content": "hello there"}]}
 KEY = "k-early"
-
-
-class FullEngine:
-    """vLLM's admission check, refusing while `full`; counts its checks."""
-
-    def __init__(self) -> None:
-        self.full = True
-        self.checks = 0
-
-    def check_admission(self, n: int = 1, request_id: str | None = None) -> None:
-        self.checks += 1
-        if self.full:
-            raise QueueOverflowError()
 
 
 def _refusals_counted(model: str = "fake-llm") -> float:

@@ -26,8 +26,8 @@ from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 from podium.server.serve import uvicorn_config
-from tests.server.test_early_shed import FullEngine
 from tests.support.fake_backends import FakeLlmBackend, add_ready
+from tests.support.full_engine import FullEngine
 from tests.support.polling import async_eventually
 from tests.support.ports import free_port
 
