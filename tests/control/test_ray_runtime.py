@@ -4,6 +4,7 @@ control loop."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -77,12 +78,27 @@ def test_up_with_a_bad_ray_address_fails_fast_naming_it_and_the_fix(
     assert time.monotonic() - started < 30  # not Ray's own two minutes of retries
 
 
-def _wait_for(condition: Callable[[], bool], runtime: RayRuntime, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
+def _wait_for(condition: Callable[[], bool], runtime: RayRuntime, timeout_s: float = 60,
+              about: Callable[[], str] = lambda: "") -> None:
+    """Poll the runtime until `condition`; a timeout names the condition, the instances and
+    what `about` adds (a CI run once timed out here without saying which wait it was)."""
+    start = time.monotonic()
     while not condition():
-        assert time.monotonic() < deadline, [(i.id, i.state) for i in runtime.instances()]
+        waited = time.monotonic() - start
+        assert waited < timeout_s, (
+            f"{inspect.getsource(condition).strip()} still false after {waited:.1f} s: "
+            f"{[(i.id, i.state, i.pid) for i in runtime.instances()]} {about()}")
         runtime.poll()
         time.sleep(0.1)
+
+
+def _process(pid: int, log_path: str | None) -> str:
+    """What a process that should have ended is doing: its state, command, its log's end."""
+    stat = Path(f"/proc/{pid}/stat")
+    state = stat.read_text().rsplit(")", 1)[1].split()[0] if stat.exists() else "gone"
+    command = Path(f"/proc/{pid}/cmdline").read_bytes()[:200] if stat.exists() else b""
+    log = Path(log_path).read_text()[-1500:] if log_path and Path(log_path).exists() else ""
+    return f"pid {pid} state {state} {command!r}; its log ends:\n{log}"
 
 
 def _parent(pid: int) -> int:
@@ -132,7 +148,8 @@ def test_instances_run_in_ray_actors_restart_after_a_crash_and_drain_to_zero(
         _wait_for(lambda: runtime.num_crashes("echo", "1") == 2, runtime)
         # SIGTERM from the kernel (PR_SET_PDEATHSIG), then a graceful drain bounded by the
         # server's --shutdown-timeout (30 s); 10 s was once too short on a loaded machine
-        _wait_for(lambda: not pid_alive(lost.pid or 0), runtime, timeout_s=40)
+        _wait_for(lambda: not pid_alive(lost.pid or 0), runtime, timeout_s=40,
+                  about=lambda: _process(lost.pid or 0, lost.log_path))
         _wait_for(lambda: [i.state for i in runtime.instances()] == [READY, READY], runtime)
         events = [e.message for e in store.list_events("echo")]
         assert f"{lost.id}: its Ray actor died (ActorDiedError)" in events
