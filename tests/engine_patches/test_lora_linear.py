@@ -155,8 +155,10 @@ def test_one_adapter_adds_what_peft_adds_bit_for_bit(module) -> None:
     widths, bf16, one rank-8 adapter (lora_alpha 16: scaling 2, which vLLM folds into B) in
     slot 0 of 4 rank-16 slots (q, v, o, down targeted), steps of 1 to 300 tokens, against
     PEFT's layer on the same base output. The fp32 shrink of the stock and by-slot ops gave
-    one bf16 rounding off PEFT's in ~1 of 1,000 values here; on the real engine such a
-    rounding moved a greedy answer off PEFT's at a 0.125-nat gap (docs/benchmarks.md, run 5)."""
+    one bf16 rounding off PEFT's in a few of 100,000 values here (in some runs, not others:
+    the fp32 sums' order moves with the CPU's threading), and so did this module's before it
+    ran through oneDNN; on the real engine such a rounding moved a greedy answer off PEFT's at
+    a 0.125-nat gap (docs/benchmarks.md, run 5)."""
     fan_in, slices, targeted = {"qkv": (576, (576, 192, 192), (0, 2)), "o": (576, (576,), (0,)),
                                 "down": (1536, (576,), (0,))}[module]
     gen = torch.Generator().manual_seed(7)
@@ -173,7 +175,6 @@ def test_one_adapter_adds_what_peft_adds_bit_for_bit(module) -> None:
         peft[i] = _peft_layer(base, a_i, b_i, 8)
     prepared = lora_linear.prepare(a, b, slices)
     assert prepared is not None and prepared.rank == 8
-    differing = 0
     for tokens in (300, 128, 11, 1) * 8:
         x = (torch.randn(tokens, fan_in, generator=gen) * 4).to(bf16)
         y = (torch.randn(tokens, sum(slices), generator=gen) * 8).to(bf16)
@@ -189,20 +190,3 @@ def test_one_adapter_adds_what_peft_adds_bit_for_bit(module) -> None:
         lora_linear.apply(out, x, prepared, lora_linear.StepSlots(
             torch.zeros(tokens, dtype=torch.long)), 1.0)
         assert torch.equal(out, expected), tokens
-        differing += int((_by_slot(y, x, a, b, torch.zeros(tokens, dtype=torch.long), slices)
-                          != expected).sum())
-    # the check can fail: the by-slot ops' fp32 shrink (the stock ops' math) is not PEFT's
-    assert differing > 0
-
-
-def _by_slot(y, x, a, b, indices, slices):
-    """What the default by-slot ops (`lora_slots`) add: vLLM's stock add_lora_linear math,
-    an fp32 shrink into its buffer, then each slice's expand in y's dtype."""
-    out = y.clone()
-    offset = 0
-    for a_i, b_i, size in zip(a, b, slices, strict=True):
-        h = torch.zeros(x.shape[0], a_i.shape[2])
-        lora_slots.shrink_by_slot(x, a_i, h, indices)
-        lora_slots.expand_slice_by_slot(h, b_i, out, indices, offset, size)
-        offset += size
-    return out

@@ -31,7 +31,8 @@ what PEFT on transformers computes (`lora_B(lora_A(x)) * scaling` in bf16, whose
 are oneDNN's too; vLLM folds `scaling` into B at load). For one adapter the delta is PEFT's
 bit for bit (tests/engine_patches/test_lora_linear.py against PEFT's own layer); the
 fp32 shrink the stock ops and the by-slot ops compute differs from it by one bf16 rounding
-in a few values a call, as CPU BLAS sums fp32 in an order that depends on the matrix's width.
+in a few values in 100,000, as CPU BLAS sums fp32 in an order that depends on the matrix's
+width (docs/lora.md).
 Where oneDNN is not there (or the model is fp32), the math runs in fp32 for small steps and in
 the model's dtype for large ones, rounded where the stock ops round.
 

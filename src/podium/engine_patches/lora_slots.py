@@ -21,8 +21,8 @@ own rows (at most `max_loras` of them), the same products with no copy.
 
 Whole linear modules go through `lora_linear` instead (a few ops a module for any adapter mix;
 the default, `PODIUM_LORA_LINEAR=0` in the engine's environment turns it off); these ops remain
-its fallback and the reference its tests compare with, bit for bit for one adapter. The
-vocabulary's LoRA ops (embedding, logits) are skipped while no slot has weights there
+its fallback (their fp32 shrink is the stock ops' math; `lora_linear`'s bf16 oneDNN one is
+PEFT's). The vocabulary's LoRA ops (embedding, logits) are skipped while no slot has weights there
 (`lora_vocab`).
 
 Installed as a vLLM general plugin (`vllm.general_plugins` entry point), which vLLM runs in
