@@ -22,17 +22,23 @@ Here a module is one shrink matmul and one expand matmul per slice that any adap
   used slice. A slice no adapter targets (k, gate, up for a q/v/o/down adapter) costs nothing.
 
 Every slot's shrink is computed for every token and masked (no gather, no per-slot loop):
-at most slots x rank extra columns per token, a few % of the base model's FLOPs here. The
-math runs in fp32 for small steps (decode: CPU bf16 matmuls of a few rows cost more than the
-conversions) and in the model's dtype for large ones, where bf16 matmuls are the fast ones;
-either way rounded where the stock ops round (the shrink, then each slice's product, to the
-model's dtype), as PEFT on transformers does.
+at most slots x rank extra columns per token, a few % of the base model's FLOPs here.
+
+In a bf16/fp16 model both matmuls run in the model's dtype through oneDNN, as vLLM's CPU
+build runs the base model's own linears (`vllm._custom_ops.onednn_mm`, one handler per
+matrix, its weights packed once per adapter load), each rounded once to the model's dtype:
+what PEFT on transformers computes (`lora_B(lora_A(x)) * scaling` in bf16, whose CPU matmuls
+are oneDNN's too; vLLM folds `scaling` into B at load). For one adapter the delta is PEFT's
+bit for bit (tests/engine_patches/test_lora_linear.py against PEFT's own layer); the
+fp32 shrink the stock ops and the by-slot ops compute differs from it by one bf16 rounding
+in a few values in 100,000, as CPU BLAS sums fp32 in an order that depends on the matrix's
+width (docs/lora.md).
+Where oneDNN is not there (or the model is fp32), the math runs in fp32 for small steps and in
+the model's dtype for large ones, rounded where the stock ops round.
 
 Installed by `lora_slots.register` (the same vLLM general plugin) unless the engine's
-environment has `PODIUM_LORA_LINEAR=0`. For one adapter, in steps of up to SMALL_STEP tokens,
-it adds what the by-slot ops add, bit
-for bit (tests/engine_patches/test_lora_linear.py); a mix of slots can differ from them by one
-bf16 rounding in a few module calls, as vLLM's own kernels do between batch sizes.
+environment has `PODIUM_LORA_LINEAR=0`. A mix of slots can differ from one adapter alone by
+one bf16 rounding in a few module calls, as vLLM's own kernels do between batch sizes.
 A call this does not know (rows unlike the step's tokens, a 3-D input) goes to the stock
 path, which keeps the -1 fix.
 """
@@ -91,6 +97,7 @@ class Prepared:
     a: Any  # [parts x slots x rank, in]
     b: list[Any]  # per used slice: [size, slots x rank]
     cast: dict[Any, tuple[Any, list[Any]]] = field(default_factory=dict)
+    dnn: dict[Any, tuple[Any, list[Any]] | None] = field(default_factory=dict)
 
     def weights(self, dtype: Any) -> tuple[Any, list[Any]]:
         if dtype == self.a.dtype:
@@ -98,6 +105,13 @@ class Prepared:
         if dtype not in self.cast:
             self.cast[dtype] = (self.a.to(dtype), [b.to(dtype) for b in self.b])
         return self.cast[dtype]
+
+    def handlers(self, dtype: Any) -> tuple[Any, list[Any]] | None:
+        """oneDNN matmul handlers for `x @ A.T` and each slice's `h @ B.T` in `dtype`
+        (built on first use, once per adapter load), or None where oneDNN is not there."""
+        if dtype not in self.dnn:
+            self.dnn[dtype] = onednn_handlers(*self.weights(dtype))
+        return self.dnn[dtype]
 
 
 def prepare(lora_a: tuple[Any, ...], lora_b: tuple[Any, ...], output_slices: tuple[int, ...],
@@ -136,9 +150,32 @@ def prepare(lora_a: tuple[Any, ...], lora_b: tuple[Any, ...], output_slices: tup
     return Prepared(key, slots, rank, offsets, a_cat, expands)
 
 
+def onednn_handlers(a: Any, b: list[Any]) -> tuple[Any, list[Any]] | None:
+    """vLLM's CPU oneDNN matmul handlers for `x @ a.T` and each `h @ b_i.T` (a bf16 or
+    fp16 model's), or None where this build has none or they cannot be made."""
+    import torch
+
+    if a.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    try:
+        from vllm import _custom_ops as ops
+
+        if not ops._supports_onednn:
+            return None
+        return (ops.create_onednn_mm(a.t(), 32),
+                [ops.create_onednn_mm(b_i.t(), 32) for b_i in b])
+    except (ImportError, RuntimeError, AttributeError) as error:
+        log.debug("no oneDNN matmul for the LoRA ops (%s): torch's instead", error)
+        return None
+
+
 def apply(y: Any, x: Any, prepared: Prepared, step: StepSlots, scale: float) -> None:
-    """y[:, slice] += (x @ A_slot * scale) @ B_slot for each token's slot, in place, rounded
-    as the stock ops round: the shrink and each slice's product to y's dtype."""
+    """y[:, slice] += (x @ A_slot * scale) @ B_slot for each token's slot, in place: in
+    y's dtype through oneDNN where it is there (see the module's doc), else rounded as the
+    stock ops round: the shrink and each slice's product to y's dtype."""
+    handlers = prepared.handlers(y.dtype) if x.dtype == y.dtype else None
+    if handlers is not None:
+        return apply_onednn(y, x, prepared, step, scale, handlers)
     import torch
 
     dtype = torch.float32 if x.shape[0] <= SMALL_STEP else y.dtype
@@ -151,6 +188,22 @@ def apply(y: Any, x: Any, prepared: Prepared, step: StepSlots, scale: float) -> 
     width = len(prepared.slots) * prepared.rank
     for j, ((offset, size), b) in enumerate(zip(prepared.offsets, expands, strict=True)):
         y[:, offset:offset + size].add_(h[:, j * width:(j + 1) * width] @ b.T)
+
+
+def apply_onednn(y: Any, x: Any, prepared: Prepared, step: StepSlots, scale: float,
+                 handlers: tuple[Any, list[Any]]) -> None:
+    """`apply` in y's dtype: one oneDNN shrink, masked (the mask is 0 or `scale`: exact for
+    vLLM's 1.0), then one oneDNN expand per used slice, each rounded once, as PEFT's."""
+    from vllm import _custom_ops as ops
+
+    shrink, expands = handlers
+    mask = step.mask(prepared.slots, prepared.rank, len(expands), scale, y.dtype)
+    h = ops.onednn_mm(shrink, x if x.is_contiguous() else x.contiguous(), None)
+    h.mul_(mask)
+    width = len(prepared.slots) * prepared.rank
+    for j, ((offset, size), expand) in enumerate(zip(prepared.offsets, expands, strict=True)):
+        part = h if len(expands) == 1 else h[:, j * width:(j + 1) * width].contiguous()
+        y[:, offset:offset + size].add_(ops.onednn_mm(expand, part, None))
 
 
 def weights_key(lora_a: tuple[Any, ...], lora_b: tuple[Any, ...], epoch: tuple[Any, ...]

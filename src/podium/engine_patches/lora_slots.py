@@ -21,7 +21,9 @@ own rows (at most `max_loras` of them), the same products with no copy.
 
 Whole linear modules go through `lora_linear` instead (a few ops a module for any adapter mix;
 the default, `PODIUM_LORA_LINEAR=0` in the engine's environment turns it off); these ops remain
-its fallback and the reference its tests compare with, bit for bit for one adapter.
+its fallback (their fp32 shrink is the stock ops' math; `lora_linear`'s bf16 oneDNN one is
+PEFT's). The vocabulary's LoRA ops (embedding, logits) are skipped while no slot has weights there
+(`lora_vocab`).
 
 Installed as a vLLM general plugin (`vllm.general_plugins` entry point), which vLLM runs in
 every engine process before a model runner is built. It patches only the pinned engine
@@ -48,6 +50,9 @@ def register() -> None:
     if applies():
         patch()
         from podium import env
+        from podium.engine_patches import lora_vocab
+
+        lora_vocab.patch()  # exact (skips adding zeros): always on
 
         if env.lora_linear():  # the default: lora_linear's doc
             from podium.engine_patches import lora_linear
