@@ -7,14 +7,17 @@ Podium with its defaults (admission bounds measured at boot for `--target-wait` 
     python -m bench.overload [--seconds 60] [--factor 4] [--concurrency 16]
                              [--target-wait 30] [--queued-reqs N]
                              [--servers podium,vllm[,vllm-limited]]
-                             [--protocol openai|kserve]
+                             [--protocol openai|kserve|grpc]
 
 `--protocol kserve` sends the same request as KServe v2's `generate_stream` (Triton's generate
 extension: `text_input`, the sampling options in `parameters`) to Podium alone (`vllm serve`
-has no KServe routes). `--queued-reqs N` gives Podium (and `vllm-limited`) an explicit
-`--max-num-queued-reqs` instead of the measured one. For each server, in turn, on the same
-model (the default package, smollm2-135m-instruct, with its engine args for every server so
-only admission differs):
+has no KServe routes); `--protocol grpc` sends it over KServe v2 gRPC, one `ModelStreamInfer`
+call each (`harness.grpcload`, with the raw client's loops; a refusal in the stream, its
+`error_message`, counts as a 429), and reads the refusals' time inside the server from the
+request log lines of the calls it saw refused. `--queued-reqs N` gives Podium (and
+`vllm-limited`) an explicit `--max-num-queued-reqs` instead of the measured one. For each
+server, in turn, on the same model (the default package, smollm2-135m-instruct, with its
+engine args for every server so only admission differs):
 
 1. capacity: a closed loop of `--concurrency` clients for `--capacity-seconds`; capacity is the
    completed requests per second, and its p99 TTFT the baseline;
@@ -37,7 +40,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -59,7 +61,9 @@ from bench.harness import (
     rawload,
     serve,
 )
+from bench.harness.grpcload import GrpcTarget
 from bench.harness.rawload import Target
+from bench.harness.serverlog import refusals_inside
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = " ".join(["word"] * 128)
@@ -137,13 +141,17 @@ async def open_answers(call: Call, phases: list[tuple[float, float]], seed: int 
     return [sample.value for sample in samples]
 
 
-def raw_loops(target: Target, processes: int, lags: list[float], nice: int = 0
-              ) -> tuple[Closed, Opened]:
+def raw_loops(target: rawload.Sender, processes: int, lags: list[float], nice: int = 0,
+              refused: set[str] | None = None) -> tuple[Closed, Opened]:
     """`measure`'s loops with rawload's light client sending `target`; each open loop's lag
-    behind its schedule goes to `lags`."""
+    behind its schedule goes to `lags`, the ids of refused requests (a sender that names
+    them: gRPC's) to `refused`."""
 
-    def answers(raw: list[tuple[float, int, float]]) -> list[Answer]:
-        return [Answer(sent, status, seconds, status == 200) for sent, status, seconds in raw]
+    def answers(raw: list[tuple[Any, ...]]) -> list[Answer]:
+        if refused is not None:
+            refused.update(rest[0] for _, status, _, *rest in raw if status == 429 and rest)
+        return [Answer(sent, status, seconds, status == 200)
+                for sent, status, seconds, *_ in raw]
 
     def closed(n: int, seconds: float) -> list[Answer]:
         return answers(rawload.closed_loop(target, n, seconds, processes=processes,
@@ -155,22 +163,6 @@ def raw_loops(target: Target, processes: int, lags: list[float], nice: int = 0
         return answers(raw)
 
     return closed, opened
-
-
-_REFUSAL_LINE = re.compile(r" 429 ([0-9.]+)ms ")
-
-
-def refusals_inside(log: Path) -> dict[str, Any]:
-    """The refusals' time inside the server, from its request log (head to answer)."""
-    seconds = [float(m[1]) / 1000 for line in log.read_text(errors="replace").splitlines()
-               if (m := _REFUSAL_LINE.search(line))]
-    if not seconds:
-        return {"refusals_logged": 0}
-    return {"refusals_logged": len(seconds),
-            "inside_median_ms": round(median(seconds) * 1000, 2),
-            "inside_p95_ms": round(percentile(seconds, 95) * 1000, 2),
-            "inside_p99_ms": round(p99(seconds) * 1000, 2),
-            "inside_max_ms": round(max(seconds) * 1000, 2)}
 
 
 def p99(values: list[float]) -> float:
@@ -253,7 +245,7 @@ def servers(opts: argparse.Namespace, package_root: Path, model_dir: Path, engin
         else:
             vllm += [flag, str(value)]
     podium = [sys.executable, "-m", "podium.cli", "serve", str(package_root), "--host",
-              "127.0.0.1", "--http-port", "{port}", "--grpc-port", "-1",
+              "127.0.0.1", "--http-port", "{port}", "--grpc-port", "{grpc_port}",
               "--admission-target-wait-s", str(opts.target_wait)]
     limited = ["--max-num-queued-reqs", str(opts.queued_reqs)] if opts.queued_reqs else []
     return {"podium": podium + limited, "vllm": vllm, "vllm-limited": vllm + limited}
@@ -295,13 +287,15 @@ def main() -> int:
                              "of vllm-limited")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--servers", default="podium,vllm")
-    parser.add_argument("--protocol", choices=["openai", "kserve"], default="openai",
+    parser.add_argument("--protocol", choices=["openai", "kserve", "grpc"], default="openai",
                         help="the load's route: OpenAI's /v1/completions, or KServe v2's "
-                             "generate_stream (Podium only)")
+                             "generate_stream or gRPC ModelStreamInfer (Podium only)")
     add_client_args(parser)
     opts = parser.parse_args()
-    if opts.protocol == "kserve" and set(opts.servers.split(",")) - {"podium"}:
-        parser.error("--protocol kserve: only --servers podium serves KServe v2")
+    if opts.protocol != "openai" and set(opts.servers.split(",")) - {"podium"}:
+        parser.error(f"--protocol {opts.protocol}: only --servers podium serves KServe v2")
+    if opts.protocol == "grpc" and opts.client != "raw":
+        parser.error("--protocol grpc: the raw client's loops send it (--client raw)")
 
     home = Path(os.environ.get("PODIUM_HOME", ROOT / ".podium"))
     env = {**os.environ, "PODIUM_HOME": str(home), "HF_HUB_OFFLINE": "1",
@@ -326,8 +320,10 @@ def main() -> int:
           f"{logs}", flush=True)
     results: dict[str, dict[str, Any]] = {}
     for name in opts.servers.split(","):
-        port = free_port()
-        command = [part.replace("{port}", str(port)) for part in commands[name]]
+        port, grpc_port = free_port(), free_port() if opts.protocol == "grpc" else -1
+        command = [part.replace("{port}", str(port)).replace("{grpc_port}", str(grpc_port))
+                   for part in commands[name]]
+        refused: set[str] | None = set() if opts.protocol == "grpc" else None
         url = f"http://127.0.0.1:{port}"
         ready = url + ("/health/ready" if name == "podium" else "/health")
         with serve(command, ready, log=logs / f"{name}.log", env=env, timeout_s=600,
@@ -335,11 +331,9 @@ def main() -> int:
             admission = podium_admission(url) if name == "podium" else None
             if opts.client == "raw":
                 lags: list[float] = []
-                path, body = request(opts.protocol, opts.max_tokens)
-                target = Target.post_json(url + path, json.dumps(body).encode(),
-                                          first_chunk=True)
                 results[name] = measure(None, opts, raw_loops(
-                    target, opts.client_processes, lags, opts.client_nice))
+                    _target(opts, url, grpc_port), opts.client_processes, lags,
+                    opts.client_nice, refused))
                 results[name]["client_lag_s"] = round(max(lags), 3)
             else:
                 results[name] = measure(completion(url, opts.max_tokens, opts.protocol),
@@ -347,10 +341,19 @@ def main() -> int:
             if admission is not None:
                 results[name]["admission"] = admission
         if name == "podium":
-            results[name].update(refusals_inside(logs / f"{name}.log"))
+            results[name].update(refusals_inside(logs / f"{name}.log", refused))
         print(json.dumps({"server": name, **results[name]}), flush=True)
     report(results, opts.target_wait)
     return 0
+
+
+def _target(opts: argparse.Namespace, url: str, grpc_port: int) -> rawload.Sender:
+    """What the raw client sends: the streamed generation over HTTP, or over gRPC."""
+    if opts.protocol == "grpc":
+        return GrpcTarget(f"127.0.0.1:{grpc_port}", MODEL, PROMPT,
+                          {"max_tokens": opts.max_tokens, "ignore_eos": True})
+    path, body = request(opts.protocol, opts.max_tokens)
+    return Target.post_json(url + path, json.dumps(body).encode(), first_chunk=True)
 
 
 def report(results: dict[str, dict[str, Any]], target_wait: float) -> None:

@@ -20,6 +20,7 @@ import random
 import re
 import time
 from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from bench.harness.loops import check_loopback
@@ -46,6 +47,17 @@ class Target:
         head = (f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
         return cls(host, port, head.encode() + body, first_chunk)
+
+    def connections(self) -> _Connections:
+        """What one client (a closed loop's) or one process (an open loop's) sends with."""
+        return _Connections(self)
+
+
+class Sender(Protocol):
+    """A target of the loops: `connections().send()` sends one request and returns (status,
+    seconds, *anything the caller wants back for it); `Target` and `grpcload.GrpcTarget`."""
+
+    def connections(self) -> Any: ...
 
 
 class _Connections:
@@ -135,18 +147,17 @@ async def _skip_chunks(reader: asyncio.StreamReader) -> tuple[float, int | None]
     return first or time.monotonic(), error
 
 
-async def _open(target: Target, phases: list[tuple[float, float]], start: float,
+async def _open(target: Sender, phases: list[tuple[float, float]], start: float,
                 seed: int) -> tuple[list[tuple[float, int, float]], float]:
     """Poisson arrivals at each phase's rate from `start` (a monotonic time); the answers
-    (sent, status, seconds) and the largest lag behind the schedule."""
-    rng, conns = random.Random(seed), _Connections(target)
+    (sent, status, seconds, *what the sender adds) and the largest lag behind the schedule."""
+    rng, conns = random.Random(seed), target.connections()
     answers: list[tuple[float, int, float]] = []
     tasks: list[asyncio.Task[None]] = []
     lag = 0.0
 
     async def one(at: float) -> None:
-        status, seconds = await conns.send()
-        answers.append((at, status, seconds))
+        answers.append((at, *await conns.send()))
 
     await asyncio.sleep(max(0.0, start - time.monotonic()))
     due, phase_start = start, start
@@ -164,17 +175,16 @@ async def _open(target: Target, phases: list[tuple[float, float]], start: float,
     return answers, lag
 
 
-async def _closed(target: Target, concurrency: int, seconds: float, start: float
+async def _closed(target: Sender, concurrency: int, seconds: float, start: float
                   ) -> tuple[list[tuple[float, int, float]], float]:
     answers: list[tuple[float, int, float]] = []
     await asyncio.sleep(max(0.0, start - time.monotonic()))
     deadline = start + seconds
 
     async def worker() -> None:
-        conns = _Connections(target)  # one connection per client, as a closed loop has
+        conns = target.connections()  # one connection per client, as a closed loop has
         while (now := time.monotonic()) < deadline:
-            status, took = await conns.send()
-            answers.append((now, status, took))
+            answers.append((now, *await conns.send()))
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return answers, 0.0
@@ -210,7 +220,7 @@ def _run(kind: str, per_process: list[tuple], nice: int = 0
     return sorted(answers), lag
 
 
-def open_loop(target: Target, phases: list[tuple[float, float]], *, processes: int = 2,
+def open_loop(target: Sender, phases: list[tuple[float, float]], *, processes: int = 2,
               seed: int = 0, nice: int = 0) -> tuple[list[tuple[float, int, float]], float]:
     """Poisson arrivals, `phases` of (rate per second, seconds), split over `processes` (at
     `nice`: negative needs root)."""
@@ -219,7 +229,7 @@ def open_loop(target: Target, phases: list[tuple[float, float]], *, processes: i
     return _run("open", [(target, share, start, seed + i) for i in range(processes)], nice)
 
 
-def closed_loop(target: Target, concurrency: int, seconds: float, *, processes: int = 2,
+def closed_loop(target: Sender, concurrency: int, seconds: float, *, processes: int = 2,
                 nice: int = 0) -> list[tuple[float, int, float]]:
     """`concurrency` clients back to back for `seconds`, split over `processes`."""
     start = time.monotonic() + 0.5

@@ -4,6 +4,11 @@ Outputs always travel as `raw_output_contents`; inputs may come raw or as typed 
 `ModelStreamInfer` serves decoupled models: every response of a request is sent as it comes,
 the last one flagged with the parameter `triton_final_response`=true. Methods raise
 `podium.errors`; one interceptor (`podium.errors.interceptor`) turns them into gRPC statuses.
+
+A request is decoded only once its model's engine has room (`repository.inference`): under
+overload ModelInfer is refused RESOURCE_EXHAUSTED with `retry-after` trailing metadata, and a
+ModelStreamInfer request gets the refusal as its `error_message` (the stream stays open), both
+before its tensors are decoded or its prompt tokenized.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from podium.frontends.kserve_common import (
 from podium.frontends.kserve_limits import KServeLimits
 from podium.frontends.safe_json import loads_value
 from podium.metrics.grpc_log import track_grpc
-from podium.repository import ModelRepository, inference
+from podium.repository import ModelRepository, RequestFor, inference
 
 # typed `contents` fields by datatype; FP16 and BF16 have none and must be sent raw
 _CONTENTS_FIELD = {
@@ -141,7 +146,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             with deadline.scope(deadline.from_grpc(context)):  # past it: cancelled
                 response = await deadline.within(self._repository.infer(
                     request.model_name, request.model_version or None,
-                    decode_request(request, self._limits)))
+                    self._decoder(request)))
             return encode_response(response, request.model_name, response.model_version)
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any
@@ -173,6 +178,11 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 with contextlib.suppress(asyncio.CancelledError):
                     await reader
 
+    def _decoder(self, request: Any) -> RequestFor:
+        """Decodes `request` once the engine has room (`inference`: a full engine's refusal
+        comes first, with nothing decoded or tokenized)."""
+        return lambda _backend: decode_request(request, self._limits)
+
     async def _stream_one(self, request: Any, queue: asyncio.Queue[Any]) -> None:
         empty_final = _request_flag(request, "triton_enable_empty_final_response")
         try:
@@ -180,8 +190,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                                               request.model_version or None) as entry:
                 # hold one response back so the last one can carry the final flag
                 held: InferenceResponse | None = None
-                async for response in inference.infer_stream(
-                        entry, decode_request(request, self._limits)):
+                async for response in inference.infer_stream(entry, self._decoder(request)):
                     if held is not None:
                         await queue.put(_stream_message(held, request, final=False))
                     held = response

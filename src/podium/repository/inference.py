@@ -1,5 +1,13 @@
 """The request path on a leased entry, the same for every frontend:
-check inputs → backend → keep the requested outputs → statistics.
+room → build and check inputs → backend → keep the requested outputs → statistics.
+
+Room comes first: a full engine's refusal (`Backend.refusal`, the 429 / RESOURCE_EXHAUSTED the
+instance answers from an HTTP request's head, `server.early_shed`) is raised before the request
+is built, so a frontend that hands over a builder (`RequestFor`: gRPC's decode, KServe
+generate's tensors) has nothing decoded, checked or tokenized for a refusal. A request with bad
+inputs sent to a full engine is therefore refused (429) rather than told its 400, as on the
+HTTP routes. The refusal is counted as a failed request of the leased entry, a LoRA adapter's
+own (its backend asks its base's engine).
 
 Every response names the version that served it (`InferenceResponse.model_version`), so a
 request for the latest version learns which one answered.
@@ -8,7 +16,7 @@ request for the latest version learns which one answered.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse
@@ -17,38 +25,45 @@ from podium.backends.validation import check_inputs
 from podium.errors import InvalidArgument
 from podium.repository.entry import ModelEntry
 
+RequestFor = Callable[[Backend], InferenceRequest]
+"""Builds a request once the version is resolved and the engine has room (generate needs the
+model's inputs; gRPC decodes only then)."""
 
-async def infer(entry: ModelEntry, request: InferenceRequest) -> InferenceResponse:
+
+async def infer(entry: ModelEntry, request: InferenceRequest | RequestFor
+                ) -> InferenceResponse:
     """Score one request on a leased entry."""
     backend = entry.backend
     started = time.perf_counter_ns()
     ok = False
+    built: InferenceRequest | None = None
     try:
-        _check(backend, request)
-        response = await backend.infer(request)
-        _finish(entry, request, response)
+        built = _admit(backend, request)
+        response = await backend.infer(built)
+        _finish(entry, built, response)
         ok = True
         return response
     finally:
         entry.stats.record(ok=ok, duration_ns=time.perf_counter_ns() - started,
-                           batch_size=_batch_size(backend, request))
+                           batch_size=_batch_size(backend, built))
 
 
-async def infer_stream(entry: ModelEntry, request: InferenceRequest
+async def infer_stream(entry: ModelEntry, request: InferenceRequest | RequestFor
                        ) -> AsyncIterator[InferenceResponse]:
     """Decoupled scoring on a leased entry: every response, the last with `final` set."""
     backend = entry.backend
     started = time.perf_counter_ns()
     ok = False
+    built: InferenceRequest | None = None
     try:
-        _check(backend, request)
-        async for response in backend.infer_stream(request):
-            _finish(entry, request, response)
+        built = _admit(backend, request)
+        async for response in backend.infer_stream(built):
+            _finish(entry, built, response)
             yield response
         ok = True
     finally:
         entry.stats.record(ok=ok, duration_ns=time.perf_counter_ns() - started,
-                           batch_size=_batch_size(backend, request))
+                           batch_size=_batch_size(backend, built))
 
 
 def statistics_row(entry: ModelEntry) -> dict[str, Any]:
@@ -57,6 +72,15 @@ def statistics_row(entry: ModelEntry) -> dict[str, Any]:
     return entry.stats.as_triton(entry.name, entry.version,
                                  execution_count=backend.execution_count,
                                  batch_stats=backend.batch_stats())
+
+
+def _admit(backend: Backend, request: InferenceRequest | RequestFor) -> InferenceRequest:
+    """The request, built and checked, once the backend has room for it; its refusal first."""
+    if (refusal := backend.refusal()) is not None:
+        raise refusal  # nothing decoded or tokenized: a refusal costs the engine's check
+    built = request if isinstance(request, InferenceRequest) else request(backend)
+    _check(backend, built)
+    return built
 
 
 def _check(backend: Backend, request: InferenceRequest) -> None:
@@ -82,8 +106,8 @@ def _finish(entry: ModelEntry, request: InferenceRequest, response: InferenceRes
         response.outputs = [t for t in response.outputs if t.name in wanted]
 
 
-def _batch_size(backend: Backend, request: InferenceRequest) -> int:
-    if backend.max_batch_size > 0 and request.inputs:
+def _batch_size(backend: Backend, request: InferenceRequest | None) -> int:
+    if backend.max_batch_size > 0 and request is not None and request.inputs:
         shape = next(iter(request.inputs.values())).shape
         return shape[0] if shape else 1
     return 1

@@ -48,8 +48,7 @@ from podium.triton.package import TritonPackage
 
 log = logging.getLogger("podium.repository")
 
-RequestFor = Callable[[Backend], InferenceRequest]
-"""Builds a request once the version is resolved (generate needs the model's inputs)."""
+RequestFor = inference.RequestFor
 
 
 class ModelRepository:
@@ -178,14 +177,14 @@ class ModelRepository:
                     request: InferenceRequest | RequestFor) -> InferenceResponse:
         """Score one request on name@version (latest ready without a version)."""
         async with self.lease(name, version) as entry:
-            return await inference.infer(entry, _build(request, entry))
+            return await inference.infer(entry, request)
 
     async def infer_stream(self, name: str, version: str | None,
                            request: InferenceRequest | RequestFor
                            ) -> AsyncIterator[InferenceResponse]:
         """Decoupled scoring: every response of the request, the last with `final` set."""
         async with self.lease(name, version) as entry:
-            async for response in inference.infer_stream(entry, _build(request, entry)):
+            async for response in inference.infer_stream(entry, request):
                 yield response
 
     def statistics(self, name: str | None = None, version: str | None = None
@@ -393,6 +392,3 @@ class ModelRepository:
         for name in list(self._entries):
             await self.unload(name, timeout_s=timeout_s)
 
-
-def _build(request: InferenceRequest | RequestFor, entry: ModelEntry) -> InferenceRequest:
-    return request if isinstance(request, InferenceRequest) else request(entry.backend)
