@@ -16,8 +16,8 @@ own bound (256) above the one the instance measures for itself (its completions 
 second x `--classic-target-wait-s`, `backends.classic_admission`), which the gateway learns
 from its answers and keeps, since it is the smaller; a number is a bound set by hand (the
 instance's measured bound applies too where it is smaller, which it never is at 16, its
-floor). Each row reports the instance's bound and rate at the end of the run (its
-`/config`). The gateway serves HTTP with `podium
+floor). Each row reports the instance's bound and busy rate as min/median/max of what its
+`/config` said every half second of the run. The gateway serves HTTP with `podium
 gateway`'s protocol; `--shed` lists the refusal paths to compare, each bound run once per
 entry in the order given: `early` (a certain shed answered from the request's head,
 `gateway.early_shed`, as `podium gateway` does) and `full` (every request through the ASGI app,
@@ -39,6 +39,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,43 @@ def run_gateway(http_port: int, upstream: str, bound: int, shed: str) -> None:
     # the keep-alive of `podium gateway` (uvicorn's default closes idle connections after 5 s)
     uvicorn.run(gateway.app(), host="127.0.0.1", port=http_port, log_level="warning",
                 access_log=False, timeout_keep_alive=KEEP_ALIVE_S, http=protocol)
+
+
+class Watcher:
+    """The instance's measured bound and busy rate, read from its `/config` every half second
+    while the load runs (a thread of the generator's process)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.bounds: list[int] = []
+        self.rates: list[float] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5) as client:
+            while not self._done.wait(0.5):
+                try:
+                    admission = client.get(self.url).json()["admission"]
+                except (httpx.HTTPError, KeyError, ValueError):
+                    continue
+                self.bounds.append(admission["in_flight_bound"])
+                if admission["completions_per_busy_s"] is not None:
+                    self.rates.append(admission["completions_per_busy_s"])
+
+    def stop(self) -> tuple[list[int], list[float]]:
+        self._done.set()
+        self._thread.join(timeout=10)
+        return self.bounds, self.rates
+
+
+def _spread(values: list[float]) -> str:
+    """min/median/max of what was read, or '-'."""
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{ordered[0]:g}/{ordered[len(ordered) // 2]:g}/{ordered[-1]:g}"
 
 
 def pin_servers(cpus: str) -> list[str]:
@@ -172,6 +210,7 @@ def main() -> int:
                       stop_timeout_s=120):
             url = f"http://127.0.0.1:{gw}"
             lags: list[float] = []
+            watcher = Watcher(f"http://127.0.0.1:{inst}/v2/models/{MODEL}/config")
             if opts.client == "raw":
                 target = Target.post_json(f"{url}/v2/models/{MODEL}/infer",
                                           json.dumps(BODY).encode())
@@ -181,10 +220,9 @@ def main() -> int:
             else:
                 results[name] = measure(infer(url), opts)
             results[name]["offered_rps"] = round(results[name]["offered"] / opts.seconds, 1)
-            admission = httpx.get(f"http://127.0.0.1:{inst}/v2/models/{MODEL}/config"
-                                  ).json()["admission"]
-            results[name]["instance_bound"] = admission["in_flight_bound"]
-            results[name]["busy_rate"] = admission["completions_per_busy_s"]
+            bounds, rates = watcher.stop()
+            results[name]["instance_bound"] = _spread(bounds)
+            results[name]["busy_rate"] = _spread(rates)
         print(json.dumps({"bound": bound, "shed": shed, **results[name]}), flush=True)
     keys = ["capacity_rps", "offered_rps", "share_2xx", "capacity_p99_ttft_s",
             "admitted_p99_ttft_s", "reject_median_ms", "reject_p99_ms", "num_5xx", "recovery_s",

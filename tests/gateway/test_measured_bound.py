@@ -69,7 +69,11 @@ class Instance:
                 return httpx.get(f"{self.url}/health/ready").status_code == 200
             except httpx.HTTPError:
                 return False
-        assert eventually(ready, timeout_s=60), "not ready"
+        try:
+            assert eventually(ready, timeout_s=60), "not ready"
+        except BaseException:  # never left running
+            self.stop()
+            raise
 
     def stop(self) -> None:
         self.process.terminate()
