@@ -5,6 +5,10 @@ ceiling, where the target wait comes from, and what the backend answers and show
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -123,8 +127,6 @@ def test_the_first_measurement_and_large_changes_are_logged() -> None:
 def package(tmp_path: Path, **manifest: object) -> Path:
     root = write_xgb_example(tmp_path / "xgb-example")
     if manifest:
-        import json
-
         data = json.loads((root / "podium.json").read_text())
         write_manifest(root, {**data, **manifest})
     return root
@@ -188,3 +190,18 @@ def test_a_bad_target_wait_is_refused_naming_the_field_then_a_good_one_is_taken(
         ServerConfig(classic_target_wait_s=-1.0)
     config = ServerConfig(classic_target_wait_s=0.05)
     assert config.instance_limits().classic_target_wait_s == 0.05
+
+
+def test_podium_inspect_shows_how_a_classic_packages_bound_is_set(tmp_path: Path) -> None:
+    root = package(tmp_path, admission_target_wait_s=0.5,
+                   dynamic_batching={"max_queue": 10})
+    shown = subprocess.run([sys.executable, "-m", "podium.cli", "inspect", "--json", str(root)],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    admission = json.loads(shown.stdout)["admission"]
+    assert (admission["target_wait_s"], admission["target_wait_source"]) == (0.5, "package")
+    assert (admission["floor"], admission["ceiling"]) == (FLOOR, 10 + 64)
+    table = subprocess.run([sys.executable, "-m", "podium.cli", "inspect", str(root)],
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": "200"})
+    assert "completions per busy second x 0.5 s (package), between 16 and 74" in table.stdout

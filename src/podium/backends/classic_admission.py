@@ -142,3 +142,21 @@ class ClassicAdmission:
                 "completions_per_busy_s": round(rate, 1) if rate is not None else None,
                 "measured_requests": self.busy.measured, "floor": min(FLOOR, self.ceiling),
                 "ceiling": self.ceiling}
+
+
+def planned(manifest: Any, default_max_queue: int) -> dict[str, Any] | None:
+    """What `podium inspect` shows of a classic package's bound before any instance measured
+    it: the target wait (the package's, else the default; `--classic-target-wait-s` overrides
+    both where the instance runs), the floor and the ceiling. None for other backends."""
+    if not hasattr(manifest, "admission_target_wait_s"):
+        return None
+    batching = manifest.dynamic_batching
+    queue = (batching.max_queue if batching is not None and batching.max_queue is not None
+             else default_max_queue)
+    ceiling = queue + max(1, manifest.max_batch_size)
+    wait = manifest.admission_target_wait_s
+    return {"in_flight_bound": "measured while serving: completions per busy second x the "
+                               "target wait",
+            "target_wait_s": wait if wait is not None else DEFAULT_TARGET_WAIT_S,
+            "target_wait_source": "package" if wait is not None else "default",
+            "floor": min(FLOOR, ceiling), "ceiling": ceiling}
