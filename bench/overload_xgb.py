@@ -1,9 +1,8 @@
 """Overload of a classic model through the gateway: `xgb-example` behind one gateway process,
-offered 4x its measured capacity, with the gateway's default in-flight bound and with a bound
-sized to the capacity, one after the other in one run.
+offered 4x its measured capacity, at each in-flight bound given, one after the other in one run.
 
     python -m bench.overload_xgb [--seconds 60] [--factor 4] [--concurrency 16]
-                                 [--bounds 256,32] [--shed early,full]
+                                 [--bounds measured,16] [--shed early,full]
                                  [--max-queue 1024] [--server-cpus 0]
                                  [--client raw|httpx] [--client-processes 2]
 
@@ -12,7 +11,13 @@ then Poisson arrivals at `--factor` x capacity for `--seconds`, then back at cap
 recovery), the request a KServe v2 JSON infer of one row; the time measured is the whole answer
 (there is no first token). Each bound gets a fresh instance (`podium serve`, its batcher queue
 `--max-queue`) and a fresh gateway process whose `--max-in-flight-per-instance` is the bound,
-so one setting's backlog cannot leak into the next. The gateway serves HTTP with `podium
+so one setting's backlog cannot leak into the next. `measured` is the default: the gateway's
+own bound (256) above the one the instance measures for itself (its completions per busy
+second x `--classic-target-wait-s`, `backends.classic_admission`), which the gateway learns
+from its answers and keeps, since it is the smaller; a number is a bound set by hand (the
+instance's measured bound applies too where it is smaller, which it never is at 16, its
+floor). Each row reports the instance's bound and busy rate as min/median/max of what its
+`/config` said every half second of the run. The gateway serves HTTP with `podium
 gateway`'s protocol; `--shed` lists the refusal paths to compare, each bound run once per
 entry in the order given: `early` (a certain shed answered from the request's head,
 `gateway.early_shed`, as `podium gateway` does) and `full` (every request through the ASGI app,
@@ -34,6 +39,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +50,7 @@ from bench.gateway_overhead import FEATURES
 from bench.harness import free_port, module_command, serve
 from bench.harness.rawload import Target
 from bench.overload import Answer, Call, add_client_args, add_phase_args, measure, raw_loops
+from podium.gateway.limits import DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE
 
 MODEL = "xgb-example"
 
@@ -90,6 +97,43 @@ def run_gateway(http_port: int, upstream: str, bound: int, shed: str) -> None:
                 access_log=False, timeout_keep_alive=KEEP_ALIVE_S, http=protocol)
 
 
+class Watcher:
+    """The instance's measured bound and busy rate, read from its `/config` every half second
+    while the load runs (a thread of the generator's process)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.bounds: list[int] = []
+        self.rates: list[float] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5) as client:
+            while not self._done.wait(0.5):
+                try:
+                    admission = client.get(self.url).json()["admission"]
+                except (httpx.HTTPError, KeyError, ValueError):
+                    continue
+                self.bounds.append(admission["in_flight_bound"])
+                if admission["completions_per_busy_s"] is not None:
+                    self.rates.append(admission["completions_per_busy_s"])
+
+    def stop(self) -> tuple[list[int], list[float]]:
+        self._done.set()
+        self._thread.join(timeout=10)
+        return self.bounds, self.rates
+
+
+def _spread(values: list[float]) -> str:
+    """min/median/max of what was read, or '-'."""
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{ordered[0]:g}/{ordered[len(ordered) // 2]:g}/{ordered[-1]:g}"
+
+
 def pin_servers(cpus: str) -> list[str]:
     """The command prefix that runs a server on `cpus`; this process (and the load generator
     it forks) moves to the other cores. Nothing when `cpus` is empty."""
@@ -112,8 +156,11 @@ def _cpu_range(part: str) -> range:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_phase_args(parser)
-    parser.add_argument("--bounds", default="256,32",
-                        help="the gateway's per-instance in-flight bounds to compare")
+    parser.add_argument("--bounds", default="measured,16",
+                        help="the gateway's per-instance in-flight bounds to compare: "
+                             "measured (the instance's own), or a number")
+    parser.add_argument("--target-wait-s", type=float, default=None,
+                        help="the instance's --classic-target-wait-s (default: its default)")
     parser.add_argument("--shed", default="early",
                         help="refusal paths to compare, in order: early (from the head, as "
                              "podium gateway does), full (through the app)")
@@ -146,11 +193,14 @@ def main() -> int:
         name = f"{bound}/{shed}"
         inst, gw = free_port(), free_port()
         nice = ["nice", "-n", str(opts.instance_nice)] if opts.instance_nice else []
+        wait = ["--classic-target-wait-s", str(opts.target_wait_s)] if opts.target_wait_s \
+            else []
         instance = [*pin, *nice, sys.executable, "-m", "podium.cli", "serve", str(package),
                     "--host", "127.0.0.1", "--http-port", str(inst), "--grpc-port", "-1",
-                    "--max-queue", str(opts.max_queue)]
+                    "--max-queue", str(opts.max_queue), *wait]
+        gateway_bound = str(DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE) if bound == "measured" else bound
         gateway = [*pin, *module_command("bench.overload_xgb", "--gateway-child", str(gw),
-                                         f"http://127.0.0.1:{inst}", bound, shed)]
+                                         f"http://127.0.0.1:{inst}", gateway_bound, shed)]
         env = dict(os.environ)
         with serve(instance, f"http://127.0.0.1:{inst}/health/ready",
                    log=logs / f"i{bound}-{shed}.log", env=env, timeout_s=600, poll_s=0.5,
@@ -160,6 +210,7 @@ def main() -> int:
                       stop_timeout_s=120):
             url = f"http://127.0.0.1:{gw}"
             lags: list[float] = []
+            watcher = Watcher(f"http://127.0.0.1:{inst}/v2/models/{MODEL}/config")
             if opts.client == "raw":
                 target = Target.post_json(f"{url}/v2/models/{MODEL}/infer",
                                           json.dumps(BODY).encode())
@@ -169,12 +220,16 @@ def main() -> int:
             else:
                 results[name] = measure(infer(url), opts)
             results[name]["offered_rps"] = round(results[name]["offered"] / opts.seconds, 1)
-        print(json.dumps({"bound": int(bound), "shed": shed, **results[name]}), flush=True)
+            bounds, rates = watcher.stop()
+            results[name]["instance_bound"] = _spread(bounds)
+            results[name]["busy_rate"] = _spread(rates)
+        print(json.dumps({"bound": bound, "shed": shed, **results[name]}), flush=True)
     keys = ["capacity_rps", "offered_rps", "share_2xx", "capacity_p99_ttft_s",
-            "admitted_p99_ttft_s", "reject_median_ms", "reject_p99_ms", "num_5xx", "recovery_s"]
+            "admitted_p99_ttft_s", "reject_median_ms", "reject_p99_ms", "num_5xx", "recovery_s",
+            "instance_bound", "busy_rate", "client_lag_s"]
     print(f"\n{'bound/shed':<12}" + "".join(f"{k:>22}" for k in keys))
     for name, r in results.items():
-        print(f"{name:<12}" + "".join(f"{r[k]!s:>22}" for k in keys))
+        print(f"{name:<12}" + "".join(f"{r.get(k)!s:>22}" for k in keys))
     print("(for xgb the *_ttft_s columns are the time to the whole answer)")
     for name, r in results.items():
         print(f"bound/shed {name}: admitted p99 / capacity p99 "

@@ -158,9 +158,14 @@ def _inspect(args: argparse.Namespace) -> int:
     adapter = adapter_of(package.manifest)
     if adapter is not None:
         cached = {"adapter": {"base": adapter.base_key, "rank": adapter.rank}}
+    from podium.backends.batching import DEFAULT_MAX_QUEUE
+    from podium.backends.classic_admission import planned
+
+    admission = planned(package.manifest, DEFAULT_MAX_QUEUE)
     if args.json:
         print(json.dumps({"manifest": data, "root": str(package.root), "files": files,
-                          "cached": cached}, indent=2))
+                          "cached": cached, **({"admission": admission} if admission else {})},
+                         indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -169,6 +174,11 @@ def _inspect(args: argparse.Namespace) -> int:
     for key, value in data.items():
         table.add_row(key, json.dumps(value) if not isinstance(value, str) else value)
     table.add_row("files", "\n".join(files))
+    if admission is not None:
+        table.add_row("admission", f"in-flight bound measured while serving: completions per "
+                      f"busy second x {admission['target_wait_s']:g} s "
+                      f"({admission['target_wait_source']}), between {admission['floor']} and "
+                      f"{admission['ceiling']}")
     if adapter is not None:
         table.add_row("adapter of", f"{adapter.base_key} (rank {adapter.rank})")
     elif cached is not None:

@@ -64,6 +64,9 @@ class InferenceResponse:
     """False on every part of a decoupled stream but the last."""
     model_version: str = ""
     """The version that served the request (set by the repository)."""
+    admission_bound: int | None = None
+    """The in-flight bound this instance measured for the model (classic backends,
+    `classic_admission`); sent to the gateway as the `podium-admission-bound` header."""
 
 
 @dataclass(frozen=True)

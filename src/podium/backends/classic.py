@@ -3,17 +3,20 @@
 A subclass loads its model (`_load_model`, in a worker thread), may derive its I/O from it
 (`_derive_io`), and scores one already-concatenated batch (`_predict`). This class concatenates
 concurrent requests along the batch dimension, runs the model off the event loop, and splits
-the results back.
+the results back. It also measures the instance's completions per busy second and derives the
+in-flight bound the gateway admits to from it (`classic_admission`), sent on every answer.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 from typing import Any
 
 import numpy as np
 
+from podium.backends import classic_admission
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
 from podium.backends.batching import (
     DEFAULT_MAX_QUEUE,
@@ -26,6 +29,8 @@ from podium.backends.limits import resolve
 from podium.backends.outputs import check_outputs, to_output_array
 from podium.errors import BackendError, Overloaded, PackageError, PodiumError
 from podium.package.manifest import TensorSpec
+
+log = logging.getLogger(__name__)
 
 Arrays = dict[str, np.ndarray]
 
@@ -42,6 +47,9 @@ class ClassicBackend(Backend):
         self._max_in_flight = DEFAULT_MAX_QUEUE
         """Without a batcher: most requests in flight at once (the max_queue bound)."""
         self._num_in_flight = 0
+        self.admission = classic_admission.ClassicAdmission(
+            classic_admission.DEFAULT_TARGET_WAIT_S, DEFAULT_MAX_QUEUE, "default")
+        """The in-flight bound measured on this instance (replaced at load)."""
 
     # -- subclass hooks ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -82,6 +90,19 @@ class ClassicBackend(Backend):
             self._batcher = DynamicBatcher(self._run_batch, config, size_of=_batch_size,
                                            signature_of=_signature, name=self.name,
                                            version=self.version)
+        self.admission = self._admission()
+        log.info("%s", self.admission.describe(self.package.key))
+
+    def _admission(self) -> classic_admission.ClassicAdmission:
+        """The measured bound's settings: the target wait (the flag's, else the package's,
+        else the default) and the ceiling (the queue plus one batch)."""
+        flag = self.limits.classic_target_wait_s
+        package = getattr(self.manifest, "admission_target_wait_s", None)
+        target, source = ((flag, "flag") if flag is not None else
+                          (package, "package") if package is not None else
+                          (classic_admission.DEFAULT_TARGET_WAIT_S, "default"))
+        ceiling = self._max_in_flight + max(1, self.max_batch_size)
+        return classic_admission.ClassicAdmission(target, ceiling, source)
 
     async def unload(self) -> None:
         if self._batcher is not None:
@@ -101,12 +122,24 @@ class ClassicBackend(Backend):
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         arrays = self._arrays_of(request)
-        if self._batcher is not None:
-            result = await self._batcher.submit(arrays)
-        else:
-            result = await self._run_unbatched(arrays)
+        admission = self.admission
+        admission.busy.started()
+        done = False
+        try:
+            if self._batcher is not None:
+                result = await self._batcher.submit(arrays)
+            else:
+                result = await self._run_unbatched(arrays)
+            done = True
+        except Exception as exc:  # a model's failure took its time; a refusal took none
+            done = not isinstance(exc, Overloaded)
+            raise
+        finally:
+            if admission.finished(completed=done):
+                log.info("%s", admission.describe(self.package.key))
         outputs = [Tensor(spec.name, spec.datatype, result[spec.name]) for spec in self._outputs]
-        response = InferenceResponse(outputs=outputs, id=request.id)
+        response = InferenceResponse(outputs=outputs, id=request.id,
+                                     admission_bound=admission.bound)
         check_outputs(response, self._outputs, self.max_batch_size, package=self.package.key,
                       batch_size=_batch_size(arrays) if self.max_batch_size > 0 else None,
                       complete=True)
@@ -130,6 +163,10 @@ class ClassicBackend(Backend):
 
     def is_alive(self) -> bool:
         return self._batcher is None or self._batcher.is_alive()
+
+    def config(self) -> dict[str, Any]:
+        """Triton's model configuration, with the measured in-flight bound (`admission`)."""
+        return {**super().config(), "admission": self.admission.as_dict()}
 
     def batch_stats(self) -> list[dict[str, Any]]:
         """Triton-style per-batch-size statistics of the dynamic batcher."""

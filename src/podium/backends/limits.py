@@ -36,6 +36,10 @@ class InstanceLimits:
     """The wait the derived bounds of an LLM engine are sized to (`--admission-target-wait-s`):
     where neither the flag nor the package sets a `max_num_queued_*`, the bound is the work the
     engine was measured to finish in this time (`backends.vllm.admission`)."""
+    classic_target_wait_s: float | None = None
+    """The wait a classic model's measured in-flight bound is sized to
+    (`--classic-target-wait-s`); None: the package's `admission_target_wait_s`, else 0.02 s
+    (`backends.classic_admission`)."""
     max_n: int = 16
     """Sequences per LLM request unless the package's `max_n` says otherwise (`--max-n`)."""
     max_stop_strings: int = 16

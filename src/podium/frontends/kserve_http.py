@@ -18,6 +18,7 @@ from fastapi.routing import APIRoute
 
 from podium.backends import deadline
 from podium.backends.base import Backend, InferenceRequest, InferenceResponse, Tensor
+from podium.backends.classic_admission import HEADER as ADMISSION_BOUND
 from podium.errors import InvalidArgument, NotFound, Unavailable
 from podium.errors.http import error_response
 from podium.errors.render import encode, kserve_body, problem_of
@@ -299,10 +300,13 @@ def encode_infer_response(response: InferenceResponse, *, model: str, version: s
     if response.parameters:
         body["parameters"] = response.parameters
     header = json.dumps(body).encode()
+    # the instance's measured in-flight bound, for the gateway (`backends.classic_admission`)
+    headers = ({ADMISSION_BOUND: str(response.admission_bound)}
+               if response.admission_bound is not None else {})
     if not chunks:
-        return Response(header, media_type="application/json")
+        return Response(header, media_type="application/json", headers=headers)
     return Response(b"".join([header, *chunks]), media_type="application/octet-stream",
-                    headers={HEADER_LENGTH: str(len(header))})
+                    headers={**headers, HEADER_LENGTH: str(len(header))})
 
 
 # -- generate extension ----------------------------------------------------------------------

@@ -6,7 +6,9 @@ when the one picked is at its bound (HTTP and gRPC together) every instance of t
 version is (they share a package, so a bound): the request is answered `Overloaded` (429 with
 `Retry-After`, gRPC RESOURCE_EXHAUSTED) without waiting, and counted as shed for that version.
 The bound is what the package's own queue limits imply, when it declares them, else the
-gateway's `--max-in-flight-per-instance`.
+gateway's `--max-in-flight-per-instance`; an instance that measures its own bound (a classic
+model: the work it finishes within its target wait, `backends.classic_admission`) sends it on
+its answers, and the smaller of the two holds (`learn`).
 Shed requests never reached an instance, so they are no evidence about the version: the rollout
 analysis does not count them (neither as requests nor as errors).
 """
@@ -32,7 +34,17 @@ class Admission:
 
     def bound(self, endpoint: Endpoint) -> int:
         """Most requests this gateway keeps in flight on the instance."""
-        return endpoint.max_in_flight or self.max_in_flight
+        configured = endpoint.max_in_flight or self.max_in_flight
+        measured = endpoint.measured_bound
+        return configured if measured is None or measured > configured else measured
+
+    @staticmethod
+    def learn(endpoint: Endpoint, header: str | None) -> None:
+        """Keep the bound the instance measured for itself (its `podium-admission-bound`
+        answer header); an answer without one, or with a value that is no positive
+        integer, changes nothing."""
+        if header is not None and header.isdigit() and int(header) > 0:
+            endpoint.measured_bound = int(header)
 
     def has_room(self, endpoint: Endpoint) -> bool:
         """Whether one more request may go to this instance now."""
@@ -43,10 +55,12 @@ class Admission:
         if self.has_room(endpoint):
             return endpoint
         self.stats.record_shed(model, version, BY_GATEWAY)
-        where = ("the package's queue limits" if endpoint.max_in_flight
+        bound = self.bound(endpoint)
+        where = ("the instance's measured bound" if bound == endpoint.measured_bound
+                 else "the package's queue limits" if endpoint.max_in_flight
                  else "--max-in-flight-per-instance")
         others = (f", {endpoint.in_flight_elsewhere} of them from other gateways"
                   if endpoint.in_flight_elsewhere else "")
-        raise Overloaded(f"every instance of {model}@{version} has {self.bound(endpoint)} "
+        raise Overloaded(f"every instance of {model}@{version} has {bound} "
                          f"requests in flight ({where}{others}); retry in "
                          f"{RETRY_AFTER_S:g} s", retry_after_s=RETRY_AFTER_S)

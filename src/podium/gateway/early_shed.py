@@ -11,6 +11,9 @@ a request's head is parsed: when the path names a KServe model (`/v2/models/...`
 (`RouteTable.saturated`), the answer is the 429 the full path would give (counted as
 shed the same way, the same body and `Retry-After`), written by the protocol itself, and the
 request's body is dropped as it arrives.
+The rendered 429 is kept per path and message (the same refusal is given thousands of times a
+second in a burst; a new bound or count renders anew), so a refusal costs the routing check,
+the count and the write.
 
 Only a certain refusal is answered early; everything else takes the full path: an OpenAI
 request (its model is in the body), a request whose key does not pass (its answer is the 401),
@@ -28,6 +31,9 @@ from podium.gateway.proxy import Gateway
 from podium.gateway.request_route import KSERVE_PATH, PIPELINE_PATH
 from podium.gateway.retry import Attempts
 
+MAX_KEPT = 256
+"""Rendered refusals kept (model, version and bound vary little: past it they are dropped)."""
+
 
 class EarlyShed:
     """`(method, path, headers) -> the 429 to answer now, or None`: for `http_server`."""
@@ -35,6 +41,8 @@ class EarlyShed:
     def __init__(self, gateway: Gateway, access: Access | None = None) -> None:
         self.gateway = gateway
         self.access = access if access is not None and access.guarded else None
+        self._answers: dict[tuple[str, str], Answer] = {}
+        """Rendered refusals by (path, message)."""
 
     def __call__(self, method: str, path: str, headers: Headers) -> Answer | None:
         if method != "POST":
@@ -56,8 +64,18 @@ class EarlyShed:
         try:
             attempts.first()  # raises, counting the shed, unless the table just changed
         except Overloaded as exc:
-            return error_answer(path, exc)
+            return self._refusal(path, exc)
         return None
+
+    def _refusal(self, path: str, exc: Overloaded) -> Answer:
+        """`error_answer(path, exc)`, rendered once per path and message."""
+        key = (path, str(exc))
+        answer = self._answers.get(key)
+        if answer is None:
+            if len(self._answers) >= MAX_KEPT:
+                self._answers.clear()
+            answer = self._answers[key] = error_answer(path, exc)
+        return answer
 
     def _plain(self, path: str, headers: Headers) -> bool:
         """Whether nothing but the overload decides this request's answer: its key passes and

@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from podium.backends.classic_admission import HEADER as ADMISSION_BOUND
 from podium.cancellation import ClientLeft, unless_client_leaves
 from podium.errors import MethodNotAllowed, UpstreamFailed
 from podium.gateway import asgi, deadline
@@ -47,7 +48,8 @@ from podium.routes.table import Endpoint, RouteTable
 _DROP_REQUEST = {b"host", b"connection", b"keep-alive", b"proxy-authenticate",
                  b"proxy-authorization", b"te", b"trailer", b"transfer-encoding", b"upgrade",
                  b"content-length"}
-_DROP_RESPONSE = {b"connection", b"keep-alive", b"transfer-encoding", b"trailer", b"upgrade"}
+_DROP_RESPONSE = {b"connection", b"keep-alive", b"transfer-encoding", b"trailer", b"upgrade",
+                  ADMISSION_BOUND.encode()}  # the instance's word to the gateway, learned
 METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
 WHOLE_MAX_BYTES = 1 << 20
 """Largest upstream body read whole before answering; longer ones are relayed as they come."""
@@ -188,6 +190,7 @@ class Gateway:
             return attempts.after_not_sent(target, str(exc))
         except SENT_FAILED as exc:  # sent, then failed: the instance may have acted
             return self._after_broken(attempt, attempts, target, exc)
+        self.admission.learn(target.endpoint, response.headers.get(ADMISSION_BOUND))
         if not _is_small_whole(response):
             if not _is_refusal(response.status):
                 await self._relay(response, attempt, receive, send)

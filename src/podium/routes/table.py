@@ -51,6 +51,9 @@ class Endpoint:
     max_in_flight: int | None = None
     """The bound the package's own queue limits imply (`declared_bound` below); None: the
     gateway's `--max-in-flight-per-instance`."""
+    measured_bound: int | None = None
+    """The in-flight bound the instance measured for itself (a classic model's
+    `podium-admission-bound` answer header, `Admission.learn`); None until it sends one."""
     idempotent: bool = True
     """The package's `idempotent`: a request it failed may be sent again (to the stable
     version during a rollout); False for a model with side effects."""

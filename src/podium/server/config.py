@@ -144,6 +144,14 @@ class ServerConfig(ProcessConfig):
         description="The wait an LLM engine's admission bounds are sized to: unless set, "
         "max_num_queued_* are the work the engine, measured after its warm-up, finishes in "
         "this time.")
+    classic_target_wait_s: Annotated[float | None, Flag("--classic-target-wait-s",
+                                                        metavar="SECONDS")] = Field(
+        default=None, gt=0, le=60, strict=True,
+        description="The wait a classic model's in-flight bound is sized to: the bound the "
+        "gateway admits to is the requests the instance was measured to finish in this time "
+        "(completions per busy second x the wait, at least 16, at most the queue plus one "
+        "batch); overrides every package's admission_target_wait_s; default: the package's, "
+        "else 0.02.")
     shutdown_timeout_s: Annotated[float, Flag("--shutdown-timeout", metavar="SECONDS")] = Field(
         default=30.0, ge=0, strict=True,
         description="Seconds SIGTERM may take in all: in-flight requests, then unloading; past "
@@ -197,7 +205,8 @@ class ServerConfig(ProcessConfig):
             max_queue=self.max_queue, queue_timeout_ms=self.queue_timeout_ms,
             max_num_queued_reqs=self.max_num_queued_reqs,
             max_num_queued_tokens=self.max_num_queued_tokens,
-            admission_target_wait_s=self.admission_target_wait_s, max_n=self.max_n,
+            admission_target_wait_s=self.admission_target_wait_s,
+            classic_target_wait_s=self.classic_target_wait_s, max_n=self.max_n,
             max_stop_strings=self.max_stop_strings, max_stop_chars=self.max_stop_chars,
             max_messages=self.max_messages,
             max_batch_conversations=self.max_batch_conversations)

@@ -1,0 +1,162 @@
+"""A classic model's admission bound, derived from what the instance was measured to do.
+
+The gateway refuses a request at once when the instance it would go to already holds its
+in-flight bound (`gateway.admission`). A fixed bound says nothing about the model or the
+machine: 256 requests are a fifth of a second of xgb-example's work on a fast core, and
+minutes of a large torch model's. So the instance measures its **completions per busy
+second**: requests answered, divided by the time at least one request was in the backend
+(queued or being scored). Idle time does not count, so a quiet instance's rate is not
+diluted by the gaps between requests. The bound is the work that rate finishes within the
+target wait (`podium serve --classic-target-wait-s`, the manifest's
+`admission_target_wait_s`; 0.02 s by default): rate x wait, at least `FLOOR`, at most what
+the package's queue holds plus one batch (`ceiling`). Until `MIN_COMPLETIONS` requests have
+been measured the bound is the floor.
+
+The instance sends the bound on every KServe HTTP answer (the `podium-admission-bound`
+header); the gateway keeps, per instance, the smaller of it and its own bound, and strips the
+header before it answers the client.
+
+What the measurement is and is not: under load the backend is never empty, so busy time is
+wall time and the rate is the instance's throughput, HTTP and JSON work included (they share
+the event loop). At light load a request rarely has company, the batches are small and the
+rate is below what the instance could do; the floor keeps that from throttling a burst
+before it has been measured. Old work fades: past `WINDOW_S` of busy time both sums halve.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+DEFAULT_TARGET_WAIT_S = 0.02
+"""The wait an admitted request may spend behind the others in the instance. Measured on
+xgb-example (docs/benchmarks.md): a bound of 128 let the gateway collapse under a 4x burst
+(refusals p99 9.7 s); 16 met the targets."""
+FLOOR = 16
+"""The least bound: enough concurrency for the batcher to form batches before the rate has
+been measured under load."""
+MIN_COMPLETIONS = 64
+"""Requests measured before the rate is trusted."""
+WINDOW_S = 4.0
+"""Busy seconds after which the older measurement counts half."""
+HEADER = "podium-admission-bound"
+"""The response header that carries the bound to the gateway."""
+
+
+class BusyRate:
+    """Completions per busy second of one backend (`started`/`finished` around each request)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.in_flight = 0
+        self._busy_since = 0.0
+        self._busy_s = 0.0
+        """Busy seconds of the closed busy periods (decayed)."""
+        self._completions = 0.0
+        """Requests finished (decayed alike)."""
+        self.measured = 0
+        """Requests finished in all."""
+
+    def started(self) -> None:
+        """A request entered the backend."""
+        if self.in_flight == 0:
+            self._busy_since = self._clock()
+        self.in_flight += 1
+
+    def finished(self, *, completed: bool = True) -> None:
+        """A request left the backend: answered or failed by the model (`completed`), or
+        refused or abandoned before it was scored (its busy time counts, it does not)."""
+        self.in_flight -= 1
+        if completed:
+            self._completions += 1
+            self.measured += 1
+        now = self._clock()
+        self._busy_s += now - self._busy_since
+        self._busy_since = now  # still busy if others are in flight; else set on the next start
+        if self._busy_s > WINDOW_S:
+            self._busy_s /= 2
+            self._completions /= 2
+
+    def rate(self) -> float | None:
+        """Requests finished per busy second; None until enough have been measured."""
+        if self.measured < MIN_COMPLETIONS or self._busy_s <= 0:
+            return None
+        return self._completions / self._busy_s
+
+
+def bound(rate: float | None, target_wait_s: float, ceiling: int) -> int:
+    """The in-flight bound: what `rate` finishes in the target wait, within [FLOOR, ceiling]."""
+    floor = min(FLOOR, ceiling)
+    if rate is None:
+        return floor
+    return max(floor, min(ceiling, int(rate * target_wait_s)))
+
+
+class ClassicAdmission:
+    """One classic backend's measured bound: the rate, the settings, what to log and show."""
+
+    def __init__(self, target_wait_s: float, ceiling: int, source: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.target_wait_s = target_wait_s
+        self.ceiling = ceiling
+        self.source = source
+        """Where the target wait came from: flag, package or default."""
+        self.busy = BusyRate(clock)
+        self.bound = bound(None, target_wait_s, ceiling)
+        self._logged = self.bound
+
+    def finished(self, *, completed: bool = True) -> bool:
+        """Count a request that left the backend (`BusyRate.finished`) and update the bound;
+        True when the bound moved by half or more since it was last logged, or was measured
+        for the first time."""
+        self.busy.finished(completed=completed)
+        if not completed:
+            return False
+        rate = self.busy.rate()
+        if rate is None:
+            return False
+        self.bound = bound(rate, self.target_wait_s, self.ceiling)
+        first = self.busy.measured == MIN_COMPLETIONS
+        if first or abs(self.bound - self._logged) * 2 >= self._logged:
+            self._logged = self.bound
+            return True
+        return False
+
+    def describe(self, key: str) -> str:
+        """One log line: the bound, the rate behind it and the settings."""
+        rate = self.busy.rate()
+        measured = (f"measured {rate:.0f} completions per busy second over "
+                    f"{self.busy.measured} requests" if rate is not None else
+                    f"not measured yet (the floor until {MIN_COMPLETIONS} requests are served)")
+        return (f"admission of {key}: in-flight bound {self.bound} for a "
+                f"{self.target_wait_s:g}s target wait ({self.source}); {measured}; "
+                f"between {min(FLOOR, self.ceiling)} and {self.ceiling} (the queue plus one "
+                "batch)")
+
+    def as_dict(self) -> dict[str, Any]:
+        """What the model's config route shows (`/v2/models/{m}/config`, `admission`)."""
+        rate = self.busy.rate()
+        return {"in_flight_bound": self.bound, "target_wait_s": self.target_wait_s,
+                "target_wait_source": self.source,
+                "completions_per_busy_s": round(rate, 1) if rate is not None else None,
+                "measured_requests": self.busy.measured, "floor": min(FLOOR, self.ceiling),
+                "ceiling": self.ceiling}
+
+
+def planned(manifest: Any, default_max_queue: int) -> dict[str, Any] | None:
+    """What `podium inspect` shows of a classic package's bound before any instance measured
+    it: the target wait (the package's, else the default; `--classic-target-wait-s` overrides
+    both where the instance runs), the floor and the ceiling. None for other backends."""
+    if not hasattr(manifest, "admission_target_wait_s"):
+        return None
+    batching = manifest.dynamic_batching
+    queue = (batching.max_queue if batching is not None and batching.max_queue is not None
+             else default_max_queue)
+    ceiling = queue + max(1, manifest.max_batch_size)
+    wait = manifest.admission_target_wait_s
+    return {"in_flight_bound": "measured while serving: completions per busy second x the "
+                               "target wait",
+            "target_wait_s": wait if wait is not None else DEFAULT_TARGET_WAIT_S,
+            "target_wait_source": "package" if wait is not None else "default",
+            "floor": min(FLOOR, ceiling), "ceiling": ceiling}
