@@ -56,7 +56,7 @@ class FakeRay:
     def __init__(self, actor: FakeActor) -> None:
         self.actor = actor
         self.made: list[dict[str, Any]] = []
-        context = SimpleNamespace(get_node_id=lambda: "node-1", namespace="podium-test")
+        context = SimpleNamespace(get_node_id=lambda: "node-1", namespace="the-jobs")
         self.get_runtime_context = lambda: context
         self.util = SimpleNamespace(scheduling_strategies=SimpleNamespace(
             NodeAffinitySchedulingStrategy=lambda node_id, soft: SimpleNamespace(
@@ -92,7 +92,8 @@ def _fork(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, answer: Any,
         process, note = fork_on_node(
             [str(tmp_path / "child.py"), str(tmp_path / "out.txt")], out=log,
             env=env if env is not None else {"PATH": "/usr/bin:/bin"}, nice=0,
-            settings={"workdir": str(tmp_path), "modules": ["json"], "nice": 0})
+            settings={"namespace": "podium-test", "workdir": str(tmp_path),
+                      "modules": ["json"], "nice": 0})
     return process, note, fake
 
 

@@ -63,7 +63,7 @@ def test_a_watched_server_gets_sigterm_when_its_gate_writer_closes(
 
 def test_a_writer_gone_before_the_watch_is_armed_still_stops_the_server(
         zygote: Zygote, tmp_path: Path) -> None:
-    child, out = fork(zygote, tmp_path, 120, watch=True)
+    child, _ = fork(zygote, tmp_path, 120, watch=True)
     child.stdin.write(b"go\n")
     child.stdin.close()  # before the child has read "go": no signal is sent for this close
     wait_for(lambda: child.poll() is not None)

@@ -137,8 +137,8 @@ class RayRuntime(Supervisor[_Actor]):
         self.zygote, self.zygote_backends = zygote, zygote_backends
         """Instances of these backends fork from their node's zygote when it is ready
         (`ray_zygote`); the others, and any it cannot fork, start as processes."""
-        self._zygote_settings = {"workdir": str(workdir), "modules": zygote_modules,
-                                 "nice": boot_nice}  # its import must not slow serving ones
+        self._zygote_settings = {"namespace": self.namespace, "workdir": str(workdir),
+                                 "modules": zygote_modules, "nice": boot_nice}  # its import must not slow serving ones
         self._zygote_nodes: set[str] = set()
         """Nodes this runtime has made (or found) a zygote on."""
         self._adopt()
@@ -153,7 +153,7 @@ class RayRuntime(Supervisor[_Actor]):
     def start_zygotes(self) -> list[str]:
         """A zygote on every live node that has none yet (they import the engine in the
         background); the nodes' ids."""
-        nodes = start_zygotes(self._ray, self.namespace, **self._zygote_settings)
+        nodes = start_zygotes(self._ray, **self._zygote_settings)
         self._zygote_nodes.update(nodes)
         return nodes
 

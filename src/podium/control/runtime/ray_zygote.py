@@ -108,9 +108,11 @@ class NodeZygote:
         self.zygote.start()
 
 
-def node_zygote(ray: Any, node_id: str, namespace: str, *, workdir: str,
+def node_zygote(ray: Any, node_id: str, *, namespace: str, workdir: str,
                 modules: list[str] | None = None, nice: int = 0) -> Any:
-    """The zygote actor of `node_id`, made now if it does not exist (returns at once)."""
+    """The zygote actor of `node_id` in the control plane's `namespace` (an actor's runtime
+    context names its job's, not the plane's), made now if it does not exist (returns at
+    once)."""
     strategies = ray.util.scheduling_strategies
     return ray.remote(NodeZygote).options(
         name=zygote_name(node_id), namespace=namespace, lifetime="detached",
@@ -119,11 +121,11 @@ def node_zygote(ray: Any, node_id: str, namespace: str, *, workdir: str,
     ).remote(workdir, modules, nice)
 
 
-def start_zygotes(ray: Any, namespace: str, **settings: Any) -> list[str]:
+def start_zygotes(ray: Any, **settings: Any) -> list[str]:
     """A zygote on every live node (made where missing); the node ids."""
     nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
     for node in nodes:
-        node_zygote(ray, node, namespace, **settings)
+        node_zygote(ray, node, **settings)
     return nodes
 
 
@@ -135,8 +137,7 @@ def fork_on_node(argv: list[str], *, out: IO[bytes], env: Mapping[str, str], nic
     import ray
 
     try:
-        context = ray.get_runtime_context()
-        actor = node_zygote(ray, context.get_node_id(), context.namespace, **settings)
+        actor = node_zygote(ray, ray.get_runtime_context().get_node_id(), **settings)
         target = ray.get(actor.target.remote(), timeout=ASK_TIMEOUT_S)
     except Exception as exc:  # an optimisation: any failure starts it plain
         last = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else repr(exc)
