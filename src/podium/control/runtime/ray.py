@@ -137,8 +137,9 @@ class RayRuntime(Supervisor[_Actor]):
         self.zygote, self.zygote_backends = zygote, zygote_backends
         """Instances of these backends fork from their node's zygote when it is ready
         (`ray_zygote`); the others, and any it cannot fork, start as processes."""
+        # niced as a booting instance: its import must not slow the serving ones
         self._zygote_settings = {"namespace": self.namespace, "workdir": str(workdir),
-                                 "modules": zygote_modules, "nice": boot_nice}  # its import must not slow serving ones
+                                 "modules": zygote_modules, "nice": boot_nice}
         self._zygote_nodes: set[str] = set()
         """Nodes this runtime has made (or found) a zygote on."""
         self._adopt()
