@@ -41,9 +41,10 @@ from podium.preload.spawn import Zygote, ZygoteProcess, fork_server
 
 log = logging.getLogger("podium.preload")
 NAME_PREFIX = "podium-zygote@"
-ASK_TIMEOUT_S = 3.0
-"""How long a host waits for its node's zygote actor to say where it listens (made just now:
-a worker process starts for it; then the instance starts plain)."""
+ASK_TIMEOUT_S = 10.0
+"""How long a host waits for its node's zygote actor to say where it listens: milliseconds once
+the actor runs; a second or a few when it is made just now (a worker process starts for it, and
+it answers "importing": the instance starts plain). Longer means the node is in trouble: plain."""
 RAY_THREADS = "OMP_NUM_THREADS"
 
 
