@@ -131,9 +131,9 @@ def cold_start_wait_s(default: float) -> float:
 
 
 def zygote() -> bool:
-    """PODIUM_ZYGOTE: ``0`` starts each vLLM instance of `podium up`'s local runtime as a
-    plain process; on otherwise (the default): they fork from a zygote with vLLM imported
-    (`podium.preload.zygote`)."""
+    """PODIUM_ZYGOTE: ``0`` starts each vLLM instance of `podium up` as a plain process, under
+    the local runtime and Ray alike; on otherwise (the default): they fork from a zygote with
+    vLLM imported (`podium.preload.zygote`; on Ray, one per node, `control.runtime.ray_zygote`)."""
     return os.environ.get("PODIUM_ZYGOTE", "1") != "0"
 
 

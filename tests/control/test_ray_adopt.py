@@ -100,6 +100,8 @@ def test_a_restart_adopts_each_instances_live_actor_and_clears_the_rest(
         Actor("echo-1-999#0", namespace, _place(1400)),  # its record is gone
         Actor(f"echo-1-{rows['ready']}#1", "podium-another-plane", _place(1500)),
         Actor("not-ours", namespace, _place(1600)),
+        Actor("podium-zygote@node-1100", namespace),  # the node's zygote: the next plane's
+        Actor("podium-zygote@node-1100", "podium-another-plane"),
     ])
     monkeypatch.setattr(ray_runtime, "connect", lambda address: False)
     monkeypatch.setitem(sys.modules, "ray", fake)
@@ -126,3 +128,17 @@ def test_a_restart_adopts_each_instances_live_actor_and_clears_the_rest(
     # the deployment still wants one serving instance: scaling to 1 starts none
     runtime.scale("echo", "1", 1)
     assert len(runtime.instances()) == 2
+
+
+def test_a_closing_plane_kills_its_zygotes_and_no_other_planes(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace = ray_runtime.namespace_for(
+        store.engine.url.render_as_string(hide_password=True))
+    fake = FakeRay([Actor("podium-zygote@node-1", namespace),
+                    Actor("podium-zygote@node-1", "podium-another-plane")])
+    monkeypatch.setattr(ray_runtime, "connect", lambda address: False)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    runtime = RayRuntime(store, RouteTable(), tmp_path / "instances")
+    assert fake.killed == []  # adoption leaves a zygote alone
+    runtime.close()
+    assert fake.killed == ["podium-zygote@node-1"]

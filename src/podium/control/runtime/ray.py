@@ -12,6 +12,12 @@ The actors are named and detached, in a namespace per control plane (per databas
 outlive the control plane, and the next one on that database adopts the live ones (same actors,
 same servers, probed back in) instead of starting new ones, as the local runtime adopts
 processes. Actors of the namespace that match no live instance record are killed.
+
+With zygotes on (`podium up`'s default, as for the local runtime; ``PODIUM_ZYGOTE=0`` turns them
+off), each node runs a detached `ray_zygote.NodeZygote` actor in the namespace, and the
+instances of vLLM packages fork their server from their node's (`ray_zygote`). Adoption leaves
+those actors alone (the next plane forks from them); a plane that closes, stopping its
+instances, kills them.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from podium.control.runtime.ray_placement import (
     resources_for,
     unplaceable,
 )
+from podium.control.runtime.ray_zygote import NAME_PREFIX, start_zygotes
 from podium.control.runtime.supervisor import Instance, Supervisor
 from podium.control.store import Store
 from podium.errors import Unavailable
@@ -110,7 +117,9 @@ class RayRuntime(Supervisor[_Actor]):
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
                  probe_timeout_s: float = 1.0, boot_nice: int = BOOT_NICE,
                  serve_nice: int = SERVE_NICE,
-                 credential: str | None = None) -> None:
+                 credential: str | None = None, zygote: bool = False,
+                 zygote_backends: tuple[str, ...] = ("vllm",),
+                 zygote_modules: list[str] | None = None) -> None:
         super().__init__(store, table, max_restarts=max_restarts,
                          drain_timeout_s=drain_timeout_s, stop_timeout_s=stop_timeout_s,
                          probe_timeout_s=probe_timeout_s, credential=credential)
@@ -125,13 +134,48 @@ class RayRuntime(Supervisor[_Actor]):
 
         self._ray = ray
         self._host = ray.remote(InstanceHost)
+        self.zygote, self.zygote_backends = zygote, zygote_backends
+        """Instances of these backends fork from their node's zygote when it is ready
+        (`ray_zygote`); the others, and any it cannot fork, start as processes."""
+        # niced as a booting instance: its import must not slow the serving ones
+        self._zygote_settings = {"namespace": self.namespace, "workdir": str(workdir),
+                                 "modules": zygote_modules, "nice": boot_nice}
+        self._zygote_nodes: set[str] = set()
+        """Nodes this runtime has made (or found) a zygote on."""
         self._adopt()
 
     def close(self, timeout_s: float | None = None) -> None:
-        """Stop every instance, then leave (or shut down) Ray."""
+        """Stop every instance and this plane's zygotes, then leave (or shut down) Ray."""
         super().close(timeout_s)
+        self._kill_zygotes()
         if self._owns_ray:
             self._ray.shutdown()
+
+    def start_zygotes(self) -> list[str]:
+        """A zygote on every live node that has none yet (they import the engine in the
+        background); the nodes' ids."""
+        nodes = start_zygotes(self._ray, **self._zygote_settings)
+        self._zygote_nodes.update(nodes)
+        return nodes
+
+    def zygotes(self) -> dict[str, Any]:
+        """Node id -> what its zygote answers (`NodeZygote.target`: None while it imports)."""
+        ray = self._ray
+        found = {}
+        for node in self._zygote_nodes:
+            with contextlib.suppress(ValueError, ray.exceptions.RayError):
+                actor = ray.get_actor(NAME_PREFIX + node, namespace=self.namespace)
+                found[node] = ray.get(actor.target.remote(), timeout=self.probe_timeout_s * 5)
+        return found
+
+    def _kill_zygotes(self) -> None:
+        ray = self._ray
+        with contextlib.suppress(ray.exceptions.RayError):
+            for entry in ray.util.list_named_actors(all_namespaces=True):
+                if (entry["namespace"] == self.namespace
+                        and entry["name"].startswith(NAME_PREFIX)):
+                    with contextlib.suppress(ValueError, ray.exceptions.RayError):
+                        self._kill(ray.get_actor(entry["name"], namespace=self.namespace))
 
     def instances(self, model: str | None = None,
                   version: str | None = None) -> list[InstanceView]:
@@ -154,10 +198,17 @@ class RayRuntime(Supervisor[_Actor]):
             name=actor_name(instance.id, instance.num_restarts), namespace=self.namespace,
             lifetime="detached", scheduling_strategy=SCHEDULING_STRATEGY,
             **wanted.actor_options()).remote()
+        zygote = None
+        if self.zygote and package.backend in self.zygote_backends:
+            zygote = self._zygote_settings
+            if not self._zygote_nodes:  # the first: zygotes start on every node beside it
+                with contextlib.suppress(self._ray.exceptions.RayError):
+                    self.start_zygotes()
         # the credential travels as a call argument (Ray's own channel), never in the actor's
         # runtime_env, which the cluster's dashboard and state API show
         instance.starting = instance.actor.start.remote(package.location, instance.log_path,
-                                                        self.boot_nice, self.credential)
+                                                        self.boot_nice, self.credential,
+                                                        zygote)
         instance.exit_code, instance.node = None, ""
         # no pid: it is another node's, and a local runtime must never adopt it
         return {"pid": None, "http_port": None, "grpc_port": None,
@@ -196,8 +247,9 @@ class RayRuntime(Supervisor[_Actor]):
         self._placed(instance, where)
         self.store.update_instance(instance.db_id, http_port=where["http_port"],
                                    grpc_port=where["grpc_port"])
+        started = f", {where['started']}" if where.get("started") else ""
         self._note(instance, f"placed on Ray node {where['node_id'][:12]} ({where['node']}) "
-                             f"as actor {where['actor_id']}")
+                             f"as actor {where['actor_id']}{started}")
 
     @staticmethod
     def _placed(instance: _Actor, where: dict[str, Any]) -> None:
