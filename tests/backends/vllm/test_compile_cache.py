@@ -156,10 +156,19 @@ def test_inductor_compiling_another_graph_is_no_hit(tmp_path: Path, caplog) -> N
     assert cache.lookup(_job().key).info["hits"] == 0
 
 
-def test_cpu_compiles_without_aot_and_keys_on_it(monkeypatch) -> None:
-    """vLLM 0.32 cannot load its own AOT build on CPU: a compiled package there compiles with
-    AOT off (a factor of the key), unless the operator set it."""
+def test_cpu_compiles_with_aot_where_the_load_fix_is_installed_and_keys_on_it(
+        monkeypatch) -> None:
+    """vLLM 0.32 loads its own AOT build on CPU only with Podium's aot_load plugin: a compiled
+    package there compiles with AOT at vLLM's default (on) where the plugin is installed, else
+    with AOT off (a factor of the key either way), unless the operator set it."""
+    from podium.engine_patches import aot_load
+
     monkeypatch.delenv(engine_build.AOT_COMPILE_ENV, raising=False)
+    monkeypatch.setattr(aot_load, "fixes_installed_engine", lambda: True)
+    engine_build._reloadable_on("cpu")
+    assert engine_build.AOT_COMPILE_ENV not in os.environ
+    assert keys.engine_env()["VLLM_USE_AOT_COMPILE"] is True
+    monkeypatch.setattr(aot_load, "fixes_installed_engine", lambda: False)
     engine_build._reloadable_on("cuda")
     assert engine_build.AOT_COMPILE_ENV not in os.environ
     engine_build._reloadable_on("cpu")

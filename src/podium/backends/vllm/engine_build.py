@@ -68,13 +68,18 @@ AOT_COMPILE_ENV = "VLLM_USE_AOT_COMPILE"
 
 
 def _reloadable_on(kind: str) -> None:
-    """On CPU, compile the way the engine can load back: vLLM 0.32 saves its AOT artifact
-    there but fails to load it (the stock-Inductor function of DYNAMO_TRACE_ONCE has no
-    `finalize_loading`; upstream turned AOT off on CPU, vllm-project/vllm#32037). Without AOT
-    Dynamo traces at each boot and Inductor's FX-graph and AOTAutograd caches in the entry
-    serve the compiled code. Set before the key is computed, so it is a factor of it; an
-    operator's own setting stays."""
-    if kind == "cpu" and AOT_COMPILE_ENV not in os.environ:
+    """On CPU, compile the way the engine can load back. vLLM 0.32 saves its AOT build there
+    but cannot load it alone (the stock-Inductor function of DYNAMO_TRACE_ONCE has no
+    `finalize_loading`; upstream turned AOT off on CPU, vllm-project/vllm#32037):
+    `podium.engine_patches.aot_load` fixes the load, and a boot from the cache then skips
+    Dynamo (10 s instead of 66 s here). Where that plugin is not installed for this engine,
+    AOT is turned off: Dynamo traces at each boot and Inductor's FX-graph and AOTAutograd
+    caches in the entry serve the compiled code. Set before the key is computed, so it is a
+    factor of it; an operator's own setting stays."""
+    from podium.engine_patches import aot_load
+
+    if (kind == "cpu" and AOT_COMPILE_ENV not in os.environ
+            and not aot_load.fixes_installed_engine()):
         os.environ[AOT_COMPILE_ENV] = "0"
 
 
