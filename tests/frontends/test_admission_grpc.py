@@ -16,45 +16,11 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from podium.backends.base import Backend, InferenceRequest, InferenceResponse
-from podium.backends.tensor_text import text_tensor
-from podium.backends.vllm import checks
-from podium.errors import PodiumError
 from podium.frontends.kserve_grpc import create_server
-from podium.package.manifest import TensorSpec
 from podium.repository import ModelRepository
-from tests.support.fake_backends import FakeLlmBackend, add_ready
-from tests.support.full_engine import FullEngine
+from tests.support.fake_backends import add_ready
+from tests.support.full_engine import ADAPTER, GenerateLlm
 from tests.support.ports import free_port
-
-ADAPTER = "fake-adapter"
-
-
-class GrpcLlm(FakeLlmBackend):
-    """An LLM over Triton's generate contract whose `refusal` is `VllmBackend`'s (the engine's
-    admission check); it records every request it is handed (where vLLM would tokenize)."""
-
-    def __init__(self, name: str = "fake-llm", engine: FullEngine | None = None) -> None:
-        super().__init__(name)
-        self.engine = engine or FullEngine()
-        self.handed: list[str] = []
-        self.view: GrpcLlm | None = None
-
-    def inputs(self) -> list[TensorSpec]:
-        return [TensorSpec(name="text_input", datatype="BYTES", shape=[1])]
-
-    def outputs(self) -> list[TensorSpec]:
-        return [TensorSpec(name="text_output", datatype="BYTES", shape=[-1])]
-
-    def refusal(self) -> PodiumError | None:
-        return checks.room_refusal(self.engine)
-
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        self.handed.append(self.name)
-        return InferenceResponse(outputs=[text_tensor("text_output", ["hi"])])
-
-    def adapter(self, name: str, version: str | None) -> Backend | None:
-        return self.view if name == ADAPTER else None
 
 
 def _request(model: str, *, bad: bool = False) -> service_pb2.ModelInferRequest:
@@ -74,11 +40,11 @@ def _counted(model: str, method: str, code: str) -> float:
 
 @contextlib.asynccontextmanager
 async def served() -> AsyncIterator[tuple[service_pb2_grpc.GRPCInferenceServiceStub,
-                                          ModelRepository, GrpcLlm]]:
+                                          ModelRepository, GenerateLlm]]:
     repository = ModelRepository()
-    backend = GrpcLlm()
+    backend = GenerateLlm()
     backend.serves_adapters = True
-    backend.view = GrpcLlm(ADAPTER, backend.engine)  # runs on its base's engine
+    backend.view = GenerateLlm(ADAPTER, backend.engine)  # runs on its base's engine
     add_ready(repository, backend)
     port = free_port()
     server = create_server(repository, port=port, server_ready=lambda: True, host="127.0.0.1")

@@ -17,51 +17,26 @@ import httpx
 import pytest
 import uvicorn
 
-from podium.backends.base import Backend, InferenceRequest, InferenceResponse
-from podium.backends.tensor_text import text_tensor
+from podium.backends.base import InferenceRequest, InferenceResponse
 from podium.backends.vllm import checks
-from podium.errors import PodiumError
-from podium.package.manifest import TensorSpec
 from podium.server.app import build_app
 from podium.server.config import ServerConfig
 from podium.server.instance import Instance
 from podium.server.serve import uvicorn_config
-from tests.support.fake_backends import FakeLlmBackend, add_ready
-from tests.support.full_engine import FullEngine
+from tests.support.fake_backends import add_ready
+from tests.support.full_engine import ADAPTER, GenerateLlm
 from tests.support.polling import async_eventually
 from tests.support.ports import free_port
 
 GOOD = {"text_input": "hello there", "parameters": {"max_tokens": 4}}
-ADAPTER = "fake-adapter"
-
-
-class KServeLlm(FakeLlmBackend):
-    """An LLM over Triton's generate contract whose engine checks admission as vLLM's
-    `generate` does (the full path's 429), and whose `refusal` is `VllmBackend`'s."""
-
-    def __init__(self, name: str = "fake-llm", engine: FullEngine | None = None) -> None:
-        super().__init__(name)
-        self.engine = engine or FullEngine()
-        self.served: list[str] = []
-        self.view: KServeLlm | None = None
-
-    def inputs(self) -> list[TensorSpec]:
-        return [TensorSpec(name="text_input", datatype="BYTES", shape=[1])]
-
-    def outputs(self) -> list[TensorSpec]:
-        return [TensorSpec(name="text_output", datatype="BYTES", shape=[-1])]
-
-    def refusal(self) -> PodiumError | None:
-        return checks.room_refusal(self.engine)
+class KServeLlm(GenerateLlm):
+    """`GenerateLlm` whose engine also checks admission as vLLM's `generate` does (the full
+    path's 429)."""
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         with checks.engine_rejections():
             self.engine.check_admission()
-        self.served.append(self.name)
-        return InferenceResponse(outputs=[text_tensor("text_output", ["hi"])])
-
-    def adapter(self, name: str, version: str | None) -> Backend | None:
-        return self.view if name == ADAPTER else None
+        return await super().infer(request)
 
 
 def _counted(model: str, endpoint: str, code: str = "429") -> float:
@@ -111,7 +86,7 @@ async def test_each_route_is_refused_from_the_head_then_serves(
         assert f"k-1 POST {path} 429" in capsys.readouterr().err
         stats = (await client.get("/v2/models/fake-llm/stats")).json()
         assert stats["model_stats"][0]["inference_stats"]["fail"]["count"] == failed + 1
-        assert backend.served == []
+        assert backend.handed == []
         backend.engine.full = False
         if path.endswith("/infer"):
             r = await client.post(path, json={"inputs": [{
@@ -120,7 +95,7 @@ async def test_each_route_is_refused_from_the_head_then_serves(
         else:
             r = await client.post(path, json=GOOD)
         assert r.status_code == 200, r.text
-        assert backend.served == ["fake-llm"]
+        assert backend.handed == ["fake-llm"]
 
 
 async def test_the_early_refusal_is_the_full_paths() -> None:
@@ -156,7 +131,7 @@ async def test_an_adapters_refusal_is_counted_for_the_adapter_not_its_base() -> 
         backend.engine.full = False
         r = await client.post(f"/v2/models/{ADAPTER}/generate", json=GOOD)
         assert r.status_code == 200, r.text
-        assert backend.view is not None and backend.view.served == [ADAPTER]
+        assert backend.view is not None and backend.view.handed == [ADAPTER]
         assert _counted(ADAPTER, endpoint, "200") >= 1
 
 
