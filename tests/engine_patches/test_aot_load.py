@@ -31,11 +31,13 @@ def _saved_build(path: Path) -> bytes:
 
 @pytest.fixture
 def bundled(monkeypatch):
-    """torch's wrapper class, restored after the test (the patch changes it in place)."""
+    """torch's wrapper class unpatched for the test, restored after it (the patch changes it
+    in place; the plugin may already have patched it in this process: an engine test's
+    vLLM loads its plugins in-process)."""
     cls = aot_load._bundled_callable()
     assert cls is not None, "torch no longer has BundledAOTAutogradSerializableCallable"
-    monkeypatch.setattr(cls, "deserialize_compile_artifacts",
-                        cls.__dict__["deserialize_compile_artifacts"])
+    original = cls.__dict__.get(aot_load.ORIGINAL, cls.__dict__["deserialize_compile_artifacts"])
+    monkeypatch.setattr(cls, "deserialize_compile_artifacts", original)
     monkeypatch.setattr(cls, aot_load._MARK, False, raising=False)
     return cls
 

@@ -26,12 +26,15 @@ would compile again at every boot.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("podium.engine_patches")
 _MARK = "_podium_aot_load"
+ORIGINAL = "_podium_unpatched_deserialize"
+"""Where `patch` keeps the loader it wrapped (the raw descriptor), so a test can undo it."""
 STEP = "finalize_loading"
 ENTRY_POINT = "podium_aot_load"
 
@@ -87,6 +90,7 @@ def patch(cls: Any) -> None:
     if cls is None or getattr(cls, _MARK, False):
         return
     load = cls.deserialize_compile_artifacts  # bound to cls (a classmethod)
+    setattr(cls, ORIGINAL, inspect.getattr_static(cls, "deserialize_compile_artifacts"))
     cls.deserialize_compile_artifacts = classmethod(_finalizable(load))
     setattr(cls, _MARK, True)
     log.debug("patched %s so vLLM can load its AOT build on CPU", cls.__name__)
