@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,15 +22,12 @@ from podium.control.runtime.ray_zygote import NodeZygote, fork_on_node, without_
 from podium.control.store import Store
 from podium.preload.spawn import Zygote
 from podium.routes.table import RouteTable
+from tests.support.json_zygote import zygote
+from tests.support.polling import eventually
+
+__all__ = ["zygote"]  # a real zygote preloading json (a fixture)
 
 SCRIPT = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('ran')\n"
-
-
-def wait_for(condition: object, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 class GetTimeoutError(Exception):
@@ -74,15 +69,6 @@ class FakeRay:
         return answer
 
 
-@pytest.fixture
-def zygote(tmp_path: Path) -> Iterator[Zygote]:
-    found = Zygote(tmp_path, modules=["json"])
-    found.start()
-    wait_for(found.ready)
-    yield found
-    found.stop()
-
-
 def _fork(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, answer: Any,
           env: dict[str, str] | None = None) -> tuple[Any, str, FakeRay]:
     fake = FakeRay(FakeActor(answer))
@@ -113,7 +99,7 @@ def test_an_instance_forks_from_its_nodes_zygote_watched_by_its_host(
         "podium-zygote@node-1", "podium-test", True, 0)
     assert (made["scheduling_strategy"].node_id, made["scheduling_strategy"].soft) == (
         "node-1", False)
-    wait_for(lambda: process.poll() is not None)
+    assert eventually(lambda: process.poll() is not None, timeout_s=30)
     assert process.poll() == 0 and (tmp_path / "out.txt").read_text() == "ran"
     process.stdin.close()
 
@@ -161,15 +147,15 @@ def test_the_node_zygote_answers_once_ready_and_restarts_a_dead_zygote(
     try:
         assert len(node.zygote.socket) < 100  # a Unix socket's path has at most 107 bytes
         assert "OMP_NUM_THREADS" not in node.zygote.env  # not the zygote's: Ray's
-        wait_for(lambda: node.target() is not None)
+        assert eventually(lambda: node.target() is not None, timeout_s=30)
         found = node.target()
         assert found is not None and found["socket"] == node.zygote.socket
         assert node.zygote.log_path == tmp_path / "logs" / "zygote-0123456789ab.log"
         os.kill(found["pid"], signal.SIGKILL)
-        wait_for(lambda: not node.zygote.alive())
+        assert eventually(lambda: not node.zygote.alive(), timeout_s=30)
         assert node.target() is None  # restarted: importing again
         assert node.zygote.starts == 2
-        wait_for(lambda: node.target() is not None)
+        assert eventually(lambda: node.target() is not None, timeout_s=30)
     finally:
         node.zygote.stop()
 

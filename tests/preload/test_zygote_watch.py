@@ -7,13 +7,13 @@ The zygote imports `json` here, not vLLM."""
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from podium.preload.spawn import Zygote, ZygoteProcess, fork_server
+from tests.support.json_zygote import zygote
+from tests.support.polling import eventually
+
+__all__ = ["zygote"]  # a real zygote preloading json (a fixture)
 
 SCRIPT = """
 import pathlib, sys, time
@@ -21,22 +21,6 @@ pathlib.Path(sys.argv[1]).write_text("running")
 time.sleep(float(sys.argv[2]))
 pathlib.Path(sys.argv[1]).write_text("finished")
 """
-
-
-def wait_for(condition: object, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def zygote(tmp_path: Path) -> Iterator[Zygote]:
-    found = Zygote(tmp_path, modules=["json"])
-    found.start()
-    wait_for(found.ready)
-    yield found
-    found.stop()
 
 
 def fork(zygote: Zygote, tmp_path: Path, sleep_s: float, *,
@@ -53,10 +37,10 @@ def test_a_watched_server_gets_sigterm_when_its_gate_writer_closes(
         zygote: Zygote, tmp_path: Path) -> None:
     child, out = fork(zygote, tmp_path, 120, watch=True)
     child.stdin.write(b"go\n")  # the gate stays open: the host actor lives
-    wait_for(out.exists)
+    assert eventually(out.exists, timeout_s=30)
     assert child.poll() is None
     child.stdin.close()  # what the host actor's death does
-    wait_for(lambda: child.poll() is not None)
+    assert eventually(lambda: child.poll() is not None, timeout_s=30)
     assert child.poll() == -signal.SIGTERM  # the status the zygote recorded
     assert out.read_text() == "running"
 
@@ -66,7 +50,7 @@ def test_a_writer_gone_before_the_watch_is_armed_still_stops_the_server(
     child, _ = fork(zygote, tmp_path, 120, watch=True)
     child.stdin.write(b"go\n")
     child.stdin.close()  # before the child has read "go": no signal is sent for this close
-    wait_for(lambda: child.poll() is not None)
+    assert eventually(lambda: child.poll() is not None, timeout_s=30)
     assert child.poll() == -signal.SIGTERM
 
 
@@ -74,7 +58,7 @@ def test_an_unwatched_server_outlives_its_gate_writer(zygote: Zygote, tmp_path: 
     child, out = fork(zygote, tmp_path, 0.5, watch=False)
     child.stdin.write(b"go\n")
     child.stdin.close()  # the local runtime closes its gate at once: the server runs on
-    wait_for(lambda: child.poll() is not None)
+    assert eventually(lambda: child.poll() is not None, timeout_s=30)
     assert child.poll() == 0
     assert out.read_text() == "finished"
 
@@ -82,6 +66,6 @@ def test_an_unwatched_server_outlives_its_gate_writer(zygote: Zygote, tmp_path: 
 def test_a_watched_server_never_told_go_exits_unstarted(zygote: Zygote, tmp_path: Path) -> None:
     child, out = fork(zygote, tmp_path, 0.5, watch=True)
     child.stdin.close()
-    wait_for(lambda: child.poll() is not None)
+    assert eventually(lambda: child.poll() is not None, timeout_s=30)
     assert child.poll() == 0
     assert not out.exists()
