@@ -101,7 +101,7 @@ class NodeZygote:
         from podium.control.runtime import zygote_off
 
         node = ray.get_runtime_context().get_node_id()
-        _sweep(Path(tempfile.gettempdir()))  # folders of this node's earlier zygote actors
+        _sweep(Path(tempfile.gettempdir()))  # folders of gone zygote actors on this machine
         self.off = zygote_off() if modules is None else None
         """Why this node runs no zygote (none is started), or None."""
         self.dir = tempfile.mkdtemp(prefix=DIR_PREFIX)
