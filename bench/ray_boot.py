@@ -1,14 +1,19 @@
 """Boot to ready of the default LLM as an instance of the Ray runtime, by start path.
 
     python -m bench.ray_boot [--modes zygote,plain] [--repeats 3]
+    python -m bench.ray_boot --modes first,plain,first-nowait --repeats 2
 
 Each run starts a local Ray head (this machine's CPUs, no dashboard), a `RayRuntime` on a fresh
 SQLite store with the default package (SmolLM2-135M-Instruct, already in the model cache), and
 scales it to one instance with one start path:
 
 - `zygote`: the instance's server forked from its node's zygote (`control.runtime.ray_zygote`);
-  the zygote is started and its import waited for before the clock starts, as it is for every
-  instance on a node but its first;
+  the zygote is started and its import waited for before the clock starts (a warm node);
+- `first`: the first instance on a fresh head: the runtime starts the node's zygote as it
+  starts (the store has the deployment) and is scaled at once; the instance's host waits for
+  the zygote's import, then forks (`ray_zygote.WAIT_S`);
+- `first-nowait`: as `first` with no wait (``zygote_wait_s=0``, as before the wait existed):
+  the instance starts plain beside the importing zygote;
 - `plain`: zygotes off (``PODIUM_ZYGOTE=0``): `podium serve` a subprocess of the host actor;
 - `zygote-omp1`, `plain-omp1`: as those, with ``OMP_NUM_THREADS=1`` in the node's environment
   before Ray starts: the value Ray sets in every actor, kept (an operator's value is), as the
@@ -33,8 +38,9 @@ from pathlib import Path
 
 from bench.harness.report import Spread
 
-MODES = ("zygote", "plain", "zygote-omp1", "plain-omp1")
+MODES = ("zygote", "plain", "first", "first-nowait", "zygote-omp1", "plain-omp1")
 ENGINE_STEP = re.compile(r"boot step start engine \S+ took ([0-9.]+)s")
+WAITED = re.compile(r"after waiting ([0-9.]+) s for its import")
 
 
 def run(mode: str, timeout_s: float) -> dict:
@@ -63,7 +69,8 @@ def run(mode: str, timeout_s: float) -> dict:
         store.announce_package(DEFAULT_MODEL, manifest["version"], "vllm", str(folder), manifest)
         store.ensure_deployment(DEFAULT_MODEL, manifest["version"], "red-black")
         runtime = RayRuntime(store, RouteTable(), tmp / "instances", num_cpus=1.0,
-                             zygote=mode.startswith("zygote"))
+                             zygote=not mode.startswith("plain"),
+                             **({"zygote_wait_s": 0.0} if mode == "first-nowait" else {}))
         zygote_s = 0.0
         if mode.startswith("zygote"):
             began = time.monotonic()
@@ -83,9 +90,11 @@ def run(mode: str, timeout_s: float) -> dict:
         log = Path(instance.log_path or "").read_text()
         events = [e.message for e in store.list_events(DEFAULT_MODEL)]
         engine = ENGINE_STEP.search(log)
+        waited = [float(m.group(1)) for e in events if (m := WAITED.search(e))]
         return {"mode": mode, "ready_s": round(ready_s, 2), "zygote_import_s": round(zygote_s, 1),
                 "start_engine_s": float(engine.group(1)) if engine else None,
                 "forked": any("forked from the node's zygote" in e for e in events),
+                "waited_s": waited[0] if waited else None,
                 "worker": ("forked" if "engine worker forked" in log else "spawned")}
     finally:
         if runtime is not None:
@@ -125,8 +134,11 @@ def main() -> None:
                        if r["start_engine_s"] is not None)
         ratio = Spread(tuple(r["ready_s"] / f["ready_s"] for r, f in zip(results[mode], first,
                                                                          strict=False)))
+        waited = tuple(r["waited_s"] for r in results[mode] if r["waited_s"] is not None)
+        forked = sum(r["forked"] for r in results[mode])
         print(f"{mode}: ready {ready} s, start engine "
-              f"{Spread(engine) if engine else '-'} s, x{ratio} of {modes[0]}")
+              f"{Spread(engine) if engine else '-'} s, x{ratio} of {modes[0]}, forked "
+              f"{forked}/{len(results[mode])}, waited {Spread(waited) if waited else '-'} s")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
 """Instances on a real local Ray cluster forked from their node's zygote
-(`control.runtime.ray_zygote`): an echo instance (its zygote imports `json`) forks, serves and
-dies with its host actor, then is restarted forked again, and a closing plane takes its zygote
-with it; a real vLLM instance boots forked, with its engine core from its server's preloader
-(forked from the zygote too), the server's environment in the engine, not the zygote's or Ray's,
-and answers a chat request through the gateway."""
+(`control.runtime.ray_zygote`): an echo instance (its zygote imports `json`, started with the
+runtime since the store has its deployment) forks, serves and dies with its host actor, then
+is restarted forked again, and a closing plane takes its zygote and its folder with it; the
+first real vLLM instance on the node, launched at once on a cluster with no zygote, waits for
+its node's zygote's import and boots forked, with its engine core from its server's preloader
+(forked from the zygote too), the server's environment in the engine, not the zygote's or
+Ray's, and answers a chat request through the gateway."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +66,11 @@ def _events(store: Store, model: str) -> list[str]:
     return [e.message for e in store.list_events(model)]
 
 
+def _zygote_actors(ray: Any) -> list[str]:
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith("podium-zygote@")]
+
+
 def test_an_echo_instance_forks_from_its_nodes_zygote_and_dies_with_its_host_actor(
         ray_cluster: Any, tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path / 'control.db'}")
@@ -76,6 +84,7 @@ def test_an_echo_instance_forks_from_its_nodes_zygote_and_dies_with_its_host_act
                          drain_timeout_s=5, credential=CREDENTIAL, zygote=True,
                          zygote_backends=("python",), zygote_modules=["json"])
     try:
+        assert _zygote_actors(ray_cluster)  # made with the runtime: the store has the deployment
         [(node, zygote)] = _zygotes_ready(runtime, 60).items()
         runtime.scale("echo", "1", 1)
         _wait_for(lambda: [i.state for i in runtime.instances()] == [READY], runtime)
@@ -111,10 +120,10 @@ def test_an_echo_instance_forks_from_its_nodes_zygote_and_dies_with_its_host_act
         served.stop()
         store.close()
     deadline = time.monotonic() + 30  # the plane took its zygote along (killed: gone soon)
-    while any(a["name"].startswith("podium-zygote@")
-              for a in ray_cluster.util.list_named_actors(all_namespaces=True)):
+    while _zygote_actors(ray_cluster):
         assert time.monotonic() < deadline, "the zygote actor outlived its plane"
         time.sleep(0.2)
+    assert not Path(zygote["socket"]).parent.exists()  # its socket's folder removed
 
 
 @pytest.mark.engine
@@ -128,17 +137,24 @@ def test_a_vllm_instance_on_ray_boots_forked_from_its_nodes_zygote_and_serves_a_
     store.ensure_deployment(DEFAULT_MODEL, "1", "red-black")
     gateway = Gateway(upstream_credential=CREDENTIAL)
     served = Served(gateway.app())
+    assert _zygote_actors(ray_cluster) == []  # the node has no zygote yet
     runtime = RayRuntime(store, gateway.table, tmp_path / "instances", num_cpus=INSTANCE_CPUS,
                          drain_timeout_s=10, credential=CREDENTIAL, zygote=True)
     try:
-        [zygote] = _zygotes_ready(runtime, 240).values()  # it imports vLLM and the server
-        runtime.scale(DEFAULT_MODEL, "1", 1)
+        runtime.scale(DEFAULT_MODEL, "1", 1)  # at once: the zygote has just started importing
         [instance] = runtime.instances()
         log_path = Path(instance.log_path or "")
         _wait_for(lambda: [i.state for i in runtime.instances()] == [READY], runtime,
                   timeout_s=300, about=lambda: log_path.read_text()[-3000:])
         [instance] = runtime.instances()
+        [zygote] = runtime.zygotes().values()
         assert _parent(instance.pid or 0) == zygote["pid"]
+        # the first instance on the node: forked (its host waited for the zygote's import)
+        started = [m for m in _events(store, DEFAULT_MODEL)
+                   if m.startswith(f"{instance.id}: placed on Ray node")]
+        assert len(started) == 1 and re.search(
+            rf", forked from the node's zygote \(pid {zygote['pid']}\)(, after waiting "
+            r"[0-9.]+ s for its import)?$", started[0]), started
         log = log_path.read_text()
         # its engine preloader was forked from the zygote too, and its engine core from that
         assert "forked from the zygote (engine imported)" in log

