@@ -306,7 +306,8 @@ def main() -> int:
             "instance_bound", "busy_rate", "client_lag_s", "connections", "connection_waits"]
     parts = ["refusal_before_head_ms", "refusal_inside_ms", "refusal_after_ms",
              "admitted_before_head_ms", "admitted_inside_ms", "admitted_after_ms",
-             "server_loop_lag_ms", "server_unmatched"]
+             "server_loop_lag_ms", "server_cpu_share", "server_runqueue_share",
+             "server_unmatched"]
     for columns in (keys, parts):
         print(f"\n{'bound/shed/loop/heap':<31}" + "".join(f"{k:>24}" for k in columns))
         for name, r in results.items():

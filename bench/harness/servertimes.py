@@ -14,6 +14,10 @@ its event loop woke (`loop_lag`). Joined by stamp with the client's own figures
 - `inside`: head parsed to answer written;
 - `after`: answer written to read by the client: the client's own loop and core.
 
+Over the same window, the share of time the server's loop thread ran on a core and the share
+it was runnable but waited for one (`/proc/thread-self/schedstat`): a loop that waits for a
+core is late for every request, however cheap each is.
+
 Bench code only: the server process is the bench's own child (`overload_xgb`'s gateway).
 """
 
@@ -32,6 +36,9 @@ RECORDS: list[tuple[int, int, int, int]] = []
 """(stamp, head parsed, answer written or begun, status) in monotonic ns, this process's."""
 LAGS: list[tuple[float, float]] = []
 """(monotonic s, how late the event loop woke for a 5 ms timer in s), every wake-up."""
+SCHED: list[tuple[float, int, int]] = []
+"""(monotonic s, CPU ns, ns waiting for a core while runnable) of the loop's thread, from
+`/proc/thread-self/schedstat`, every 100 ms."""
 
 
 def timed_protocol(base: type) -> type:
@@ -79,17 +86,24 @@ class TimedApp:
 
 
 async def loop_lag(every_s: float = 0.005) -> None:
-    """Record how late the loop wakes for a timer, forever (run as a task)."""
+    """Record how late the loop wakes for a timer, and every 20th wake-up the thread's CPU
+    time and run-queue wait, forever (run as a task)."""
+    stats = Path("/proc/thread-self/schedstat")
+    wakes = 0
     while True:
         due = time.monotonic() + every_s
         await asyncio.sleep(every_s)
         now = time.monotonic()
         LAGS.append((now, now - due))
+        wakes += 1
+        if wakes % 20 == 0 and stats.exists():
+            cpu, waited, _ = stats.read_text().split()
+            SCHED.append((now, int(cpu), int(waited)))
 
 
 def dump(path: Path) -> None:
     """Write what this process recorded (at its exit)."""
-    path.write_text(json.dumps({"records": RECORDS, "lags": LAGS}))
+    path.write_text(json.dumps({"records": RECORDS, "lags": LAGS, "sched": SCHED}))
 
 
 def _ms(values: list[float]) -> str:
@@ -128,4 +142,9 @@ def breakdown(client: list[tuple[int, int, float]], path: Path,
             out[f"{name}_{part}_ms"] = _ms(values)
     out["server_loop_lag_ms"] = _ms([lag for at, lag in data["lags"]
                                      if window[0] <= at <= window[1]])
+    sched = [row for row in data.get("sched", []) if window[0] <= row[0] <= window[1]]
+    if len(sched) >= 2:  # shares of the window: on a core, and runnable but waiting for one
+        (t0, cpu0, wait0), (t1, cpu1, wait1) = sched[0], sched[-1]
+        out["server_cpu_share"] = round((cpu1 - cpu0) / 1e9 / (t1 - t0), 3)
+        out["server_runqueue_share"] = round((wait1 - wait0) / 1e9 / (t1 - t0), 3)
     return out
