@@ -142,10 +142,13 @@ async def open_answers(call: Call, phases: list[tuple[float, float]], seed: int 
 
 
 def raw_loops(target: rawload.Sender, processes: int, lags: list[float], nice: int = 0,
-              refused: set[str] | None = None) -> tuple[Closed, Opened]:
+              refused: set[str] | None = None, counts: dict[str, int] | None = None,
+              stamped: list[tuple[float, int, int, float]] | None = None
+              ) -> tuple[Closed, Opened]:
     """`measure`'s loops with rawload's light client sending `target`; each open loop's lag
     behind its schedule goes to `lags`, the ids of refused requests (a sender that names
-    them: gRPC's) to `refused`."""
+    them: gRPC's) to `refused`, the connections' counts to `counts`, and a stamped target's
+    open-loop answers as (sent, stamp, status, seconds) to `stamped`."""
 
     def answers(raw: list[tuple[Any, ...]]) -> list[Answer]:
         if refused is not None:
@@ -155,11 +158,15 @@ def raw_loops(target: rawload.Sender, processes: int, lags: list[float], nice: i
 
     def closed(n: int, seconds: float) -> list[Answer]:
         return answers(rawload.closed_loop(target, n, seconds, processes=processes,
-                                           nice=nice))
+                                           nice=nice, counts=counts))
 
     def opened(phases: list[tuple[float, float]]) -> list[Answer]:
-        raw, lag = rawload.open_loop(target, phases, processes=processes, nice=nice)
+        raw, lag = rawload.open_loop(target, phases, processes=processes, nice=nice,
+                                     counts=counts)
         lags.append(lag)
+        if stamped is not None:
+            stamped.extend((sent, rest[0], status, seconds)
+                           for sent, status, seconds, *rest in raw if rest)
         return answers(raw)
 
     return closed, opened
@@ -272,6 +279,9 @@ def add_client_args(parser: argparse.ArgumentParser) -> None:
                         help="raw: rawload's light multi-process client (default); httpx: "
                              "one asyncio process (the runs before 2026-12-04)")
     parser.add_argument("--client-processes", type=int, default=2)
+    parser.add_argument("--client-connections", type=int, default=rawload.MAX_CONNECTIONS,
+                        help="connections each raw client process keeps open at most (a "
+                             "request finding none free waits, and the wait is in its time)")
     parser.add_argument("--client-nice", type=int, default=0,
                         help="the raw client's nice value (negative needs root): a generator "
                              "that waits for the servers' time slice measures its own wait")
@@ -353,7 +363,8 @@ def _target(opts: argparse.Namespace, url: str, grpc_port: int) -> rawload.Sende
         return GrpcTarget(f"127.0.0.1:{grpc_port}", MODEL, PROMPT,
                           {"max_tokens": opts.max_tokens, "ignore_eos": True})
     path, body = request(opts.protocol, opts.max_tokens)
-    return Target.post_json(url + path, json.dumps(body).encode(), first_chunk=True)
+    return Target.post_json(url + path, json.dumps(body).encode(), first_chunk=True,
+                            max_connections=opts.client_connections)
 
 
 def report(results: dict[str, dict[str, Any]], target_wait: float) -> None:

@@ -5,6 +5,8 @@ offered 4x its measured capacity, at each in-flight bound given, one after the o
                                  [--bounds measured,16] [--shed early,full]
                                  [--max-queue 1024] [--server-cpus 0]
                                  [--client raw|httpx] [--client-processes 2]
+                                 [--client-connections 256] [--gateway-loop asyncio,uvloop]
+                                 [--gateway-heap frozen,unfrozen]
 
 The phases are `bench.overload`'s (capacity with a closed loop of `--concurrency` clients,
 then Poisson arrivals at `--factor` x capacity for `--seconds`, then back at capacity for the
@@ -30,24 +32,37 @@ latency it measured. By default the generator is `bench.harness.rawload`'s (pre-
 requests over keep-alive connections from `--client-processes` processes, arrivals on
 absolute times), light enough to offer the spike it is asked for; `--client httpx` is the
 client of the first run (~1 ms of CPU per request).
+
+The gateway runs what `podium gateway` runs (its HTTP protocol and early shed, its endpoint
+health-checked every 2 s, asyncio's own event loop, its heap frozen after the start);
+`--gateway-loop` and `--gateway-heap` list the variants to compare (every combination with
+every bound and shed path, in the order given; a setting listed twice runs twice). Each raw
+request carries its send time, and the gateway records when it parsed each head, when it
+wrote each refusal or began each admitted answer, and how late its event loop woke
+(`bench.harness.servertimes`): each row then splits the spike's answers into before the head
+was parsed, inside the gateway (and, admitted, the instance) and after, read by the client.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench.gateway_overhead import FEATURES
-from bench.harness import free_port, module_command, serve
+from bench.harness import free_port, module_command, serve, servertimes
 from bench.harness.rawload import Target
 from bench.overload import Answer, Call, add_client_args, add_phase_args, measure, raw_loops
 from podium.gateway.limits import DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE
@@ -74,15 +89,23 @@ def infer(url: str) -> Call:
     return call
 
 
-def run_gateway(http_port: int, upstream: str, bound: int, shed: str) -> None:
+def run_gateway(http_port: int, upstream: str, bound: int, shed: str, times: Path,
+                loop: str, heap: str) -> None:
     """Child mode: a gateway process with one static endpoint and the given in-flight bound,
-    its HTTP protocol `podium gateway`'s, with (`shed` early) or without the early shed."""
+    its HTTP protocol `podium gateway`'s, with (`shed` early) or without the early shed, its
+    endpoint health-checked as `podium gateway` does (every 2 s: an instance marked down by a
+    failed connection comes back), on `loop` (`asyncio`'s own, as `podium gateway` runs, or
+    `uvloop`), its start's heap `frozen` as `podium gateway` freezes it (or `unfrozen`, as
+    before 2026-12-04). What `bench.harness.servertimes` records goes to `times` at the
+    exit."""
     import uvicorn
 
+    from bench.harness import servertimes
     from podium.gateway.early_shed import EarlyShed
+    from podium.gateway.health import run_health_checks
     from podium.gateway.http_server import bounded_head_protocol
     from podium.gateway.limits import GatewayLimits
-    from podium.gateway.process import KEEP_ALIVE_S
+    from podium.gateway.process import KEEP_ALIVE_S, freeze_heap
     from podium.gateway.proxy import Gateway
     from podium.routes.table import Endpoint
 
@@ -90,11 +113,42 @@ def run_gateway(http_port: int, upstream: str, bound: int, shed: str) -> None:
     gateway = Gateway(limits=limits)
     gateway.table.add_endpoint(MODEL, "1", Endpoint("xgb-1", upstream))
     gateway.table.set_split(MODEL, {"1": 100})
-    protocol = bounded_head_protocol(limits.max_header_bytes,
-                                     shed=EarlyShed(gateway) if shed == "early" else None)
+    protocol = servertimes.timed_protocol(bounded_head_protocol(
+        limits.max_header_bytes, shed=EarlyShed(gateway) if shed == "early" else None))
     # the keep-alive of `podium gateway` (uvicorn's default closes idle connections after 5 s)
-    uvicorn.run(gateway.app(), host="127.0.0.1", port=http_port, log_level="warning",
-                access_log=False, timeout_keep_alive=KEEP_ALIVE_S, http=protocol)
+    class Server(uvicorn.Server):
+        """Signals are `main`'s, as in `podium gateway` (uvicorn's own re-raises SIGTERM once
+        it stops, ending the process before the times are written)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    server = Server(uvicorn.Config(
+        servertimes.TimedApp(gateway.app()), host="127.0.0.1", port=http_port,
+        log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_S, http=protocol,
+        backlog=2048))
+
+    async def main() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # ends serve(), then the times are written
+            asyncio.get_running_loop().add_signal_handler(
+                sig, lambda: setattr(server, "should_exit", True))
+        tasks = [asyncio.create_task(run_health_checks(gateway.table, interval_s=2.0)),
+                 asyncio.create_task(servertimes.loop_lag())]
+        if heap == "frozen":
+            freeze_heap()
+        try:
+            await server.serve()
+        finally:
+            for task in tasks:
+                task.cancel()
+            servertimes.dump(times)
+
+    if loop == "uvloop":
+        import uvloop
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
 
 
 class Watcher:
@@ -170,12 +224,18 @@ def main() -> int:
                              "generator gets the others ('': no pinning)")
     parser.add_argument("--instance-nice", type=int, default=0,
                         help="the instance's nice value (the gateway's is 0)")
+    parser.add_argument("--gateway-loop", default="asyncio",
+                        help="the gateway's event loops to compare, in order: asyncio (as "
+                             "podium gateway runs), uvloop")
     add_client_args(parser)
-    parser.add_argument("--gateway-child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--gateway-heap", default="frozen",
+                        help="the gateway's heap after its start, to compare in order: frozen "
+                             "(as podium gateway does since 2026-12-04), unfrozen")
+    parser.add_argument("--gateway-child", nargs=7, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.gateway_child:
-        port, upstream, bound, shed = opts.gateway_child
-        run_gateway(int(port), upstream, int(bound), shed)
+        port, upstream, bound, shed, times, loop, heap = opts.gateway_child
+        run_gateway(int(port), upstream, int(bound), shed, Path(times), loop, heap)
         return 0
 
     from podium.examples.builders import write_xgb_example
@@ -187,10 +247,14 @@ def main() -> int:
     print(f"{MODEL} through the gateway: spike {opts.factor}x capacity for {opts.seconds}s, "
           f"batcher max_queue {opts.max_queue}; logs in {logs}", flush=True)
     results: dict[str, dict[str, Any]] = {}
-    settings = [(bound, shed) for bound in opts.bounds.split(",")
-                for shed in opts.shed.split(",")]
-    for bound, shed in settings:
-        name = f"{bound}/{shed}"
+    settings = [(bound, shed, loop, heap) for bound in opts.bounds.split(",")
+                for shed in opts.shed.split(",") for loop in opts.gateway_loop.split(",")
+                for heap in opts.gateway_heap.split(",")]
+    for bound, shed, loop, heap in settings:
+        name = f"{bound}/{shed}/{loop}/{heap}"
+        name += f"#{sum(1 for n in results if n.startswith(name)) + 1}" if name in results else ""
+        tag = name.replace("/", "-").replace("#", "-")
+        times = logs / f"times-{tag}.json"
         inst, gw = free_port(), free_port()
         nice = ["nice", "-n", str(opts.instance_nice)] if opts.instance_nice else []
         wait = ["--classic-target-wait-s", str(opts.target_wait_s)] if opts.target_wait_s \
@@ -200,39 +264,60 @@ def main() -> int:
                     "--max-queue", str(opts.max_queue), *wait]
         gateway_bound = str(DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE) if bound == "measured" else bound
         gateway = [*pin, *module_command("bench.overload_xgb", "--gateway-child", str(gw),
-                                         f"http://127.0.0.1:{inst}", gateway_bound, shed)]
+                                         f"http://127.0.0.1:{inst}", gateway_bound, shed,
+                                         str(times), loop, heap)]
         env = dict(os.environ)
         with serve(instance, f"http://127.0.0.1:{inst}/health/ready",
-                   log=logs / f"i{bound}-{shed}.log", env=env, timeout_s=600, poll_s=0.5,
+                   log=logs / f"i-{tag}.log", env=env, timeout_s=600, poll_s=0.5,
                    stop_timeout_s=120), \
                 serve(gateway, f"http://127.0.0.1:{gw}/health/ready",
-                      log=logs / f"g{bound}-{shed}.log", env=env, timeout_s=600, poll_s=0.5,
+                      log=logs / f"g-{tag}.log", env=env, timeout_s=600, poll_s=0.5,
                       stop_timeout_s=120):
             url = f"http://127.0.0.1:{gw}"
             lags: list[float] = []
+            counts: dict[str, int] = {}
+            stamped: list[tuple[float, int, int, float]] = []
             watcher = Watcher(f"http://127.0.0.1:{inst}/v2/models/{MODEL}/config")
             if opts.client == "raw":
                 target = Target.post_json(f"{url}/v2/models/{MODEL}/infer",
-                                          json.dumps(BODY).encode())
+                                          json.dumps(BODY).encode(), stamp=True,
+                                          max_connections=opts.client_connections)
                 results[name] = measure(None, opts, raw_loops(
-                    target, opts.client_processes, lags, opts.client_nice))
+                    target, opts.client_processes, lags, opts.client_nice, counts=counts,
+                    stamped=stamped))
                 results[name]["client_lag_s"] = round(max(lags), 3)
+                results[name].update(counts)
             else:
                 results[name] = measure(infer(url), opts)
             results[name]["offered_rps"] = round(results[name]["offered"] / opts.seconds, 1)
             bounds, rates = watcher.stop()
             results[name]["instance_bound"] = _spread(bounds)
             results[name]["busy_rate"] = _spread(rates)
-        print(json.dumps({"bound": bound, "shed": shed, **results[name]}), flush=True)
+        if stamped:  # the gateway wrote its times at its exit
+            start = min(sent for sent, *_ in stamped)
+            spike = [(stamp, status, seconds) for sent, stamp, status, seconds in stamped
+                     if sent < start + opts.seconds]
+            results[name].update(servertimes.breakdown(spike, times,
+                                                       (start, start + opts.seconds)))
+        print(json.dumps({"setting": name, **results[name]}),
+              flush=True)
     keys = ["capacity_rps", "offered_rps", "share_2xx", "capacity_p99_ttft_s",
             "admitted_p99_ttft_s", "reject_median_ms", "reject_p99_ms", "num_5xx", "recovery_s",
-            "instance_bound", "busy_rate", "client_lag_s"]
-    print(f"\n{'bound/shed':<12}" + "".join(f"{k:>22}" for k in keys))
-    for name, r in results.items():
-        print(f"{name:<12}" + "".join(f"{r.get(k)!s:>22}" for k in keys))
+            "instance_bound", "busy_rate", "client_lag_s", "connections", "connection_waits"]
+    parts = ["refusal_before_head_ms", "refusal_inside_ms", "refusal_after_ms",
+             "admitted_before_head_ms", "admitted_inside_ms", "admitted_after_ms",
+             "server_loop_lag_ms", "server_cpu_share", "server_runqueue_share",
+             "server_unmatched"]
+    for columns in (keys, parts):
+        print(f"\n{'bound/shed/loop/heap':<31}" + "".join(f"{k:>24}" for k in columns))
+        for name, r in results.items():
+            print(f"{name:<31}" + "".join(f"{r.get(k)!s:>24}" for k in columns))
+    print("(parts: median/p99/max ms of the spike's answers, joined by their x-bench-sent "
+          "stamp with the gateway's record: before_head = sent to head parsed, inside = head "
+          "to answer written (refusal) or begun (admitted), after = to read by the client)")
     print("(for xgb the *_ttft_s columns are the time to the whole answer)")
     for name, r in results.items():
-        print(f"bound/shed {name}: admitted p99 / capacity p99 "
+        print(f"{name}: admitted p99 / capacity p99 "
               f"{r['admitted_p99_ttft_s'] / r['capacity_p99_ttft_s']:.2f}x (target <= 2x), "
               f"rejections p99 {r['reject_p99_ms']} ms (<= 50), 5xx {r['num_5xx']} (0), "
               f"recovery {r['recovery_s']} s (<= 5)")

@@ -112,6 +112,32 @@ async def test_a_stream_request_is_refused_undecoded_and_the_stream_serves_on() 
         assert backend.handed == ["fake-llm"]
 
 
+async def test_a_stream_whose_request_is_refused_is_counted_refused_not_ok() -> None:
+    """The stream's call ends OK (Triton's way: the refusal is the request's `error_message`),
+    but podium:requests and the log line count the call RESOURCE_EXHAUSTED; a stream whose
+    request is served is counted OK."""
+    async with served() as (stub, _repository, backend):
+        refused_before = _counted("fake-llm", "ModelStreamInfer", "RESOURCE_EXHAUSTED")
+        ok_before = _counted("fake-llm", "ModelStreamInfer", "OK")
+        call = stub.ModelStreamInfer()
+        await call.write(_request("fake-llm"))
+        assert "the engine is overloaded" in (await call.read()).error_message
+        await call.done_writing()
+        assert await call.code() == grpc.StatusCode.OK
+        assert _counted("fake-llm", "ModelStreamInfer", "RESOURCE_EXHAUSTED") \
+            == refused_before + 1
+        assert _counted("fake-llm", "ModelStreamInfer", "OK") == ok_before
+        backend.engine.full = False
+        call = stub.ModelStreamInfer()
+        await call.write(_request("fake-llm"))
+        assert (await call.read()).error_message == ""
+        await call.done_writing()
+        assert await call.code() == grpc.StatusCode.OK
+        assert _counted("fake-llm", "ModelStreamInfer", "OK") == ok_before + 1
+        assert _counted("fake-llm", "ModelStreamInfer", "RESOURCE_EXHAUSTED") \
+            == refused_before + 1
+
+
 async def test_an_engine_with_room_is_asked_once_per_request() -> None:
     """No engine is full: the request takes its usual path, its decode's errors its own, and
     the admission check runs once per request (the check is the refusal's whole cost)."""

@@ -41,6 +41,7 @@ from podium.frontends.kserve_common import (
 )
 from podium.frontends.kserve_limits import KServeLimits
 from podium.frontends.safe_json import loads_value
+from podium.metrics import request_log
 from podium.metrics.grpc_log import track_grpc
 from podium.repository import ModelRepository, RequestFor, inference
 
@@ -201,7 +202,11 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                     InferenceResponse(outputs=[], id=request.id, model_version=entry.version),
                     request, final=True))
         except Exception as exc:  # Triton's way: this request fails alone, the stream stays open
-            _code, details = grpc_status(problem_of(exc))
+            code, details = grpc_status(problem_of(exc))
+            # the call itself ends OK; its log line and podium:requests say the first failure
+            call = request_log.current()
+            if call is not None and call.status is None:
+                call.status = code
             await queue.put(service_pb2.ModelStreamInferResponse(error_message=details))
 
 

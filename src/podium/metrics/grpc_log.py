@@ -44,7 +44,8 @@ async def track_grpc(context: Any, method: str) -> AsyncIterator[request_log.Req
     await context.send_initial_metadata(((request_log.HEADER, call.request_id),))
     try:
         yield call
-        call.status = _code_name(context.code()) or "OK"
+        # a stream's failed request (its `error_message`, the call still OK) set its own code
+        call.status = _code_name(context.code()) or call.status or "OK"
     except BaseException as exc:
         # context.abort() raises after setting the code; an exception raised instead is
         # rendered by the error interceptor, with the code its class maps to
