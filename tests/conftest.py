@@ -139,6 +139,24 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     return (yield)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _early_engine_runs(request: pytest.FixtureRequest,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Engine work no test waits on at once, started in the background at the session's first
+    test when a test of the session reads it, to overlap the first tests' waits: the
+    constraint script's run (tests/support/constrained_run.py). Killed if still running when
+    the session ends."""
+    from tests.support import constrained_run
+
+    session_items = getattr(request.session, "items", [])
+    if any("constrained_run" in getattr(item, "fixturenames", ()) for item in session_items):
+        model_dir = request.getfixturevalue("default_model_dir")
+        constrained_run.start(model_dir, tmp_path_factory.mktemp("constrained"),
+                              tmp_path_factory.mktemp("constraint-cache"))
+    yield
+    constrained_run.stop()
+
+
 @pytest.fixture(scope="session")
 def default_model_dir() -> Path:
     """The default LLM materialized into the cache (HF folder: bf16 safetensors + tokenizer)."""
