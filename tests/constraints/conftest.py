@@ -58,5 +58,5 @@ def constrained_run(smol_dir: Path, constraint_cache: Path,
     (tests/support/constrained_run.py). Tests using it carry the `engine` mark."""
     from tests.support import constrained_run as run
 
-    return run.start(smol_dir, tmp_path_factory.mktemp("constrained"),
-                     constraint_cache).result()
+    return run.result(run.start(smol_dir, tmp_path_factory.mktemp("constrained"),
+                                constraint_cache))
