@@ -75,17 +75,17 @@ TIER_FIXTURES = {
 slip into the fast tier. The module counts: tests/gateway's own fake `instance` is no engine."""
 
 
-def _tier_marks(item: pytest.Item) -> set[str]:
+def _uses(item: pytest.Item, name: str, module: str) -> bool:
+    """Whether the test uses (directly or through another fixture) the fixture `name` that
+    `module` defines."""
     info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return set()
-    marks = set()
-    for mark, fixtures in TIER_FIXTURES.items():
-        for name, module in fixtures.items():
-            definitions = info.name2fixturedefs.get(name) or ()
-            if definitions and getattr(definitions[-1].func, "__module__", None) == module:
-                marks.add(mark)
-    return marks
+    definitions = info.name2fixturedefs.get(name) if info is not None else None
+    return bool(definitions) and getattr(definitions[-1].func, "__module__", None) == module
+
+
+def _tier_marks(item: pytest.Item) -> set[str]:
+    return {mark for mark, fixtures in TIER_FIXTURES.items()
+            for name, module in fixtures.items() if _uses(item, name, module)}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -137,6 +137,39 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if _engine_counter is not None:
         _engine_counter.current = item.nodeid
     return (yield)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _early_engine_runs(request: pytest.FixtureRequest,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Engine work in a process of its own that no test waits on at once, started in the
+    background at the session's first test when a test of the session reads it, to use the
+    CPU the first tests' waits leave (tests/support/background.py): the constraint script's run
+    (`constrained_run`, tests/support/constrained_run.py), the engine's metric families
+    (`registered`, tests/metrics/test_engine_metrics.py) and the int8 instance's boot
+    (`int8_instance`, tests/support/int8_instance.py). Stopped if still running when the
+    session ends."""
+    from tests.support import background, int8_instance
+
+    items = getattr(request.session, "items", [])
+    if any(_uses(item, "int8_instance", "tests.package.test_precision_real") for item in items):
+        request.getfixturevalue("default_model_dir")  # materialized
+        int8_instance.start(tmp_path_factory.mktemp("int8"))
+    if any(_uses(item, "constrained_run", "tests.constraints.conftest") for item in items):
+        from tests.support import constrained_run
+
+        constrained_run.start(request.getfixturevalue("default_model_dir"),
+                              tmp_path_factory.mktemp("constrained"),
+                              tmp_path_factory.mktemp("constraint-cache"))
+    if any(_uses(item, "registered", "tests.metrics.test_engine_metrics") for item in items):
+        from tests.support import engine_families
+
+        engine_families.start(request.getfixturevalue("model_repository") / LLM,
+                              request.getfixturevalue("default_model_dir"),
+                              tmp_path_factory.mktemp("families"))
+    yield
+    background.stop_all()
+    int8_instance.stop()
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,9 @@ def smol_dtype(smol_dir: Path) -> str:
     """The dtype Podium's `precision: auto` serves the default model at here (float32 on a CPU
     without bf16 instructions, where bf16 runs 5-6x slower), for tests that build vLLM's `LLM`
     themselves."""
-    from podium.package.precision import resolve_auto
+    from tests.support.constrained_run import dtype_for
 
-    resolved = resolve_auto(smol_dir)
-    return resolved.precision.dtype if resolved.precision else "auto"
+    return dtype_for(smol_dir)
 
 
 @pytest.fixture(scope="session")
@@ -51,24 +50,13 @@ def precompiler(smol_dir: Path):
 
 
 @pytest.fixture(scope="session")
-def constrained_run(smol_dir: Path, smol_dtype: str, constraint_cache: Path,
+def constrained_run(smol_dir: Path, constraint_cache: Path,
                     tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Every scenario of tests/support/constrained_scenarios.py on ONE real engine: vLLM's
     `LLM` in a script that imports Podium at the top (tests/support/constrained_llm.py),
-    for test_engine.py and test_import.py. Tests using it carry the `engine` mark."""
-    import json
-    import subprocess
-    import sys
+    for test_engine.py and test_import.py; usually started at the session's first test
+    (tests/support/constrained_run.py). Tests using it carry the `engine` mark."""
+    from tests.support import constrained_run as run
 
-    from tests.support.harness import ROOT
-
-    out = tmp_path_factory.mktemp("constrained") / "report.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
-                                         if p)}
-    # run as a file: the spawned engine processes re-import it
-    done = subprocess.run([sys.executable, str(ROOT / "tests/support/constrained_llm.py"),
-                           str(smol_dir), smol_dtype, str(out)], capture_output=True,
-                          text=True, timeout=1500, env=env, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(out.read_text())
+    return run.result(run.start(smol_dir, tmp_path_factory.mktemp("constrained"),
+                                constraint_cache))

@@ -8,9 +8,6 @@ wrote from its multiprocess directory, and both are compared with its /metrics.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +23,7 @@ from podium.metrics.multiproc import LOCK_NAME, default_base
 from tests.conftest import LLM
 from tests.support.dashboard import QUERIES, metric_names, sample_names
 from tests.support.engine_probe import label_names
-from tests.support.harness import ROOT, RunningInstance
+from tests.support.harness import RunningInstance
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.engine
@@ -50,14 +47,14 @@ ENGINE = (("engine", "0"), ("model_name", LLM))
 
 
 @pytest.fixture(scope="module")
-def registered(model_repository: Path, default_model_dir: Path) -> dict[str, list[str]]:
-    """{family: label names} vLLM registers for the shared instance's LLM package."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.engine_families", str(model_repository / LLM),
-         str(default_model_dir)],
-        capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def registered(model_repository: Path, default_model_dir: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """{family: label names} vLLM registers for the shared instance's LLM package (usually
+    computed in the background since the session's first test: tests/support/background.py)."""
+    from tests.support import engine_families
+
+    return engine_families.read(engine_families.start(
+        model_repository / LLM, default_model_dir, tmp_path_factory.mktemp("families")))
 
 
 def scrape(instance: RunningInstance, accept: str | None = None) -> httpx.Response:

@@ -20,37 +20,27 @@ import pytest
 
 from tests.conftest import LLM
 from tests.support.harness import RunningInstance
-from tests.support.preloader import assert_bypassed, start_bypassed
+from tests.support.int8_instance import INT8
+from tests.support.preloader import assert_bypassed
 from tests.support.quality import closeness, score
 
 pytestmark = pytest.mark.engine
-INT8 = "smollm2-int8"
 
 
 @pytest.fixture(scope="module")
-def int8_package(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> Path:
-    """The default LLM's package with precision int8, its W8A8 checkpoint in the cache."""
-    from podium.package.cache import ModelCache
-    from podium.package.defaults import default_llm_manifest
-    from podium.package.package import open_package, write_manifest
+def int8_instance(tmp_path_factory: pytest.TempPathFactory,
+                  default_model_dir: Path) -> Iterator[RunningInstance]:
+    """The int8 package served, its preloader killed before its engine started (usually booted
+    in the background since the session's first test: tests/support/int8_instance.py)."""
+    from tests.support import int8_instance as int8
 
-    package = write_manifest(tmp_path_factory.mktemp("int8") / INT8,
-                             {**default_llm_manifest(), "name": INT8, "precision": "int8"})
-    ModelCache().materialize(open_package(package.root))  # as `podium announce` would
-    return package.root
-
-
-@pytest.fixture(scope="module")
-def int8_instance(int8_package: Path,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningInstance]:
-    """The int8 package served, its preloader killed before its engine started."""
-    log = tmp_path_factory.mktemp("int8-log") / "int8.log"
-    running = start_bypassed([str(int8_package)], log)
+    assert default_model_dir.is_dir()
+    running = int8.start(tmp_path_factory.mktemp("int8"))
     try:
         running.wait_ready()
         yield running
     finally:
-        running.stop()
+        int8.stop()
 
 
 def test_a_preloader_killed_before_the_engine_starts_is_bypassed(

@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from tests.support import background
+
 
 def registered(package_dir: Path, weights_dir: Path) -> dict[str, list[str]]:
     from prometheus_client import REGISTRY
@@ -45,6 +47,19 @@ def main() -> None:
     families = registered(Path(sys.argv[1]), Path(sys.argv[2]))
     sys.stdout.write("\n" + json.dumps(families) + "\n")
     sys.stdout.flush()
+
+
+def start(package_dir: Path, weights_dir: Path, workdir: Path) -> background.Job:
+    """This script for the package, as a background job of the session (tests/conftest.py
+    starts it at the session's first test: ~13 s of vLLM's import and config on one core)."""
+    return background.start("engine_families", [sys.executable, "-m",
+                                                "tests.support.engine_families",
+                                                str(package_dir), str(weights_dir)], workdir)
+
+
+def read(job: background.Job) -> dict[str, list[str]]:
+    """The families the job printed."""
+    return json.loads(job.stdout().strip().splitlines()[-1])
 
 
 if __name__ == "__main__":
