@@ -150,10 +150,3 @@ def preload_worker_fork(environ: Mapping[str, str] | None = None) -> bool:
     start, which the engine core forked from the preloader takes."""
     return (os.environ if environ is None else environ).get(
         "PODIUM_PRELOAD_WORKER_FORK", "1") != "0"
-
-
-def engine_busy_wait() -> bool:
-    """PODIUM_ENGINE_BUSY_WAIT: ``1`` keeps vLLM's spinning wait between the engine core and
-    its worker on CPU; off otherwise (the default): they block (`engine_patches.cpu_wait`).
-    Read in the engine's processes."""
-    return os.environ.get("PODIUM_ENGINE_BUSY_WAIT", "0") == "1"

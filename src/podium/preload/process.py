@@ -33,10 +33,8 @@ def enter_engine_env(env: dict[str, str], target: Callable[..., Any], *args: Any
     os.environ.clear()
     os.environ.update(env)
     os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = WORKER_METHOD
-    from podium.engine_patches import cpu_wait
     from podium.preload import worker
 
-    cpu_wait.register()  # vLLM runs it too where the entry point is installed: idempotent
     worker.install(env)
     return target(*args, **kwargs)
 
