@@ -21,6 +21,9 @@ model cache) with one start path:
   tcmalloc out (``PODIUM_ENGINE_TCMALLOC=0``) but `zygote`, which has the default;
 - `default`: `podium serve` with every default (tcmalloc, worker forked);
 - `vllm-eager`: as `vllm`, with ``--enforce-eager`` (Podium's CPU default mode);
+- `omp2`: as `default`, the worker's OpenMP bound to CPUs 0-1, two threads
+  (``VLLM_CPU_OMP_THREADS_BIND=0-1``; spawned, as `podium.preload.worker` forks only a
+  one-CPU binding), none reserved for the engine core and the server;
 - `MODE-compiled` (e.g. `zygote-compiled`, `default-compiled`): MODE serving the default
   package with ``engine_mode: compiled``, booted from Podium's compile cache (a temporary
   ``PODIUM_COMPILE_CACHE``, filled before the first run by `podium materialize`, untimed; its
@@ -70,6 +73,7 @@ ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
         "both": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP,
                  "PODIUM_ENGINE_TCMALLOC": "1"},
         "default": {},
+        "omp2": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
         # vLLM's CPU default sizes the KV cache from --gpu-memory-utilization (0.92 of the
         # machine's memory), which a shared machine refuses at boot: Podium's 4 GiB instead
         **{mode: {"VLLM_CPU_KVCACHE_SPACE": "4"} for mode in ("vllm", "vllm-fp32", "vllm-eager")}}
