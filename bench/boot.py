@@ -20,6 +20,10 @@ model cache) with one start path:
   ``PODIUM_ENGINE_TCMALLOC=1``); `both`: tcmalloc and Intel OpenMP. The other modes leave
   tcmalloc out (``PODIUM_ENGINE_TCMALLOC=0``) but `zygote`, which has the default;
 - `default`: `podium serve` with every default (tcmalloc, worker forked);
+- `vllm-eager`: as `vllm`, with ``--enforce-eager`` (Podium's CPU default mode);
+- `omp2`: as `default`, the worker's OpenMP bound to CPUs 0-1, two threads
+  (``VLLM_CPU_OMP_THREADS_BIND=0-1``; spawned, as `podium.preload.worker` forks only a
+  one-CPU binding), none reserved for the engine core and the server;
 - `MODE-compiled` (e.g. `zygote-compiled`, `default-compiled`): MODE serving the default
   package with ``engine_mode: compiled``, booted from Podium's compile cache (a temporary
   ``PODIUM_COMPILE_CACHE``, filled before the first run by `podium materialize`, untimed; its
@@ -69,10 +73,11 @@ ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
         "both": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP,
                  "PODIUM_ENGINE_TCMALLOC": "1"},
         "default": {},
+        "omp2": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
         # vLLM's CPU default sizes the KV cache from --gpu-memory-utilization (0.92 of the
         # machine's memory), which a shared machine refuses at boot: Podium's 4 GiB instead
-        "vllm": {"VLLM_CPU_KVCACHE_SPACE": "4"}, "vllm-fp32": {"VLLM_CPU_KVCACHE_SPACE": "4"}}
-VLLM = {"vllm": [], "vllm-fp32": ["--dtype", "float32"]}
+        **{mode: {"VLLM_CPU_KVCACHE_SPACE": "4"} for mode in ("vllm", "vllm-fp32", "vllm-eager")}}
+VLLM = {"vllm": [], "vllm-fp32": ["--dtype", "float32"], "vllm-eager": ["--enforce-eager"]}
 """The reference modes: `vllm serve`'s arguments beyond the model and the address."""
 STEPS = ("check engine", "start engine")
 LOADS: list[tuple[int, int, int]] = [(128, 64, 64)]
@@ -92,6 +97,10 @@ class Run:
     cpu_ms_per_tok: dict[str, float]
     """CPU time of the engine's processes (engine core and worker, user + system) per output
     token during each load: far less sensitive than tokens/s to a busy machine."""
+    split_ms_per_tok: dict[str, dict[str, float]]
+    """The same per process during each load: `frontend` (the server process itself),
+    `core` (the engine core), `worker` (the model runner, the deepest process), and `client`
+    (this process: the benchmark's load generator, on the same two cores)."""
 
 
 def _worker_cpus(pid: int) -> str:
@@ -215,20 +224,44 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
     cpus = _worker_cpus(pid) if not zygote else "?"
     tok_s: dict[str, float] = {}
     cpu_ms: dict[str, float] = {}
+    split: dict[str, dict[str, float]] = {}
     for input_len, output_len, num in (LOADS if prompts else []):
         from bench.harness.vllm_serving import serving_benchmark
 
         engine = psutil.Process(pid).children(recursive=True)
         if zygote:  # its preloader and engine are the zygote's children
             engine = [p for p in psutil.process_iter() if _under(p, pid)]
+        roles = _roles(pid, engine)
         before = sum(_cpu(p) for p in engine)
+        roles_before = {role: _cpu(p) for role, p in roles.items()}
         result = serving_benchmark(f"{base}", model, default_model_dir(), num, 16,
                                    ready_check=False, input_len=input_len, output_len=output_len)
         name = f"{input_len}/{output_len}"
         tok_s[name] = result["output_throughput"]
         cpu_ms[name] = (1000 * (sum(_cpu(p) for p in engine) - before)
                         / result["total_output_tokens"])
-    return Run(mode, boot_s, first_s, steps, cpus, tok_s, cpu_ms)
+        split[name] = {role: 1000 * (_cpu(p) - roles_before[role]) / result["total_output_tokens"]
+                       for role, p in roles.items()}
+        print(f"  {name}: CPU ms/token " + ", ".join(f"{role} {ms:.2f}"
+                                                   for role, ms in split[name].items()),
+              flush=True)
+    return Run(mode, boot_s, first_s, steps, cpus, tok_s, cpu_ms, split)
+
+
+def _roles(pid: int, engine: list[psutil.Process]) -> dict[str, psutil.Process]:
+    """The server (`frontend`), its engine core, its worker and this process (`client`): the
+    engine core is the worker's parent, the worker the engine's deepest process."""
+    roles = {"frontend": psutil.Process(pid), "client": psutil.Process()}
+    depth = {}
+    for process in engine:
+        with contextlib.suppress(psutil.Error):
+            depth[process] = len(process.parents())
+    if depth:
+        worker = max(depth, key=depth.__getitem__)
+        roles["worker"] = worker
+        with contextlib.suppress(psutil.Error):
+            roles["core"] = worker.parent()
+    return roles
 
 
 def _under(process: psutil.Process, pid: int) -> bool:
@@ -328,6 +361,10 @@ def main() -> None:
             for name in (mine[0].tok_s if mine else {}))
         print(f"median {mode:<15} ready {ready:6.1f}s  first answer {answer:6.1f}s  "
               f"({len(mine)} runs, {spread}; vs {modes[0]}: ready {ready / first:.2f}x){loads}")
+        for name in (mine[0].split_ms_per_tok if mine else {}):
+            print(f"       {mode:<15} {name}: CPU ms/token " + ", ".join(
+                f"{role} {median(r.split_ms_per_tok[name].get(role, 0.0) for r in mine):.2f}"
+                for role in mine[0].split_ms_per_tok[name]))
 
 
 if __name__ == "__main__":
