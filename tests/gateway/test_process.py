@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -35,7 +34,7 @@ def test_a_gateway_without_its_control_plane_serves_and_stops_at_once() -> None:
     port = free_port()
     process = subprocess.Popen(
         _gateway("--http-port", str(port), "--control", f"http://127.0.0.1:{free_port()}",
-                 "--shutdown-timeout", "10"),
+                 "--shutdown-timeout", "300"),
         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -43,10 +42,10 @@ def test_a_gateway_without_its_control_plane_serves_and_stops_at_once() -> None:
         assert _status(url + "/health/ready") == 503  # no route table yet
         r = httpx.post(url + "/v2/models/echo/infer", json=BODY, timeout=10)
         assert r.status_code == 404 and "'echo' is not deployed" in r.text
-        started = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
-        assert time.monotonic() - started < 5  # nothing in flight: no wait for the deadline
+        # nothing in flight: it exits without waiting for its 300 s deadline (this wait's
+        # bound is far below it, so a gateway that sat out the deadline fails here)
+        assert process.wait(timeout=60) == 0
     finally:
         if process.poll() is None:
             process.kill()
