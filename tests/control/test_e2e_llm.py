@@ -6,8 +6,9 @@ Each instance is a real vLLM engine (~40-120 s to boot on 2 cores, 300+ s at loa
 so the three scenarios share the control plane and its v1 instance and run in this order (each
 leaves one ready v1 instance for the next): v1 deployed (1 engine start), scaled to 2 and back
 (1), to zero and back (1), its engine killed and the instance restarted (1), rolled out to v2
-(1): five engine starts where separate `podium up`s took seven. Every instance after the first
-forks from the local runtime's zygote (`podium.preload.zygote`): no import of vLLM on its boot.
+(1): five engine starts where separate `podium up`s took seven. Every instance, the first
+included (it waits for the zygote's import), forks from the local runtime's zygote
+(`podium.preload.zygote`): no import of vLLM on its boot.
 A scenario that fails leaves the next to fail too:
 read the first failure.
 
@@ -108,6 +109,9 @@ def up(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> Ite
                  timeout_s=BOOT_TIMEOUT_S + 30, interval_s=BOOT_POLL_S)
             assert u.rollout(1)["status"] == "succeeded", u.rollout(1)
             wait(lambda: len(instances(u, "1")) == 1, what="v1 ready")
+            # the first instance too forks from the zygote, started with the deployment
+            started = [m for m in events(u, "instance") if "zygote" in m]
+            assert any("forked from the zygote" in m for m in started), started
             yield u
         finally:
             _stop(u)

@@ -1,7 +1,8 @@
 """The local runtime with a zygote (`podium.preload.zygote`; it imports `json` here, not vLLM):
-the first instance starts as a plain process while the zygote starts; later ones fork from it,
-boot, serve and are routed; a restarted control plane adopts one (its title names its port);
-a zygote that crashed is restarted with a warning and never fails an instance's start."""
+the first instance waits for the zygote's import and forks from it, as later ones do; they
+boot, serve and are routed; a restarted control plane adopts them (their title names their
+port); a zygote that crashed is restarted with a warning and never fails an instance's start.
+The deferral's cases: tests/control/test_local_zygote_wait.py."""
 
 from __future__ import annotations
 
@@ -33,21 +34,23 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def test_instances_fork_from_the_zygote_once_it_is_ready(env: Env) -> None:
+def test_instances_fork_from_the_zygote_the_first_after_its_import(env: Env) -> None:
     env.package("1")
     runtime = runtime_with_zygote(env)
     zygote = runtime.zygote
-    assert zygote is not None
-    runtime.scale("iris", "1", 1)  # the zygote starts now; this one is a plain process
+    assert zygote is not None and zygote.process is not None  # started with the runtime
+    runtime.scale("iris", "1", 1)  # deferred while the zygote imports: no process yet
+    wait_for(lambda: runtime.instances()[0].state == READY, runtime)
     first = runtime.instances()[0].pid
-    assert first is not None and _parent(first) == os.getpid()
-    wait_for(lambda: zygote.ready() and runtime.instances()[0].state == READY, runtime)
+    assert first is not None and _parent(first) == zygote.process.pid
     runtime.scale("iris", "1", 2)
     wait_for(lambda: all(i.state == READY for i in runtime.instances()), runtime)
     second = next(i for i in runtime.instances() if i.pid != first)
-    assert second.pid is not None and _parent(second.pid) == zygote.process.pid  # type: ignore[union-attr]
+    assert second.pid is not None and _parent(second.pid) == zygote.process.pid
     assert httpx.get(f"{second.url}/health/ready").json()["pid"] == second.pid
     assert env.table.models() == {"iris": ["1"]}
+    notes = [e.message for e in env.store.list_events("iris") if e.kind == "instance"]
+    assert sum(f"forked from the zygote (pid {zygote.process.pid}" in m for m in notes) == 2
 
     env.runtimes.remove(runtime)  # "kill -9" of the plane: a new one adopts both
     adopting = env.runtime()
@@ -60,14 +63,13 @@ def test_a_crashed_zygote_is_restarted_and_the_instance_starts_anyway(
     env.package("1")
     runtime = runtime_with_zygote(env)
     zygote = runtime.zygote
-    assert zygote is not None
-    zygote.start()
+    assert zygote is not None  # started with the runtime (its store deploys "iris")
     wait_for(zygote.ready, runtime)
     os.kill(zygote.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
     wait_for(lambda: not zygote.alive(), runtime)
     with caplog.at_level(logging.WARNING, logger="podium.preload"):
         runtime.scale("iris", "1", 1)
-    assert "exited" in caplog.text and "restarting it" in caplog.text
+    assert "exited" in caplog.text and "it is restarted" in caplog.text
     wait_for(lambda: runtime.instances()[0].state == READY, runtime)
     assert _parent(runtime.instances()[0].pid) == os.getpid()  # type: ignore[arg-type]
     wait_for(zygote.ready, runtime)  # restarted for the next one

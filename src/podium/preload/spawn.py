@@ -54,8 +54,8 @@ class ZygoteProcess:
 
 
 class Zygote:
-    """One zygote process, started on demand (its import takes as long as a server's, so the
-    first instance after it starts is started plain)."""
+    """One zygote process, started early by its runtime (its import takes as long as a
+    server's: the runtime's first instance waits for it, `LocalRuntime`)."""
 
     def __init__(self, workdir: Path, *, modules: list[str] | None = None,
                  base_env: Mapping[str, str] | None = None, nice: int = 0) -> None:
@@ -89,33 +89,48 @@ class Zygote:
     def ready(self) -> bool:
         return self.alive() and os.path.exists(self.socket)
 
+    def importing(self) -> bool:
+        """Started, alive and not ready yet."""
+        return self.alive() and not self.ready()
+
     def spawn(self, argv: list[str], *, out: IO[bytes], env: Mapping[str, str],
               nice: int = 0) -> ZygoteProcess | None:
         """``python ARGV`` forked from the zygote, in its own session, at its gate; None when
-        it cannot be (not ready: started now; crashed: restarted; load-time environment
-        differs), and the caller starts the instance as a plain process."""
+        it cannot be (`fork` says why), and the caller starts the instance as a plain
+        process."""
+        return self.fork(argv, out=out, env=env, nice=nice)[0]
+
+    def fork(self, argv: list[str], *, out: IO[bytes], env: Mapping[str, str],
+             nice: int = 0) -> tuple[ZygoteProcess | None, str]:
+        """As `spawn`, with why it could not be forked ("" when it was): not ready (started
+        now when never started; restarted when it crashed), a load-time environment that
+        differs, a fork that failed (the zygote restarted)."""
         if not self.alive():
-            if self.process is not None:
-                log.warning("zygote (pid %d) exited (%s): restarting it; this instance starts "
-                            "as a plain process", self.process.pid, self.process.returncode)
+            if self.process is None:
+                self.start()
+                return None, "the zygote is starting (importing the engine)"
+            why = (f"the zygote (pid {self.process.pid}) exited ({self.process.returncode}); "
+                   "it is restarted for the next instances")
+            log.warning("%s; this instance starts as a plain process", why)
             self.start()
-            return None
+            return None, why
         if not self.ready():
-            return None  # still importing
+            return None, "the zygote is still importing the engine"
         drift = load_time_drift(self.env, engine_env(env))
         if drift:
-            log.warning("zygote bypassed: the instance's %s differ(s) from the zygote's and "
-                        "are read when a library loads; it starts as a plain process",
-                        ", ".join(drift))
-            return None
+            why = (f"the instance's {', '.join(drift)} differ(s) from the zygote's and are read "
+                   "when a library loads")
+            log.warning("zygote bypassed: %s; it starts as a plain process", why)
+            return None, why
         try:
-            return fork_server(self.socket, argv, out=out, env=env, nice=nice)
+            return fork_server(self.socket, argv, out=out, env=env, nice=nice), ""
         except (OSError, EOFError, ValueError) as exc:
-            log.warning("zygote (pid %d) did not fork the instance (%r): restarting it; this "
-                        "instance starts as a plain process", self.process.pid, exc)  # type: ignore[union-attr]
+            why = (f"the zygote (pid {self.process.pid}) did not fork the instance "  # type: ignore[union-attr]
+                   f"({exc!r}); it is restarted")
+            log.warning("%s; this instance starts as a plain process", why)
             self.stop()
             self.start()
-            return None
+            return None, why
 
     def stop(self) -> None:
         process, self.process = self.process, None

@@ -13,11 +13,19 @@ On a CPU host each instance gets its own core for vLLM's worker (`VLLM_CPU_OMP_T
 vLLM's `auto` binding pins every engine's worker to the first core, so two instances of one
 LLM on a 2-core machine would share core 0 and leave core 1 to their frontends. The operator's
 own `VLLM_CPU_OMP_THREADS_BIND`, when set, is passed through untouched.
+
+vLLM instances fork from the runtime's zygote (`podium.preload.zygote`), started early: when
+the runtime starts with a vLLM deployment in its store, and when one is scaled (to zero too).
+A launch that finds it still importing is deferred, not waited for (this runs in the control
+plane's loop): the instance stays starting, its event says it waits for the zygote's import,
+and a later pass (`_refresh`) launches it once the zygote is ready, forked, or plain when the
+zygote exited meanwhile or `zygote_wait_s` passed (the reason in its event).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -31,12 +39,13 @@ from podium.control.models import PackageRow
 from podium.control.runtime.base import DRAINING, READY, STARTING, STOPPED
 from podium.control.runtime.detached import open_gate, pid_alive, spawn_gated
 from podium.control.runtime.supervisor import Instance, Supervisor
-from podium.control.store import Store
+from podium.control.store import Store, StoreUnavailable
 from podium.credential import instance_env
 from podium.ports import free_port
 from podium.preload.spawn import Zygote
 from podium.routes.table import RouteTable
 
+log = logging.getLogger("podium.control")
 CommandFor = Callable[[str, int, int], list[str]]
 def serve_command(package: str, http_port: int, grpc_port: int, *,
                   host: str = "127.0.0.1") -> list[str]:
@@ -47,6 +56,19 @@ def serve_command(package: str, http_port: int, grpc_port: int, *,
 
 
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+ZYGOTE_WAIT_S = 60.0
+"""How long a vLLM instance's launch waits at most for the zygote's import (7-11 s on 2 cores,
+as long as a plain server's own); longer means the zygote is in trouble: it starts plain."""
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """A launch deferred until the zygote has imported the engine."""
+
+    package: PackageRow
+    since_s: float
+    zygote_starts: int
+    """The zygote's `starts` then: another value later means it exited meanwhile."""
 
 
 @dataclass
@@ -54,6 +76,8 @@ class _Process(Instance):
     process: subprocess.Popen[bytes] | None = None
     cpu: int | None = None
     """The core its engine's worker is bound to (None: the operator's binding, or adopted)."""
+    waits: _Wait | None = None
+    """Its launch waits for the zygote's import (`LocalRuntime._refresh` launches it)."""
 
 
 BOOT_NICE = 10
@@ -75,7 +99,8 @@ class LocalRuntime(Supervisor[_Process]):
                  probe_timeout_s: float = 1.0, boot_nice: int = BOOT_NICE,
                  serve_nice: int = SERVE_NICE, credential: str | None = None,
                  zygote: Zygote | None = None,
-                 zygote_backends: tuple[str, ...] = ("vllm",)) -> None:
+                 zygote_backends: tuple[str, ...] = ("vllm",),
+                 zygote_wait_s: float = ZYGOTE_WAIT_S) -> None:
         super().__init__(store, table, max_restarts=max_restarts,
                          drain_timeout_s=drain_timeout_s, stop_timeout_s=stop_timeout_s,
                          probe_timeout_s=probe_timeout_s, credential=credential)
@@ -83,10 +108,27 @@ class LocalRuntime(Supervisor[_Process]):
         self.command = command
         self.boot_nice, self.serve_nice = boot_nice, serve_nice
         self.zygote, self.zygote_backends = zygote, zygote_backends
-        """Instances of these backends are forked from the zygote when it is ready (see
-        `podium.preload.zygote`); the others, and any it cannot fork, start as processes."""
+        """Instances of these backends are forked from the zygote (see
+        `podium.preload.zygote`), waiting at most `zygote_wait_s` for its import; the others,
+        and any it cannot fork, start as processes."""
+        self.zygote_wait_s = zygote_wait_s
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         self._adopt()
+        if zygote is not None and self._deployed_backends() & set(zygote_backends):
+            self._want_zygote()  # importing before the first launch asks for it
+
+    def scale(self, model: str, version: str, count: int) -> None:
+        """As every runtime's; a deployment of a zygote backend (even at zero: announced, or
+        waiting for its first request) starts the zygote first."""
+        if self.zygote is not None and self._backend(model, version) in self.zygote_backends:
+            self._want_zygote()
+        super().scale(model, version, count)
+
+    def _want_zygote(self) -> None:
+        """The zygote imports from now on (started unless it ever was: one that exited is
+        restarted by the next launch, which starts plain)."""
+        if self.zygote is not None and self.zygote.process is None:
+            self.zygote.start()
 
     def _create(self, model: str, version: str, db_id: int) -> _Process:
         name = f"{model}-{version}-{db_id}"
@@ -94,6 +136,32 @@ class LocalRuntime(Supervisor[_Process]):
                         log_path=str(self.workdir / "logs" / f"{name}.log"))
 
     def _launch(self, instance: _Process, package: PackageRow) -> dict[str, Any]:
+        instance.process, instance.waits = None, None
+        zygote = self.zygote if self._forks(package) else None
+        if zygote is not None:
+            self._want_zygote()  # at the latest now
+            if zygote.importing():  # deferred, not waited for: this runs in the plane's loop
+                instance.waits = _Wait(package, self.clock(), zygote.starts)
+                self._note(instance, "waits for the zygote's import (at most "
+                                     f"{self.zygote_wait_s:g} s), then forks from it")
+                return {"pid": None}  # no process yet: a plane restarted now drops it
+        return self._spawn(instance, package)
+
+    def _refresh(self) -> None:
+        """Launch the instances whose wait for the zygote is over."""
+        for instance in list(self._instances.values()):
+            if (instance.waits is not None and instance.state == STARTING
+                    and not self._still_waits(instance.waits)):
+                with contextlib.suppress(StoreUnavailable):  # tried again at the next pass
+                    self._spawn(instance, instance.waits.package)
+
+    def _still_waits(self, waits: _Wait) -> bool:
+        zygote = self.zygote
+        return (zygote is not None and zygote.importing() and zygote.starts == waits.zygote_starts
+                and self.clock() - waits.since_s < self.zygote_wait_s)
+
+    def _spawn(self, instance: _Process, package: PackageRow) -> dict[str, Any]:
+        """Start the instance's process now: forked from the zygote or plain."""
         http_port, grpc_port = free_port(), free_port()
         instance.url = f"http://127.0.0.1:{http_port}"
         instance.grpc_target = f"127.0.0.1:{grpc_port}"
@@ -108,29 +176,49 @@ class LocalRuntime(Supervisor[_Process]):
         if BIND_ENV not in env and _one_cpu_worker(package):
             instance.cpu = self._free_cpu()
             env[BIND_ENV] = str(instance.cpu)
-        with Path(instance.log_path or os.devnull).open("ab") as log:  # the child keeps its copy
-            process = self._from_zygote(package, serve, log, env)
+        with Path(instance.log_path or os.devnull).open("ab") as out:  # the child keeps its copy
+            process = self._from_zygote(instance, package, serve, out, env)
             if process is None:
-                process = spawn_gated(command, out=log, env=env)
+                process = spawn_gated(command, out=out, env=env)
         instance.process, instance.pid = process, process.pid
         open_gate(process, lambda: self.store.update_instance(instance.db_id, pid=process.pid))
+        instance.waits = None  # launched (a failed record leaves it to the next pass)
         return {"pid": instance.pid, **recorded}
 
-    def _from_zygote(self, package: PackageRow, serve: list[str], log: Any,
-                     env: dict[str, str]) -> Any:
+    def _from_zygote(self, instance: _Process, package: PackageRow, serve: list[str],
+                     out: Any, env: dict[str, str]) -> Any:
         """The instance's server forked from the zygote (no import of vLLM on its boot path),
-        or None: no zygote, not a backend it serves, not ready or gone (then it is started or
-        restarted for the next instance, and this one starts as a process)."""
-        if self.zygote is None or package.backend not in self.zygote_backends:
-            return None
-        if serve[0] != sys.executable:
+        or None: no zygote, not a backend it serves, or it could not fork it (the reason in
+        the instance's event; a zygote gone is restarted for the next instance)."""
+        if not self._forks(package) or serve[0] != sys.executable:
             return None  # not a Python command: it cannot run in the zygote's interpreter
-        return self.zygote.spawn(serve[1:], out=log, env=env, nice=self.boot_nice)
+        zygote, waits = self.zygote, instance.waits
+        assert zygote is not None
+        waited_s = 0.0 if waits is None else self.clock() - waits.since_s
+        if waits is not None and zygote.starts != waits.zygote_starts:
+            why = "the zygote exited and was restarted while this instance waited for it"
+        elif waits is not None and zygote.importing():
+            why = (f"the zygote was still importing the engine after {waited_s:.0f} s "
+                   f"(the bound: {self.zygote_wait_s:g} s)")
+            log.warning("zygote bypassed: %s; the instance starts as a plain process", why)
+        else:
+            process, why = zygote.fork(serve[1:], out=out, env=env, nice=self.boot_nice)
+            if process is not None:
+                after = f", after waiting {waited_s:.1f} s for its import" if waits else ""
+                self._note(instance, f"forked from the zygote (pid {zygote.process.pid}{after})")  # type: ignore[union-attr]
+                return process
+        self._note(instance, f"started as a plain process: {why}")
+        return None
+
+    def _forks(self, package: PackageRow) -> bool:
+        """Whether the package's instances fork from the zygote."""
+        return self.zygote is not None and package.backend in self.zygote_backends
 
     def close(self, timeout_s: float | None = None) -> None:
+        zygote, self.zygote = self.zygote, None  # the scale to zero of closing starts none
         super().close(timeout_s)
-        if self.zygote is not None:
-            self.zygote.stop()
+        if zygote is not None:
+            zygote.stop()
 
     def _free_cpu(self) -> int:
         """The core this process may use that the fewest live instances are bound to."""
@@ -139,11 +227,14 @@ class LocalRuntime(Supervisor[_Process]):
         return min(sorted(os.sched_getaffinity(0)), key=used.count)
 
     def _exit_code(self, instance: _Process) -> int | None:
+        if instance.waits is not None:
+            return None  # not launched yet
         if instance.process is not None:
             return instance.process.poll()
         return None if instance.pid is not None and pid_alive(instance.pid) else -1
 
     def _terminate(self, instance: _Process, *, force: bool) -> None:
+        instance.waits = None  # never launched: gone (exit -1) at the next pass
         if instance.pid is None:
             return
         with contextlib.suppress(ProcessLookupError):

@@ -146,7 +146,6 @@ class RayRuntime(Supervisor[_Actor]):
                                           "modules": zygote_modules, "nice": boot_nice},
                                     self._deployed_for_zygotes)
         self._zygote_wait_s = zygote_wait_s
-        self._backends: dict[tuple[str, str], str | None] = {}
         self._adopt()
         if zygote and self._deployed_for_zygotes():  # warm before the first launch
             self._zygotes.want()
@@ -175,24 +174,12 @@ class RayRuntime(Supervisor[_Actor]):
         super().scale(model, version, count)
 
     def _forks(self, model: str, version: str) -> bool:
-        """Whether model@version's instances fork from a zygote (its backend; the store read
-        once per version)."""
-        if (model, version) not in self._backends:
-            try:
-                self._backends[(model, version)] = self.store.get_package(model,
-                                                                          version).backend
-            except Exception:  # not announced, or the store is away: asked again next time
-                return False
-        return self._backends[(model, version)] in self.zygote_backends
+        """Whether model@version's instances fork from a zygote (its backend)."""
+        return self._backend(model, version) in self.zygote_backends
 
     def _deployed_for_zygotes(self) -> bool:
         """Whether an active deployment of this store has a zygote backend."""
-        if not self.zygote:
-            return False
-        backends = {(p.name, p.version): p.backend for p in self.store.list_packages()}
-        return any(d.state == "active"
-                   and backends.get((d.model, d.version)) in self.zygote_backends
-                   for d in self.store.list_deployments())
+        return self.zygote and bool(self._deployed_backends() & set(self.zygote_backends))
 
     def instances(self, model: str | None = None,
                   version: str | None = None) -> list[InstanceView]:

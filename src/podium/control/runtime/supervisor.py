@@ -90,6 +90,8 @@ class Supervisor(Generic[I]):
         self._crashes: dict[tuple[str, str], int] = {}
         self._policies: dict[tuple[str, str], dict[str, Any]] = {}
         """Per model@version, what the gateway reads from its package (`_traffic_policy`)."""
+        self._backends: dict[tuple[str, str], str] = {}
+        """Per model@version, its package's backend (`_backend`)."""
         # observed state not written yet because the database was away: db id -> fields
         self._unsaved: dict[int, dict[str, Any]] = {}
         self._unsaved_notes: list[tuple[str, str]] = []
@@ -243,6 +245,23 @@ class Supervisor(Generic[I]):
                 break
             time.sleep(0.05)
         self._probe.close()
+
+    def _backend(self, model: str, version: str) -> str | None:
+        """model@version's backend, read from the store once per version (None: not
+        announced, or the store is away; asked again next time)."""
+        if (model, version) not in self._backends:
+            try:
+                self._backends[(model, version)] = self.store.get_package(model,
+                                                                          version).backend
+            except (NotFound, StoreUnavailable):
+                return None
+        return self._backends[(model, version)]
+
+    def _deployed_backends(self) -> set[str]:
+        """The backends of this store's active deployments."""
+        backends = {(p.name, p.version): p.backend for p in self.store.list_packages()}
+        return {backends[(d.model, d.version)] for d in self.store.list_deployments()
+                if d.state == "active" and (d.model, d.version) in backends}
 
     # lifecycle ---------------------------------------------------------------------------
 
