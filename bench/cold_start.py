@@ -16,30 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
-from bench.harness import free_port, median
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if condition():
-                return
-        except (httpx.HTTPError, KeyError, ValueError):
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+from bench.harness import median
+from bench.harness.up import Up, fresh_up, wait_for
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -56,21 +40,24 @@ def main() -> None:
     from podium.package.defaults import DEFAULT_MODEL, default_llm_manifest
     from podium.package.package import write_manifest
 
-    home = Path(tempfile.mkdtemp(prefix="bench-cold-start-"))
-    api_port, http_port = free_port(), free_port()
-    api, gateway = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{http_port}"
-    from podium.package.cache import ModelCache
-
-    env = {**os.environ, "PODIUM_HOME": str(home), "PODIUM_CACHE": str(ModelCache().root),
-           "PODIUM_COLD_START_WAIT_S": "300", "HF_HUB_OFFLINE": "1"}
     manifest = default_llm_manifest()
     manifest["autoscale"] = {"scale_down_cooldown_ms": args.cooldown_ms}
-    package = write_manifest(home / "packages" / DEFAULT_MODEL, manifest).root
-    cli = [sys.executable, "-m", "podium.cli"]
-    with (home / "up.log").open("ab") as log:
-        up = subprocess.Popen([*cli, "up", "--host", "127.0.0.1", "--http-port", str(http_port),
-                               "--api-port", str(api_port), "--grpc-port", str(free_port())],
-                              env=env, stdout=log, stderr=subprocess.STDOUT)
+    with fresh_up("bench-cold-start-", {"PODIUM_COLD_START_WAIT_S": "300"}) as up:
+        package = write_manifest(up.home / "packages" / DEFAULT_MODEL, manifest).root
+        cold, warm = _cycles(up, package, manifest["version"], args)
+    print(json.dumps({"cycles": len(cold),
+                      "from_zero_s": {"p50": round(median(cold), 2),
+                                      "p99": round(_percentile(cold, 0.99), 2)},
+                      "warm_ms": {"p50": round(median(warm) * 1000, 1),
+                                  "p99": round(_percentile(warm, 0.99) * 1000, 1)}}))
+
+
+def _cycles(up: Up, package: Path, ver: str, args: argparse.Namespace,
+            ) -> tuple[list[float], list[float]]:
+    """Deploy, allow zero, then each cycle: wait for zero, one request from zero, warm ones."""
+    from podium.package.defaults import DEFAULT_MODEL
+
+    api, gateway, cli, env = up.api, up.gateway, up.cli, up.env
     cold: list[float] = []
     warm: list[float] = []
     request = {"model": DEFAULT_MODEL, "max_tokens": 8, "temperature": 0,
@@ -80,7 +67,7 @@ def main() -> None:
         return httpx.get(api + "/v1/status", timeout=10).json()
 
     def version() -> dict:
-        return status()["models"][DEFAULT_MODEL]["versions"][manifest["version"]]
+        return status()["models"][DEFAULT_MODEL]["versions"][ver]
 
     def ask() -> float:
         started = time.monotonic()
@@ -88,38 +75,26 @@ def main() -> None:
         r.raise_for_status()
         return time.monotonic() - started
 
-    try:
-        _wait(lambda: httpx.get(api + "/health", timeout=2).status_code == 200, "the API")
-        for step in (["announce", str(package)],
-                     ["deploy", f"{DEFAULT_MODEL}@{manifest['version']}", "--stages", "100",
-                      "--analysis-window", "0", "--warm-delay", "0"]):
-            subprocess.run([*cli, *step, "--api", api], env=env, check=True,
-                           stdout=subprocess.DEVNULL)
-        _wait(lambda: any(i["state"] == "ready" for i in version()["instances"]), "deployed")
-        subprocess.run([*cli, "scale", f"{DEFAULT_MODEL}@{manifest['version']}", "--min", "0",
-                        "--max", "1", "--api", api], env=env, check=True,
+    for step in (["announce", str(package)],
+                 ["deploy", f"{DEFAULT_MODEL}@{ver}", "--stages", "100",
+                  "--analysis-window", "0", "--warm-delay", "0"]):
+        subprocess.run([*cli, *step, "--api", api], env=env, check=True,
                        stdout=subprocess.DEVNULL)
-        for cycle in range(args.cycles):
-            _wait(lambda: version()["num_desired"] == 0 and all(
-                i["state"] == "stopped" for i in version()["instances"]), "zero instances")
-            time.sleep(1.0)  # the process gone, the gateway's table at zero
-            first = ask()
-            mine = [ask() for _ in range(args.warm)]
-            cold.append(first)
-            warm.extend(mine)
-            print(f"cycle {cycle + 1}: from zero {first:6.2f}s  warm p50 "
-                  f"{median(mine) * 1000:6.0f} ms", flush=True)
-    finally:
-        up.terminate()
-        try:
-            up.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            up.kill()
-    print(json.dumps({"cycles": len(cold),
-                      "from_zero_s": {"p50": round(median(cold), 2),
-                                      "p99": round(_percentile(cold, 0.99), 2)},
-                      "warm_ms": {"p50": round(median(warm) * 1000, 1),
-                                  "p99": round(_percentile(warm, 0.99) * 1000, 1)}}))
+    wait_for(lambda: any(i["state"] == "ready" for i in version()["instances"]), "deployed")
+    subprocess.run([*cli, "scale", f"{DEFAULT_MODEL}@{ver}", "--min", "0",
+                    "--max", "1", "--api", api], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    for cycle in range(args.cycles):
+        wait_for(lambda: version()["num_desired"] == 0 and all(
+            i["state"] == "stopped" for i in version()["instances"]), "zero instances")
+        time.sleep(1.0)  # the process gone, the gateway's table at zero
+        first = ask()
+        mine = [ask() for _ in range(args.warm)]
+        cold.append(first)
+        warm.extend(mine)
+        print(f"cycle {cycle + 1}: from zero {first:6.2f}s  warm p50 "
+              f"{median(mine) * 1000:6.0f} ms", flush=True)
+    return cold, warm
 
 
 if __name__ == "__main__":

@@ -13,58 +13,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-from bench.cold_start import _wait
-from bench.harness import free_port, median
+from bench.harness import median
+from bench.harness.up import fresh_up, wait_for
 
 
 def first_ready(src: str) -> tuple[float, list[str]]:
     """One fresh `podium up` run from `src`: seconds from deploy to the first instance ready,
     and the instances' events."""
-    from podium.package.cache import ModelCache
     from podium.package.defaults import DEFAULT_MODEL, default_llm_manifest
     from podium.package.package import write_manifest
 
-    home = Path(tempfile.mkdtemp(prefix="bench-first-instance-"))
-    api_port, http_port = free_port(), free_port()
-    api = f"http://127.0.0.1:{api_port}"
-    env = {**os.environ, "PODIUM_HOME": str(home), "PODIUM_CACHE": str(ModelCache().root),
-           "HF_HUB_OFFLINE": "1", "PYTHONPATH": src}
     manifest = default_llm_manifest()
-    package = write_manifest(home / "packages" / DEFAULT_MODEL, manifest).root
-    cli = [sys.executable, "-m", "podium.cli"]
-    with (home / "up.log").open("ab") as log:
-        up = subprocess.Popen([*cli, "up", "--host", "127.0.0.1", "--http-port", str(http_port),
-                               "--api-port", str(api_port), "--grpc-port", str(free_port())],
-                              env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        _wait(lambda: httpx.get(api + "/health", timeout=2).status_code == 200, "the API")
+    with fresh_up("bench-first-instance-", {"PYTHONPATH": src}) as up:
+        package = write_manifest(up.home / "packages" / DEFAULT_MODEL, manifest).root
+        api, cli, env = up.api, up.cli, up.env
         subprocess.run([*cli, "announce", str(package), "--api", api], env=env, check=True,
                        stdout=subprocess.DEVNULL)
         started = time.monotonic()
         subprocess.run([*cli, "deploy", f"{DEFAULT_MODEL}@{manifest['version']}", "--stages",
                         "100", "--analysis-window", "0", "--warm-delay", "0", "--api", api],
                        env=env, check=True, stdout=subprocess.DEVNULL)
-        _wait(lambda: any(i["state"] == "ready" for i in httpx.get(
+        wait_for(lambda: any(i["state"] == "ready" for i in httpx.get(
             api + "/v1/status", timeout=10).json()["models"][DEFAULT_MODEL]["versions"][
                 manifest["version"]]["instances"]), "the first instance ready")
         ready_s = time.monotonic() - started
         events = httpx.get(f"{api}/v1/events?model={DEFAULT_MODEL}&limit=50", timeout=10).json()
         return ready_s, [e["message"] for e in reversed(events) if e["kind"] == "instance"]
-    finally:
-        up.terminate()
-        try:
-            up.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            up.kill()
 
 
 def main() -> None:
