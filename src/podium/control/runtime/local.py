@@ -114,17 +114,13 @@ class LocalRuntime(Supervisor[_Process]):
         self.zygote_wait_s = zygote_wait_s
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         self._adopt()
-        if zygote is not None and self._deployed_backends() & set(zygote_backends):
-            self._want_zygote()  # importing before the first launch asks for it
+        if self._zygotes_deployed():
+            self._want_zygotes()  # importing before the first launch asks for it
 
-    def scale(self, model: str, version: str, count: int) -> None:
-        """As every runtime's; a deployment of a zygote backend (even at zero: announced, or
-        waiting for its first request) starts the zygote first."""
-        if self.zygote is not None and self._backend(model, version) in self.zygote_backends:
-            self._want_zygote()
-        super().scale(model, version, count)
+    def _zygote_backends(self) -> tuple[str, ...]:
+        return self.zygote_backends if self.zygote is not None else ()
 
-    def _want_zygote(self) -> None:
+    def _want_zygotes(self) -> None:
         """The zygote imports from now on (started unless it ever was: one that exited is
         restarted by the next launch, which starts plain)."""
         if self.zygote is not None and self.zygote.process is None:
@@ -139,7 +135,7 @@ class LocalRuntime(Supervisor[_Process]):
         instance.process, instance.waits = None, None
         zygote = self.zygote if self._forks(package) else None
         if zygote is not None:
-            self._want_zygote()  # at the latest now
+            self._want_zygotes()  # at the latest now
             if zygote.importing():  # deferred, not waited for: this runs in the plane's loop
                 instance.waits = _Wait(package, self.clock(), zygote.starts)
                 self._note(instance, "waits for the zygote's import (at most "
@@ -212,7 +208,7 @@ class LocalRuntime(Supervisor[_Process]):
 
     def _forks(self, package: PackageRow) -> bool:
         """Whether the package's instances fork from the zygote."""
-        return self.zygote is not None and package.backend in self.zygote_backends
+        return package.backend in self._zygote_backends()
 
     def close(self, timeout_s: float | None = None) -> None:
         zygote, self.zygote = self.zygote, None  # the scale to zero of closing starts none

@@ -144,10 +144,10 @@ class RayRuntime(Supervisor[_Actor]):
         # niced as a booting instance: its import must not slow the serving ones
         self._zygotes = ZygoteFleet(ray, {"namespace": self.namespace, "workdir": str(workdir),
                                           "modules": zygote_modules, "nice": boot_nice},
-                                    self._deployed_for_zygotes)
+                                    self._zygotes_deployed)
         self._zygote_wait_s = zygote_wait_s
         self._adopt()
-        if zygote and self._deployed_for_zygotes():  # warm before the first launch
+        if self._zygotes_deployed():  # warm before the first launch
             self._zygotes.want()
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -166,20 +166,11 @@ class RayRuntime(Supervisor[_Actor]):
         """Node id -> what its zygote answers (`NodeZygote.target`: None while it imports)."""
         return self._zygotes.answers(self.probe_timeout_s * 5)
 
-    def scale(self, model: str, version: str, count: int) -> None:
-        """As every runtime's; a deployment of a zygote backend (even at zero: it is announced,
-        or waits for its first request) starts the nodes' zygotes first."""
-        if self.zygote and not self._zygotes.wanted and self._forks(model, version):
-            self._zygotes.want()
-        super().scale(model, version, count)
+    def _zygote_backends(self) -> tuple[str, ...]:
+        return self.zygote_backends if self.zygote else ()
 
-    def _forks(self, model: str, version: str) -> bool:
-        """Whether model@version's instances fork from a zygote (its backend)."""
-        return self._backend(model, version) in self.zygote_backends
-
-    def _deployed_for_zygotes(self) -> bool:
-        """Whether an active deployment of this store has a zygote backend."""
-        return self.zygote and bool(self._deployed_backends() & set(self.zygote_backends))
+    def _want_zygotes(self) -> None:
+        self._zygotes.want()
 
     def instances(self, model: str | None = None,
                   version: str | None = None) -> list[InstanceView]:
@@ -199,7 +190,7 @@ class RayRuntime(Supervisor[_Actor]):
             # Ray keeps it waiting (an autoscaler may add a node); the operator is told why
             self._note(instance, f"waits for a Ray node: {why}")
         zygote = None
-        if self.zygote and package.backend in self.zygote_backends:
+        if package.backend in self._zygote_backends():
             self._zygotes.want()  # at the latest (before the host actor): its host waits for it
             zygote = {**self._zygotes.settings, "wait_s": self._zygote_wait_s}
         instance.actor = self._host.options(

@@ -126,7 +126,11 @@ class Supervisor(Generic[I]):
     # the Runtime interface ---------------------------------------------------------------
 
     def scale(self, model: str, version: str, count: int) -> None:
-        """Start or drain instances until `count` of model@version are wanted."""
+        """Start or drain instances until `count` of model@version are wanted; a deployment
+        whose instances fork from a zygote (even at zero: announced, or waiting for its first
+        request) starts the runtime's zygotes first."""
+        if (backends := self._zygote_backends()) and self._backend(model, version) in backends:
+            self._want_zygotes()
         self._desired[(model, version)] = count
         live = [i for i in self._instances.values()
                 if (i.model, i.version) == (model, version) and i.state in (STARTING, READY)]
@@ -257,11 +261,21 @@ class Supervisor(Generic[I]):
                 return None
         return self._backends[(model, version)]
 
-    def _deployed_backends(self) -> set[str]:
-        """The backends of this store's active deployments."""
+    def _zygote_backends(self) -> tuple[str, ...]:
+        """The backends whose instances fork from this runtime's zygotes (none without)."""
+        return ()
+
+    def _want_zygotes(self) -> None:
+        """Start this runtime's zygotes importing the engine (once; none without)."""
+
+    def _zygotes_deployed(self) -> bool:
+        """Whether an active deployment of this store forks from a zygote (then the runtime
+        warms its zygotes before the first launch asks for them)."""
+        if not (wanted := set(self._zygote_backends())):
+            return False
         backends = {(p.name, p.version): p.backend for p in self.store.list_packages()}
-        return {backends[(d.model, d.version)] for d in self.store.list_deployments()
-                if d.state == "active" and (d.model, d.version) in backends}
+        return any(d.state == "active" and backends.get((d.model, d.version)) in wanted
+                   for d in self.store.list_deployments())
 
     # lifecycle ---------------------------------------------------------------------------
 
