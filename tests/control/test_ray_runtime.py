@@ -5,7 +5,6 @@ control loop."""
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import signal
 import subprocess
@@ -27,7 +26,7 @@ from podium.control.runtime.ray import RayRuntime, Resources, resources_for
 from podium.control.store import Store
 from podium.gateway.proxy import Gateway
 from tests.support import echo_platform as platform_module
-from tests.support.echo_platform import Load, Platform, write_echo
+from tests.support.echo_platform import Load, Platform, echo_deployed, write_echo
 from tests.support.ports import free_port
 from tests.support.ray_cluster import BODY, FIRST, INSTANCE_CPUS, ray_cluster
 from tests.support.servers import Served
@@ -107,11 +106,7 @@ def _parent(pid: int) -> int:
 
 def test_instances_run_in_ray_actors_restart_after_a_crash_and_drain_to_zero(
         ray_cluster: Any, tmp_path: Path) -> None:
-    store = Store.open(f"sqlite:///{tmp_path / 'control.db'}")
-    folder = write_echo(tmp_path / "packages", "1", scale=3)
-    store.announce_package("echo", "1", "python", str(folder),
-                           json.loads((folder / "podium.json").read_text()))
-    store.ensure_deployment("echo", "1", "red-black")
+    store = echo_deployed(tmp_path)
     gateway = Gateway(upstream_credential=CREDENTIAL)
     served = Served(gateway.app())
     runtime = RayRuntime(store, gateway.table, tmp_path / "instances",

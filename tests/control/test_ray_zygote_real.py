@@ -27,7 +27,7 @@ from podium.control.runtime.ray_placement import actor_name
 from podium.control.store import Store
 from podium.gateway.proxy import Gateway
 from podium.package.defaults import DEFAULT_MODEL
-from tests.support.echo_platform import write_echo
+from tests.support.echo_platform import echo_deployed
 from tests.support.llm_up import write_llm
 from tests.support.preloader import engine_processes, preloader_pid
 from tests.support.ray_cluster import BODY, INSTANCE_CPUS, ray_cluster
@@ -73,11 +73,7 @@ def _zygote_actors(ray: Any) -> list[str]:
 
 def test_an_echo_instance_forks_from_its_nodes_zygote_and_dies_with_its_host_actor(
         ray_cluster: Any, tmp_path: Path) -> None:
-    store = Store.open(f"sqlite:///{tmp_path / 'control.db'}")
-    folder = write_echo(tmp_path / "packages", "1", scale=3)
-    store.announce_package("echo", "1", "python", str(folder),
-                           json.loads((folder / "podium.json").read_text()))
-    store.ensure_deployment("echo", "1", "red-black")
+    store = echo_deployed(tmp_path)
     gateway = Gateway(upstream_credential=CREDENTIAL)
     served = Served(gateway.app())
     runtime = RayRuntime(store, gateway.table, tmp_path / "instances", num_cpus=INSTANCE_CPUS,

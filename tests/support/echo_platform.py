@@ -58,6 +58,17 @@ def write_echo(root: Path, version: str, **parameters: object) -> Path:
     return folder
 
 
+def echo_deployed(tmp_path: Path) -> Store:
+    """A SQLite store under `tmp_path` with echo@1 (scale 3) announced and deployed red-black:
+    a runtime given it starts echo instances."""
+    store = Store.open(f"sqlite:///{tmp_path / 'control.db'}")
+    folder = write_echo(tmp_path / "packages", "1", scale=3)
+    store.announce_package("echo", "1", "python", str(folder),
+                           json.loads((folder / "podium.json").read_text()))
+    store.ensure_deployment("echo", "1", "red-black")
+    return store
+
+
 class Platform:
     """Store + gateway + local runtime + control loop, as `podium up` wires them."""
 
