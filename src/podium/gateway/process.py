@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -25,7 +24,7 @@ from typing import Annotated, Any
 import uvicorn
 from pydantic import ConfigDict, Field, InstanceOf
 
-from podium import env
+from podium import env, heap
 from podium.auth import ApiKeyMiddleware
 from podium.auth_keys import KeyConfig
 from podium.config_flags import Flag, NotAFlag, ProcessConfig
@@ -171,16 +170,9 @@ async def _serve(config: GatewayConfig, watchdog: ShutdownWatchdog) -> None:
 
 
 def freeze_heap() -> None:
-    """Move what the start left on the heap (the imported modules: ~72,000 objects) out of the
-    cyclic collector's reach, as an instance does after its boot (`server.boot`): unfrozen,
-    each full collection walked all of it and held the event loop ~40 ms on the development
-    machine, and at several thousand requests a second one came every few seconds, so every
-    request arriving meanwhile, a refusal too, waited for it (`bench/overload_xgb.py`: the
-    gateway's loop lag p99 40 ms). Frozen objects are still freed by reference counting."""
-    gc.collect()
-    gc.freeze()
-    log.info("heap frozen: %d objects out of the cyclic collector's reach",
-             gc.get_freeze_count())
+    """What the start left on the heap (the imported modules: ~72,000 objects) out of the
+    cyclic collector's reach (`podium.heap`), as an instance does after its boot."""
+    log.info("heap frozen: %d objects out of the cyclic collector's reach", heap.freeze())
 
 
 def bind(host: str, port: int, *, reuse_port: bool) -> socket.socket:

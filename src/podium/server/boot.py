@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from podium import heap
 from podium.errors import BootError, PodiumError
 from podium.package.adapter import adapter_of
 from podium.package.cache import ModelCache
@@ -64,7 +65,7 @@ async def boot(instance: Instance) -> None:
         from podium.metrics.server import set_ready
 
         set_ready(instance.is_ready())
-        _freeze_boot_heap()
+        heap.freeze()  # what boot left: requests' collections walk only their own objects
         log.info("ready: %d model(s) in %.1fs: %s (%s)", len(packages),
                  sum(s.seconds for s in instance.boot_steps),
                  ", ".join(p.key for p in packages), summary(instance.boot_steps))
@@ -89,19 +90,6 @@ async def _step(instance: Instance, name: str, fn: Callable[..., Any], *args: An
     _record_metric(name, seconds)
     log.info("boot step %s took %.2fs%s", name, seconds, f" ({detail})" if detail else "")
     return result
-
-
-def _freeze_boot_heap() -> None:
-    """Move what boot left on the heap (imported modules, loaded models, their frameworks'
-    objects) out of the cyclic collector's reach: a full collection then walks only what
-    requests made. Unfrozen, each gen-2 pass walked the whole boot heap and held the event
-    loop 60-270 ms (every request in flight waited: `podium serve` of the `recommend`
-    pipeline at c=32); frozen, 2-3 ms. Objects frozen here are still freed by reference
-    counting; only cycles among them are never collected."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
 
 
 def summary(steps: list[BootStep]) -> str:
