@@ -70,7 +70,15 @@ def _batch(repository: Path, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def _cached(repository: Path) -> list[tuple[str, str]]:
-    with sqlite3.connect(repository / "recommend" / "results.db") as db:
+    """The cache's (key, version) rows; none before a batch created it (under xdist this
+    module's tests may run in different processes, each with its own repository)."""
+    path = repository / "recommend" / "results.db"
+    if not path.exists():
+        return []
+    with sqlite3.connect(path) as db:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'podium_pipeline_results'"
+                          ).fetchone():
+            return []
         return db.execute("SELECT key, version FROM podium_pipeline_results ORDER BY key"
                           ).fetchall()
 

@@ -8,12 +8,12 @@ under load)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
 import threading
-import time
 
 import httpx
 import psutil
@@ -54,23 +54,13 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(spare_instance: Spa
         assert engine, [c.name() for c in children]
         assert all(os.getpgid(c.pid) != group for c in engine), \
             "the engine's processes left the server's process group"
-        results: list[httpx.Response | Exception] = []
-
-        def generate() -> None:
-            body = {"model": LLM, "prompt": "Tell a story:", "max_tokens": 96,
-                    "ignore_eos": True, "temperature": 0}
-            try:
-                results.append(httpx.post(f"{instance.openai_url}/completions", json=body,
-                                          timeout=120))
-            except Exception as exc:  # recorded and asserted below
-                results.append(exc)
-
-        threads = [threading.Thread(target=generate) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        # a fixed sleep let a loaded CI host send SIGTERM before the 4th request connected:
-        # that one was refused (no new requests once draining), which is right, not a failure
-        _wait_in_flight(instance, 4)
+        streams = [_Stream(instance.openai_url) for _ in range(4)]
+        for stream in streams:
+            stream.thread.start()
+        # in flight = its first token reached the client (a fixed sleep let a loaded CI host
+        # signal before the 4th request connected, and the server's in-flight gauge read 0 of
+        # 4 there for 60 s, with nothing to say why): the streams themselves say
+        _wait_streaming(streams)
         os.killpg(group, signal.SIGTERM)
         assert eventually(lambda: "draining" in instance.log(), timeout_s=10), \
             "the server never said it was draining"
@@ -79,14 +69,12 @@ def test_sigterm_drains_in_flight_requests_then_reaps_engine(spare_instance: Spa
         with pytest.raises(httpx.HTTPError):  # no new requests once draining
             httpx.post(f"{instance.openai_url}/completions",
                        json={"model": LLM, "prompt": "x", "max_tokens": 1}, timeout=5)
-        for thread in threads:
-            thread.join(120)
+        for stream in streams:
+            stream.thread.join(120)
         assert instance.process.wait(120) == 0
-        assert len(results) == 4
-        for result in results:
-            assert isinstance(result, httpx.Response), result
-            assert result.status_code == 200
-            assert result.json()["usage"]["completion_tokens"] == 96
+        for stream in streams:  # each finished its whole answer after the signal
+            assert stream.error is None, stream.error
+            assert stream.done and stream.completion_tokens == 128, vars(stream)
         _, alive = psutil.wait_procs(children, timeout=30)
         assert not alive, f"engine processes left running: {alive}"
         log = instance.log()
@@ -104,16 +92,49 @@ def _accepts(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _wait_in_flight(instance, count: int, timeout_s: float = 60) -> None:
-    """Until the server is serving `count` completions at once (its own in-flight gauge)."""
-    deadline = time.monotonic() + timeout_s
-    in_flight = 0.0
-    while time.monotonic() < deadline:
-        text = httpx.get(f"{instance.http_url}/metrics", timeout=10).text
-        in_flight = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                        if line.startswith("podium:requests_in_flight{")
-                        and 'endpoint="/v1/completions"' in line)
-        if in_flight >= count:
+class _Stream:
+    """One streamed completion of 128 tokens in a thread: when its first token arrived, how
+    many its usage says it produced, whether `[DONE]` ended it, or what broke it."""
+
+    def __init__(self, openai_url: str) -> None:
+        self.url = f"{openai_url}/completions"
+        self.first_token = threading.Event()
+        self.completion_tokens: int | None = None
+        self.done = False
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        body = {"model": LLM, "prompt": "Tell a story:", "max_tokens": 128, "ignore_eos": True,
+                "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+        try:
+            with httpx.stream("POST", self.url, json=body, timeout=120) as response:
+                if response.status_code != 200:
+                    self.error = f"{response.status_code} {response.read()[:500]!r}"
+                    return
+                for line in response.iter_lines():
+                    self._read(line)
+        except Exception as exc:  # recorded and asserted by the test
+            self.error = repr(exc)
+        finally:
+            self.first_token.set()  # the waiter reads `error` then
+
+    def _read(self, line: str) -> None:
+        if not line.startswith("data: "):
             return
-        time.sleep(0.05)
-    raise AssertionError(f"{in_flight:.0f} of {count} requests in flight after {timeout_s} s")
+        if line == "data: [DONE]":
+            self.done = True
+            return
+        chunk = json.loads(line[len("data: "):])
+        if chunk.get("choices"):
+            self.first_token.set()
+        if chunk.get("usage"):
+            self.completion_tokens = chunk["usage"]["completion_tokens"]
+
+
+def _wait_streaming(streams: list[_Stream], timeout_s: float = 120) -> None:
+    """Until every stream has its first token, failing at once with what broke one."""
+    for stream in streams:
+        assert stream.first_token.wait(timeout_s), f"no first token in {timeout_s} s"
+        assert stream.error is None, stream.error
+        assert not stream.done, "a stream ended before the signal: 128 tokens were too few"
