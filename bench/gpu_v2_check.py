@@ -349,7 +349,7 @@ def check(args: argparse.Namespace, device: Any, tok: Any, precompiler: Any) -> 
         for rid in [r for r, q in running.items() if q.done]:
             run.rs.remove_request(rid)
             del running[rid]
-        if step % 5 == 4 and running:
+        if step % 3 == 2 and running:
             victims = [q for q in running.values() if q.out and q.computed >= q.prefill_len]
             if victims:
                 q = rng.choice(victims)
@@ -379,7 +379,9 @@ def check(args: argparse.Namespace, device: Any, tok: Any, precompiler: Any) -> 
         for q in order:
             stats["slots_used"].add(q.slot)
             if q.computed < q.prefill_len:  # (re)prefill, in chunks
-                chunk = min(q.prefill_len - q.computed, rng.choice([5, 16, 40]))
+                # a resumed request refills in small chunks: its output shows up a bit a time
+                size = 3 if q.prefill_len > len(q.prompt) else rng.choice([8, 16, 40])
+                chunk = min(q.prefill_len - q.computed, size)
                 batch.append((q, chunk, []))
                 continue
             drafts: list[int] = []
@@ -477,7 +479,11 @@ def check(args: argparse.Namespace, device: Any, tok: Any, precompiler: Any) -> 
 
 # --- part 2: apply at batch 256 ---
 
-def bench(args: argparse.Namespace, device: Any, tok: Any, precompiler: Any) -> dict[str, Any]:
+def bench(args: argparse.Namespace, device: Any, tok: Any, precompiler: Any,
+          drafts: int = 0) -> dict[str, Any]:
+    """``apply`` per step at batch ``args.batch``; with ``drafts``, every decoding request
+    carries that many (random) draft tokens, so the batch has (1 + drafts) rows per request
+    and the sampler here rejects them all (the bonus comes from each request's first row)."""
     import torch
     from tests.support.catalog import make_titles
 
@@ -490,7 +496,7 @@ def bench(args: argparse.Namespace, device: Any, tok: Any, precompiler: Any) -> 
              for i in range(n)]
     pool = [(s, _params(s, precompiler)) for s in specs]
     compile_s = time.perf_counter() - t0
-    run = Runner(_config(args.model), device, n + 16, 512, max(4096, 64 * (n + 16)), 0)
+    run = Runner(_config(args.model), device, n + 16, 512, max(4096, 64 * (n + 16)), drafts)
     eos = tok.eos_token_ids
     running: dict[int, Req] = {}
     serial = 0
@@ -517,9 +523,11 @@ def bench(args: argparse.Namespace, device: Any, tok: Any, precompiler: Any) -> 
     syncs: list[int] = []
     finished = 0
     prof_rows: list[dict[str, int]] = []
+    rows: list[int] = []
     for step in range(args.bench_steps):
         run.flush(fill())
-        batch = [(q, q.prefill_len - q.computed if q.computed < q.prefill_len else 1, [])
+        batch = [(q, q.prefill_len - q.computed, []) if q.computed < q.prefill_len
+                 else (q, 1 + drafts, [rng.randrange(3, 3000) for _ in range(drafts)])
                  for q in running.values()]
         rng.shuffle(batch)
         b = run.prepare(batch)
@@ -547,12 +555,15 @@ def bench(args: argparse.Namespace, device: Any, tok: Any, precompiler: Any) -> 
                 syncs.append(sum("synchroniz" in str(w.message) for w in caught))
         # the sampler on the device: Gumbel argmax over the masked row
         u = torch.rand_like(logits).clamp_(1e-10, 1.0)
-        tokens = (logits - torch.log(-torch.log(u))).argmax(dim=-1)
+        tokens = (logits - torch.log(-torch.log(u))).argmax(dim=-1)[b["cu"][:-1].long()]
+        sampled = torch.zeros(len(batch), drafts + 1, dtype=torch.int64, device=device)
+        sampled[:, 0] = tokens
         num = torch.ones(len(batch), dtype=torch.int32, device=device)
-        ns = run.commit(b, tokens.view(-1, 1), num)
+        ns = run.commit(b, sampled, num)
         host_tokens, host_ns = tokens.cpu().tolist(), ns.cpu().tolist()
-        for (q, k, _d), t, s in zip(batch, host_tokens, host_ns, strict=True):
-            q.computed += k
+        rows.append(b["total_logits"])
+        for (q, k, d), t, s in zip(batch, host_tokens, host_ns, strict=True):
+            q.computed += k - len(d)  # every draft rejected
             if s:
                 q.out.append(t)
                 if t in eos or len(q.out) > 200:
@@ -569,7 +580,8 @@ def bench(args: argparse.Namespace, device: Any, tok: Any, precompiler: Any) -> 
         sync()
         floor.append((time.perf_counter() - start) * 1e3)
     q = statistics.quantiles(times, n=10)
-    return dict(batch=n, vocab=VOCAB, steps_timed=len(times),
+    return dict(batch=n, drafts_per_request=drafts, rows_per_step=[min(rows), max(rows)],
+                vocab=VOCAB, steps_timed=len(times),
                 apply_ms_median=statistics.median(times), apply_ms_p10=q[0],
                 apply_ms_p90=q[-1], apply_ms_min=min(times), apply_ms_max=max(times),
                 syncs_per_step_flagged=sorted(set(syncs)), profiled_steps=prof_rows,
@@ -639,8 +651,10 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "gpu_v2_check.json")
     failed = []
-    for part, fn in (("check", check), ("bench", bench)):
-        if args.skip == part:
+    parts = (("check", check), ("bench", bench),
+             ("bench_drafts", lambda *a: bench(*a, drafts=3)))
+    for part, fn in parts:
+        if args.skip and part.startswith(args.skip):
             continue
         t = time.perf_counter()
         try:  # one part failing still leaves the other's figures
