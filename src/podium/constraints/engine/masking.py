@@ -30,7 +30,8 @@ def keep_only(logits: torch.Tensor, rows: np.ndarray, keep_rows: np.ndarray,
     if len(rows) == target.shape[0]:
         target.fill_(float("-inf"))
     else:
-        target.index_fill_(0, torch.from_numpy(rows).to(logits.device), float("-inf"))
+        target.index_fill_(0, torch.from_numpy(rows).to(logits.device, non_blocking=True),
+                           float("-inf"))
     view.index_copy_(0, flat, kept)
     if target is not logits:
         logits.copy_(target)

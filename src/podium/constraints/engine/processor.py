@@ -299,8 +299,10 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
         history = self._req_states.all_token_ids.gpu
 
         def fetch(pos: np.ndarray, idx: np.ndarray) -> np.ndarray:
-            s = torch.from_numpy(slots[pos]).to(history.device)
-            c = torch.from_numpy(prompt_len[pos] + idx).to(history.device)
+            # one host -> device copy of the (slot, column) pairs, for which torch adds no
+            # stream sync; the copy back waits for the step's work (bench/gpu_v2_check.py)
+            where = torch.from_numpy(np.stack([slots[pos], prompt_len[pos] + idx]))
+            s, c = where.to(history.device, non_blocking=True)
             return history[s, c].to(torch.int64).cpu().numpy()
 
         return fetch
