@@ -177,8 +177,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if admission is not None:
         table.add_row("admission", f"in-flight bound measured while serving: completions per "
                       f"busy second x {admission['target_wait_s']:g} s "
-                      f"({admission['target_wait_source']}), {admission['floor']} until "
-                      f"measured, then between {admission['measured_floor']} and "
+                      f"({admission['target_wait_source']}), between {admission['floor']} and "
                       f"{admission['ceiling']}")
     if adapter is not None:
         table.add_row("adapter of", f"{adapter.base_key} (rank {adapter.rank})")

@@ -18,7 +18,6 @@ from podium.backends import create_backend
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
 from podium.backends.classic_admission import (
     FLOOR,
-    MEASURED_FLOOR,
     MIN_COMPLETIONS,
     WINDOW_S,
     BusyRate,
@@ -103,25 +102,9 @@ def test_old_work_fades_once_the_window_is_full() -> None:
 def test_the_bound_is_the_work_done_in_the_target_wait_within_floor_and_ceiling() -> None:
     assert bound(None, 0.02, 1088) == FLOOR  # not measured: the floor
     assert bound(2000.0, 0.02, 1088) == 40
-    assert bound(600.0, 0.02, 1088) == 12  # measured: the measurement, below FLOOR too
-    assert bound(100.0, 0.02, 1088) == MEASURED_FLOOR  # slow: never below the measured floor
+    assert bound(100.0, 0.02, 1088) == FLOOR  # slow: never below the floor
     assert bound(1e6, 0.02, 1088) == 1088  # fast: never past the queue plus one batch
     assert bound(None, 0.02, 5) == 5  # a queue smaller than the floor caps it too
-    assert bound(10.0, 0.02, 3) == 3  # and the measured floor
-
-
-def test_a_bound_held_at_its_floor_falls_when_the_instance_slows_down() -> None:
-    clock = Clock()
-    admission = ClassicAdmission(0.02, 1088, "default", clock)
-    for seconds in (1 / 800, 1 / 400):  # its core to itself, then half of it
-        for _ in range(int(4 * WINDOW_S / seconds)):  # long enough to fade the first rate
-            admission.busy.started()
-            clock.now += seconds
-            admission.finished()
-        if seconds == 1 / 800:
-            assert admission.bound == FLOOR
-    assert admission.bound < FLOOR
-    assert admission.bound == int(admission.busy.rate() * 0.02)  # type: ignore[operator]
 
 
 def test_the_first_measurement_and_large_changes_are_logged() -> None:
@@ -217,10 +200,8 @@ def test_podium_inspect_shows_how_a_classic_packages_bound_is_set(tmp_path: Path
     assert shown.returncode == 0, shown.stderr
     admission = json.loads(shown.stdout)["admission"]
     assert (admission["target_wait_s"], admission["target_wait_source"]) == (0.5, "package")
-    assert (admission["floor"], admission["measured_floor"], admission["ceiling"]) == (
-        FLOOR, MEASURED_FLOOR, 10 + 64)
+    assert (admission["floor"], admission["ceiling"]) == (FLOOR, 10 + 64)
     table = subprocess.run([sys.executable, "-m", "podium.cli", "inspect", str(root)],
                            capture_output=True, text=True, timeout=120,
                            env={**os.environ, "COLUMNS": "200"})
-    assert ("completions per busy second x 0.5 s (package), 16 until measured, then between 4 "
-            "and 74") in table.stdout
+    assert "completions per busy second x 0.5 s (package), between 16 and 74" in table.stdout

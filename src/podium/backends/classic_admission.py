@@ -8,9 +8,9 @@ second**: requests answered, divided by the time at least one request was in the
 (queued or being scored). Idle time does not count, so a quiet instance's rate is not
 diluted by the gaps between requests. The bound is the work that rate finishes within the
 target wait (`podium serve --classic-target-wait-s`, the manifest's
-`admission_target_wait_s`; 0.02 s by default): rate x wait, at least `MEASURED_FLOOR`, at
-most what the package's queue holds plus one batch (`ceiling`). Until `MIN_COMPLETIONS`
-requests have been measured the bound is `FLOOR`.
+`admission_target_wait_s`; 0.02 s by default): rate x wait, at least `FLOOR`, at most what
+the package's queue holds plus one batch (`ceiling`). Until `MIN_COMPLETIONS` requests have
+been measured the bound is the floor.
 
 The instance sends the bound on every KServe HTTP answer (the `podium-admission-bound`
 header); the gateway keeps, per instance, the smaller of it and its own bound, and strips the
@@ -19,14 +19,8 @@ header before it answers the client.
 What the measurement is and is not: under load the backend is never empty, so busy time is
 wall time and the rate is the instance's throughput, HTTP and JSON work included (they share
 the event loop). At light load a request rarely has company, the batches are small and the
-rate is below what the instance could do; `FLOOR` keeps that from throttling a burst
-before it has been measured. Once measured, the bound is the measurement, below `FLOOR` too:
-when the instance's share of its core falls (a gateway on the same core refusing a 4x burst,
-other work), its rate falls and so does the bound, so an admitted request still waits about
-the target, where a bound held at 16 let it wait 16 / rate (2-3x the target on this machine,
-`docs/benchmarks.md`, "Overload"). Old work fades: past `WINDOW_S` of busy time both sums
-halve, so the bound follows a change within seconds of busy time; a model whose rate grows
-with its batches grows its bound as they do.
+rate is below what the instance could do; the floor keeps that from throttling a burst
+before it has been measured. Old work fades: past `WINDOW_S` of busy time both sums halve.
 """
 
 from __future__ import annotations
@@ -40,11 +34,8 @@ DEFAULT_TARGET_WAIT_S = 0.02
 xgb-example (docs/benchmarks.md): a bound of 128 let the gateway collapse under a 4x burst
 (refusals p99 9.7 s); 16 met the targets."""
 FLOOR = 16
-"""The bound before the rate is measured: enough concurrency for the batcher to form batches
-before the rate has been measured under load."""
-MEASURED_FLOOR = 4
-"""The least bound once the rate is measured: a few requests, so that one is read while
-another is scored and a batch can still form."""
+"""The least bound: enough concurrency for the batcher to form batches before the rate has
+been measured under load."""
 MIN_COMPLETIONS = 64
 """Requests measured before the rate is trusted."""
 WINDOW_S = 4.0
@@ -95,11 +86,11 @@ class BusyRate:
 
 
 def bound(rate: float | None, target_wait_s: float, ceiling: int) -> int:
-    """The in-flight bound: what `rate` finishes in the target wait, within
-    [MEASURED_FLOOR, ceiling]; `FLOOR` (at most the ceiling) while `rate` is None."""
+    """The in-flight bound: what `rate` finishes in the target wait, within [FLOOR, ceiling]."""
+    floor = min(FLOOR, ceiling)
     if rate is None:
-        return min(FLOOR, ceiling)
-    return max(min(MEASURED_FLOOR, ceiling), min(ceiling, int(rate * target_wait_s)))
+        return floor
+    return max(floor, min(ceiling, int(rate * target_wait_s)))
 
 
 class ClassicAdmission:
@@ -140,8 +131,8 @@ class ClassicAdmission:
                     f"not measured yet (the floor until {MIN_COMPLETIONS} requests are served)")
         return (f"admission of {key}: in-flight bound {self.bound} for a "
                 f"{self.target_wait_s:g}s target wait ({self.source}); {measured}; "
-                f"between {min(MEASURED_FLOOR, self.ceiling)} and {self.ceiling} (the queue "
-                f"plus one batch; {min(FLOOR, self.ceiling)} until measured)")
+                f"between {min(FLOOR, self.ceiling)} and {self.ceiling} (the queue plus one "
+                "batch)")
 
     def as_dict(self) -> dict[str, Any]:
         """What the model's config route shows (`/v2/models/{m}/config`, `admission`)."""
@@ -150,15 +141,13 @@ class ClassicAdmission:
                 "target_wait_source": self.source,
                 "completions_per_busy_s": round(rate, 1) if rate is not None else None,
                 "measured_requests": self.busy.measured, "floor": min(FLOOR, self.ceiling),
-                "measured_floor": min(MEASURED_FLOOR, self.ceiling),
                 "ceiling": self.ceiling}
 
 
 def planned(manifest: Any, default_max_queue: int) -> dict[str, Any] | None:
     """What `podium inspect` shows of a classic package's bound before any instance measured
     it: the target wait (the package's, else the default; `--classic-target-wait-s` overrides
-    both where the instance runs), the floor (until measured, then `MEASURED_FLOOR`) and the
-    ceiling. None for other backends."""
+    both where the instance runs), the floor and the ceiling. None for other backends."""
     if not hasattr(manifest, "admission_target_wait_s"):
         return None
     batching = manifest.dynamic_batching
@@ -170,5 +159,4 @@ def planned(manifest: Any, default_max_queue: int) -> dict[str, Any] | None:
                                "target wait",
             "target_wait_s": wait if wait is not None else DEFAULT_TARGET_WAIT_S,
             "target_wait_source": "package" if wait is not None else "default",
-            "floor": min(FLOOR, ceiling), "measured_floor": min(MEASURED_FLOOR, ceiling),
-            "ceiling": ceiling}
+            "floor": min(FLOOR, ceiling), "ceiling": ceiling}
