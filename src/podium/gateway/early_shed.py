@@ -8,7 +8,7 @@ refusals alone saturate it and every request, admitted or not, waits behind them
 (`bench/overload_xgb.py`). The HTTP protocol (`gateway.http_server`) asks `EarlyShed` as soon as
 a request's head is parsed: when the path names a KServe model (`/v2/models/...`) or a pipeline
 (`/pipelines/NAME[/versions/V]`, routed like KServe) whose every ready instance is at its bound
-(`RouteTable.saturated`), the answer is the 429 the full path would give (counted as
+(`RouteTable.saturation`), the answer is the 429 the full path would give (counted as
 shed the same way, the same body and `Retry-After`), written by the protocol itself, and the
 request's body is dropped as it arrives.
 The rendered 429 is kept per path and message (the same refusal is given thousands of times a

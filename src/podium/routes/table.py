@@ -74,12 +74,11 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Saturated:
-    """Every instance a request could be sent to is full (`RouteTable.saturation`)."""
+    """Every instance a request could go to is full (`RouteTable.saturation`): the version it
+    is refused for and the instance `resolve` would pick there (both None: the split's turn)."""
 
     version: str | None
-    """The version the request would be refused for; None: one of several, by the split."""
     endpoint: Endpoint | None
-    """The instance `resolve` would pick in it (None with the version)."""
 
 
 @dataclass
@@ -327,35 +326,26 @@ class RouteTable:
                                           self._on_base_split(entry, served, exclude), exclude,
                                           choose)
 
-    def saturated(self, model: str, version: str | None,
-                  has_room: Callable[[Endpoint], bool]) -> bool:
-        """Whether the first attempt of a request for `model` (`version` None: by the split)
-        is certain to find its instance without room: every ready instance of every version
-        `resolve` could pick fails `has_room`. False when any has room, and when none is
-        ready (that answer is no shed). Reads the table only: no turn of the round robin."""
-        return self.saturation(model, version, has_room) is not None
-
     def saturation(self, model: str, version: str | None,
                    has_room: Callable[[Endpoint], bool]) -> Saturated | None:
-        """`saturated`'s answer, and where it is certain which version and instance the first
-        attempt would be refused at: None when not saturated; else the version, when only one
-        could be picked (named, or the only one of the split with a ready instance; not a LoRA
-        adapter, whose base version follows a split of its own), and its instance of least
-        load, the one `resolve` picks (ties aside). Reads the table only."""
+        """Whether the first attempt of a request for `model` (`version` None: by the split)
+        is certain to find its instance without room: every ready instance of every version
+        `resolve` could pick fails `has_room`; None when any has room, and when none is ready
+        (that answer is no shed). Where only one version could be picked (named, or the only
+        one of the split with a ready instance; not a LoRA adapter, whose base version follows
+        a split of its own), also that version and its instance of least load, the one
+        `resolve` picks (ties aside). Reads the table only: no turn of the round robin."""
         with self._lock:
             entry = self._models.get(model)
             if entry is None:
                 return None
-            if version is not None:
-                versions = [entry.aliases.get(version, version)]
-            else:
-                versions = list(entry.splits)
+            versions = [entry.aliases.get(version, version)] if version is not None else \
+                list(entry.splits)
             served = self._served(entry)
             usable = {v: [e for e in served.get(v, ()) if e.can_take] for v in versions}
-            ready = [(v, e) for v, endpoints in usable.items() for e in endpoints]
-            if not ready or any(has_room(e) for _, e in ready):
-                return None
             picked = [v for v, endpoints in usable.items() if endpoints]
+            if not picked or any(has_room(e) for v in picked for e in usable[v]):
+                return None
             if len(picked) > 1 or entry.base is not None:
                 return Saturated(None, None)
             return Saturated(picked[0], min(usable[picked[0]], key=lambda e: e.load))
