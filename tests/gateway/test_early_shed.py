@@ -16,7 +16,7 @@ from podium.gateway.early_shed import EarlyShed
 from podium.gateway.http_server import bounded_head_protocol
 from podium.gateway.limits import GatewayLimits
 from podium.gateway.proxy import Gateway
-from podium.routes.table import Endpoint, RouteTable
+from podium.routes.table import Endpoint, RouteTable, Saturated
 from tests.support.polling import metric_sample
 from tests.support.servers import Served, upstream
 
@@ -250,6 +250,9 @@ def test_a_request_whose_key_does_not_pass_gets_its_401_first(instance: Served) 
 
 
 def test_saturated_is_certain_and_turns_no_round_robin() -> None:
+    def saturated(table: RouteTable, *args: object) -> bool:
+        return table.saturation(*args) is not None  # type: ignore[arg-type]
+
     table = RouteTable()
     a, b, c = (Endpoint(f"{v}", f"http://127.0.0.1:{9000 + i}") for i, v in
                enumerate(("1-a", "1-b", "2-a")))
@@ -263,17 +266,61 @@ def test_saturated_is_certain_and_turns_no_round_robin() -> None:
     def has_room(endpoint: Endpoint) -> bool:
         return endpoint.id not in full
 
-    assert table.saturated("m", "1", has_room)
-    assert table.saturated("m", "latest", has_room)  # an alias resolves
-    assert not table.saturated("m", "2", has_room)
-    assert not table.saturated("m", None, has_room)  # the split may still pick v2
+    assert saturated(table, "m", "1", has_room)
+    assert saturated(table, "m", "latest", has_room)  # an alias resolves
+    assert not saturated(table, "m", "2", has_room)
+    assert not saturated(table, "m", None, has_room)  # the split may still pick v2
     c.healthy = False  # v2 takes nothing now: the split can only pick v1
-    assert table.saturated("m", None, has_room)
+    assert saturated(table, "m", None, has_room)
     a.healthy = b.healthy = False  # no ready instance at all: that is no shed
-    assert not table.saturated("m", None, has_room)
-    assert not table.saturated("other", None, has_room)
+    assert not saturated(table, "m", None, has_room)
+    assert not saturated(table, "other", None, has_room)
     a.healthy = b.healthy = c.healthy = True
     full.clear()
     picks = [table.resolve("m", None)[0] for _ in range(4)]
-    table.saturated("m", None, has_room)  # once: a turn would shift the alternation
+    saturated(table, "m", None, has_room)  # once: a turn would shift the alternation
     assert [table.resolve("m", None)[0] for _ in range(4)] == picks  # the same turn of the WRR
+
+
+def test_saturation_names_the_version_and_instance_only_where_one_could_be_picked() -> None:
+    table = RouteTable()
+    a, b, c = (Endpoint(f"{v}", f"http://127.0.0.1:{9000 + i}") for i, v in
+               enumerate(("1-a", "1-b", "2-a")))
+    table.add_endpoint("m", "1", a)
+    table.add_endpoint("m", "1", b)
+    table.add_endpoint("m", "2", c)
+    table.set_split("m", {"1": 50, "2": 50})
+    table.set_alias("m", "latest", "1")
+    a.num_in_flight, b.num_in_flight, c.num_in_flight = 3, 2, 2
+
+    def has_room(endpoint: Endpoint) -> bool:
+        return endpoint.id == "2-a"
+
+    assert table.saturation("m", "latest", has_room) == Saturated("1", b)  # least load
+    assert table.saturation("m", None, has_room) is None  # the split may pick v2
+    c.healthy = False  # only v1 can be picked now: certain which
+    assert table.saturation("m", None, has_room) == Saturated("1", b)
+    c.healthy = True
+    assert table.saturation("m", None, lambda e: False) == Saturated(None, None)  # split: which?
+    assert table.saturation("m", "3", lambda e: False) is None  # not served: no shed
+    table.set_adapter("sql", "m", "1", True)  # its base version follows a split of its own
+    assert table.saturation("sql", "1", lambda e: False) == Saturated(None, None)
+
+
+def test_a_shed_across_a_split_is_counted_for_the_version_the_split_picks(
+        instance: Served) -> None:
+    front = Front(instance.url)
+    try:
+        other = Endpoint("iris-2", instance.url, in_flight_elsewhere=BOUND)
+        front.gateway.table.add_endpoint("iris", "2", other)
+        front.gateway.table.set_split("iris", {"1": 50, "2": 50})
+        front.saturate()
+        statuses = [front.client.post(INFER, content=BODY).status_code for _ in range(4)]
+        assert statuses == [429] * 4 and front.early == [INFER] * 4
+        shed = front.gateway.stats.shed
+        assert (shed[("iris", "1", "gateway")], shed[("iris", "2", "gateway")]) == (2, 2)
+        front.saturate(False)  # v1 has room again: the split still alternates
+        versions = [front.client.post(INFER, content=BODY).status_code for _ in range(2)]
+        assert versions.count(200) == 1 and versions.count(429) == 1
+    finally:
+        front.close()

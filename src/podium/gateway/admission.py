@@ -54,6 +54,11 @@ class Admission:
         """`endpoint` when it has room; else the request is shed (counted, `Overloaded`)."""
         if self.has_room(endpoint):
             return endpoint
+        raise self.refuse(model, version, endpoint)
+
+    def refuse(self, model: str, version: str, endpoint: Endpoint) -> Overloaded:
+        """Count a request shed at `endpoint`, which has no room, and say why (the error to
+        answer it with)."""
         self.stats.record_shed(model, version, BY_GATEWAY)
         bound = self.bound(endpoint)
         where = ("the instance's measured bound" if bound == endpoint.measured_bound
@@ -61,6 +66,6 @@ class Admission:
                  else "--max-in-flight-per-instance")
         others = (f", {endpoint.in_flight_elsewhere} of them from other gateways"
                   if endpoint.in_flight_elsewhere else "")
-        raise Overloaded(f"every instance of {model}@{version} has {bound} "
-                         f"requests in flight ({where}{others}); retry in "
-                         f"{RETRY_AFTER_S:g} s", retry_after_s=RETRY_AFTER_S)
+        return Overloaded(f"every instance of {model}@{version} has {bound} "
+                          f"requests in flight ({where}{others}); retry in "
+                          f"{RETRY_AFTER_S:g} s", retry_after_s=RETRY_AFTER_S)

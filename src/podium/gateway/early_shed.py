@@ -8,12 +8,17 @@ refusals alone saturate it and every request, admitted or not, waits behind them
 (`bench/overload_xgb.py`). The HTTP protocol (`gateway.http_server`) asks `EarlyShed` as soon as
 a request's head is parsed: when the path names a KServe model (`/v2/models/...`) or a pipeline
 (`/pipelines/NAME[/versions/V]`, routed like KServe) whose every ready instance is at its bound
-(`RouteTable.saturated`), the answer is the 429 the full path would give (counted as
+(`RouteTable.saturation`), the answer is the 429 the full path would give (counted as
 shed the same way, the same body and `Retry-After`), written by the protocol itself, and the
 request's body is dropped as it arrives.
 The rendered 429 is kept per path and message (the same refusal is given thousands of times a
 second in a burst; a new bound or count renders anew), so a refusal costs the routing check,
-the count and the write.
+the count and the write. Where one version could be picked (the common case: a model with one
+version, or a version named) the check itself says which instance refused it
+(`RouteTable.saturation`), and the shed is counted without routing the request: no attempt, no
+turn of the round robin, no exception raised. At 4x a classic model's capacity most of the
+gateway's core goes to refusals, and every microsecond of one is taken from the admitted
+requests on the same core (`bench/overload_xgb.py`).
 
 Only a certain refusal is answered early; everything else takes the full path: an OpenAI
 request (its model is in the body), a request whose key does not pass (its answer is the 401),
@@ -57,11 +62,16 @@ class EarlyShed:
             return None
         gateway = self.gateway
         model, version = match["model"], match["version"]
-        if not gateway.table.saturated(model, version, gateway.admission.has_room):
+        full = gateway.table.saturation(model, version, gateway.admission.has_room)
+        if full is None:
             return None
+        if full.endpoint is not None:  # one version, so no turn of the split decides the count
+            assert full.version is not None
+            return self._refusal(path, gateway.admission.refuse(model, full.version,
+                                                                full.endpoint))
         attempts = Attempts(gateway.table, gateway.admission, gateway.stats, model, version,
                             max_attempts=gateway.max_attempts)
-        try:
+        try:  # several versions: the split's turn picks the one the shed counts for
             attempts.first()  # raises, counting the shed, unless the table just changed
         except Overloaded as exc:
             return self._refusal(path, exc)

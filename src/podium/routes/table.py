@@ -72,6 +72,15 @@ class Endpoint:
         return self.healthy and not self.draining
 
 
+@dataclass(frozen=True)
+class Saturated:
+    """Every instance a request could go to is full (`RouteTable.saturation`): the version it
+    is refused for and the instance `resolve` would pick there (both None: the split's turn)."""
+
+    version: str | None
+    endpoint: Endpoint | None
+
+
 @dataclass
 class _Model:
     splits: dict[str, int] = field(default_factory=dict)
@@ -317,23 +326,29 @@ class RouteTable:
                                           self._on_base_split(entry, served, exclude), exclude,
                                           choose)
 
-    def saturated(self, model: str, version: str | None,
-                  has_room: Callable[[Endpoint], bool]) -> bool:
+    def saturation(self, model: str, version: str | None,
+                   has_room: Callable[[Endpoint], bool]) -> Saturated | None:
         """Whether the first attempt of a request for `model` (`version` None: by the split)
         is certain to find its instance without room: every ready instance of every version
-        `resolve` could pick fails `has_room`. False when any has room, and when none is
-        ready (that answer is no shed). Reads the table only: no turn of the round robin."""
+        `resolve` could pick fails `has_room`; None when any has room, and when none is ready
+        (that answer is no shed). Where only one version could be picked (named, or the only
+        one of the split with a ready instance; not a LoRA adapter, whose base version follows
+        a split of its own), also that version and its instance of least load, the one
+        `resolve` picks (ties aside). Reads the table only: no turn of the round robin."""
         with self._lock:
             entry = self._models.get(model)
             if entry is None:
-                return False
-            if version is not None:
-                versions = [entry.aliases.get(version, version)]
-            else:
-                versions = list(entry.splits)
+                return None
+            versions = [entry.aliases.get(version, version)] if version is not None else \
+                list(entry.splits)
             served = self._served(entry)
-            usable = [e for v in versions for e in served.get(v, ()) if e.can_take]
-            return bool(usable) and not any(has_room(e) for e in usable)
+            usable = {v: [e for e in served.get(v, ()) if e.can_take] for v in versions}
+            picked = [v for v, endpoints in usable.items() if endpoints]
+            if not picked or any(has_room(e) for v in picked for e in usable[v]):
+                return None
+            if len(picked) > 1 or entry.base is not None:
+                return Saturated(None, None)
+            return Saturated(picked[0], min(usable[picked[0]], key=lambda e: e.load))
 
     @staticmethod
     def _weighted(wrr: dict[str, int], candidates: dict[str, int]) -> str:
