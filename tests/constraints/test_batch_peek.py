@@ -4,9 +4,11 @@ they were, ``distinct_items`` counts included."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
+import pytest
 
 from podium.constraints.compile.compiler import ConstraintCompiler
 from podium.constraints.compile.vocab import TokenizerInfo
@@ -42,8 +44,12 @@ def _valid_walk(constraint: object, eos: tuple[int, ...], rng: random.Random) ->
     return w.history
 
 
+@pytest.mark.parametrize("layout", ["scattered", "runner"])
 def test_every_draft_row_equals_a_fresh_replay_and_the_parents_are_untouched(
-        tok: TokenizerInfo) -> None:
+        tok: TokenizerInfo, layout: str) -> None:
+    """``runner``: a parent's rows together by depth, as the V2 runner lays them out, so the
+    kernel's chains (a row going on from the row before) run, broken where a row's drafts
+    differ; ``scattered``: every row from its parent."""
     rng = random.Random(7)
     eos = tok.eos_token_ids
     compiler = ConstraintCompiler(tok)
@@ -65,10 +71,10 @@ def test_every_draft_row_equals_a_fresh_replay_and_the_parents_are_untouched(
     parents, drafts, depth, want = [], [], [], []
     completed = 0  # rows whose drafts complete an item: the parent's counts are borrowed
     for slot, c, history, rest in slots:
-        for _row in range(6):  # several rows per parent, items completed along the way
+        for _row in range(8):  # several rows per parent, items completed along the way
             d = rng.randrange(5)
             row = list(rest[:d])
-            if row and rng.random() < 0.3:
+            if row and rng.random() < 0.2:
                 row[rng.randrange(len(row))] = rng.randrange(3, 3000)  # a rejected draft
             parents.append(slot)
             drafts.append(row + [-1] * (4 - len(row)))
@@ -77,6 +83,12 @@ def test_every_draft_row_equals_a_fresh_replay_and_the_parents_are_untouched(
             want.append(allowed)
             completed += used > _replay(c, eos, history)[1]
     order = rng.sample(range(len(parents)), len(parents))  # rows of a parent not together
+    if layout == "runner":
+        order.sort(key=lambda j: (parents[j], depth[j]))
+        extended = sum(parents[a] == parents[b] and 0 < depth[a] < depth[b]
+                       and drafts[a][:depth[a]] == drafts[b][:depth[a]]
+                       for a, b in itertools.pairwise(order))
+        assert extended >= 6, extended  # the chains really ran
     p, d, k = (np.array([x[i] for i in order]) for x in (parents, drafts, depth))
     rows, tokens = batch.peek(p, d, k)
     got: list[set[int]] = [set() for _ in order]

@@ -183,6 +183,15 @@ def allowed(slots, form, state, count, meta, offsets_l, tokens_l, targets_l, acc
     return rows[:k], out[:k]
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _give_back(f, done, n, path_offsets_l, path_nodes_l, alive) -> None:  # pragma: no cover
+    """Undo ``_step``'s use of the items ``done[:n]`` in ``alive``."""
+    po, pn = path_offsets_l[f], path_nodes_l[f]
+    for m in range(n):
+        for j in range(po[done[m]], po[done[m] + 1]):
+            alive[pn[j]] += 1
+
+
 @njit(nogil=True, cache=True)
 def peek(parents, drafts, depth, form, state, count, meta, offsets_l, tokens_l, targets_l,
          accepting_l, guard_l, item_of_node_l, path_offsets_l, path_nodes_l, alive_l,
@@ -192,20 +201,35 @@ def peek(parents, drafts, depth, form, state, count, meta, offsets_l, tokens_l, 
 
     A row's state and item count are locals; the items its drafts complete are used up in
     the parent's own ``alive`` counts while that row is queried, then given back, so no row
-    copies its parent's counts. ``eos`` must be sorted."""
+    copies its parent's counts. A row that extends the row before it (same parent, the same
+    drafts and more: offsets 1, 2, 3 of a request, as the runner lays them out) goes on from
+    where that one stopped instead of from the parent. ``eos`` must be sorted."""
     cap = 0
     for i in range(len(parents)):
         s = parents[i]
         cap += _width(form[s], state[s], offsets_l, eos)  # a guess: drafts move the state
     rows = np.empty(max(cap, 16), dtype=np.int64)
     out = np.empty(max(cap, 16), dtype=np.int64)
-    done = np.empty(drafts.shape[1], dtype=np.int64)  # items this row's drafts completed
+    done = np.empty(max(drafts.shape[1], 1), dtype=np.int64)  # items the chain's drafts used
     k = 0
+    n = 0  # items used
+    chain, last, stepped = -1, -1, 0  # the chain's parent, its last row, drafts stepped
+    f, st, used = 0, -1, 0
+    alive = alive_l[0] if len(alive_l) else np.zeros(0, dtype=np.int32)
     for i in range(len(parents)):
         s = parents[i]
-        f, alive = form[s], alive_l[s]
-        st, used, n = state[s], count[s], 0
-        for d in range(depth[i]):
+        extends = s == chain and depth[i] >= stepped
+        if extends:
+            for d in range(stepped):
+                if drafts[i, d] != drafts[last, d]:
+                    extends = False
+                    break
+        if not extends:
+            if n:
+                _give_back(f, done, n, path_offsets_l, path_nodes_l, alive)
+            f, alive = form[s], alive_l[s]
+            st, used, n, stepped, chain = state[s], count[s], 0, 0, s
+        for d in range(stepped, depth[i]):
             if st < 0:
                 break
             st, used, item = _step(f, st, used, drafts[i, d], meta, offsets_l, tokens_l,
@@ -214,6 +238,7 @@ def peek(parents, drafts, depth, form, state, count, meta, offsets_l, tokens_l, 
             if item >= 0:
                 done[n] = item
                 n += 1
+        stepped, last = depth[i], i
         need = k + _width(f, st, offsets_l, eos)
         if need > len(rows):
             size = max(need, 2 * len(rows))
@@ -224,11 +249,8 @@ def peek(parents, drafts, depth, form, state, count, meta, offsets_l, tokens_l, 
             rows, out = grown_rows, grown_out
         k = _emit(i, f, st, used, meta, offsets_l, tokens_l, targets_l, accepting_l, guard_l,
                   alive, eos, rows, out, k)
-        if n:  # give the parent back the items this row used up
-            po, pn = path_offsets_l[f], path_nodes_l[f]
-            for m in range(n):
-                for j in range(po[done[m]], po[done[m] + 1]):
-                    alive[pn[j]] += 1
+    if n:  # give the last chain's parent back its items
+        _give_back(f, done, n, path_offsets_l, path_nodes_l, alive)
     return rows[:k], out[:k]
 
 
