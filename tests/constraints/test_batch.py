@@ -158,7 +158,7 @@ def test_peek_steps_copies_through_drafts_and_leaves_the_slots_as_they_were() ->
                      (2, 0),  # after c, 9: dead: EOS only
                      (3, 5), (3, 7),  # no drafts: the committed state's own tokens
                      (4, 0)}  # the Python path's draft row: EOS only (fail closed)
-    # the arrays grew for the scratch copies; the held slots are untouched, the copies gone
+    # the held slots are untouched, no slot was taken for the drafts
     assert np.array_equal(batch.active_slots(), before[2])
     for now, was in zip((batch.state, batch.consumed), before[:2], strict=True):
         assert np.array_equal(now[: len(was)], was)

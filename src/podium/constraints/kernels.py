@@ -1,6 +1,7 @@
 """The compiled loops of constraints (numba): the ONE kernel set, for compile and engine alike.
 
-- the batch step (``advance``, ``allowed``, ``restart``): one pass over every slot of a batch,
+- the batch step (``advance``, ``allowed``, ``restart``; ``peek`` for speculative decoding's
+  draft rows): one pass over every slot of a batch,
   each slot with its own compiled form (:mod:`podium.constraints.compile.form`), whatever the
   number of distinct forms among them. This is the only step implementation of the built-in
   constraint types: the engine's batch runs it, and so does a built-in constraint object asked
@@ -75,6 +76,34 @@ def _permits(guard: int, target: int, alive: np.ndarray, used: int, min_items: i
     return True
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _step(f, st, used, q, meta, offsets_l, tokens_l, targets_l, guard_l, item_of_node_l,
+          path_offsets_l, path_nodes_l, alive):  # pragma: no cover - compiled
+    """One slot of form ``f`` in state ``st`` with ``used`` items takes token ``q``: its next
+    state (-1 where not allowed), items used, and the item it completed (-1: none), whose
+    path is then used up in ``alive``."""
+    if st < 0 or q < 0:
+        return -1, used, -1
+    e = _edge(offsets_l[f], tokens_l[f], st, q)
+    if e < 0:
+        return -1, used, -1
+    target = targets_l[f][e]
+    g = guard_l[f][e]
+    if g != PLAIN and not _permits(g, target, alive, used, meta[f, MIN_ITEMS],
+                                   meta[f, MAX_ITEMS]):
+        return -1, used, -1
+    item = -1
+    if meta[f, KIND] == DISTINCT_KIND:
+        item = item_of_node_l[f][target]
+        if item >= 0:  # an item is complete: use it up along its whole path
+            po, pn = path_offsets_l[f], path_nodes_l[f]
+            for j in range(po[item], po[item + 1]):
+                alive[pn[j]] -= 1
+            used += 1
+            target = meta[f, AFTER_ITEM]
+    return target, used, item
+
+
 @njit(nogil=True, cache=True)
 def advance(slots, query, form, state, count, consumed, last_token, meta, offsets_l, tokens_l,
             targets_l, guard_l, item_of_node_l, path_offsets_l, path_nodes_l,
@@ -82,31 +111,56 @@ def advance(slots, query, form, state, count, consumed, last_token, meta, offset
     """Every slot takes its token: next state (-1 where not allowed), item bookkeeping."""
     for i in range(len(slots)):
         s, q = slots[i], query[i]
-        f, st = form[s], state[s]
         consumed[s] += 1
         last_token[s] = q
-        if st < 0 or q < 0:
-            state[s] = -1
-            continue
-        e = _edge(offsets_l[f], tokens_l[f], st, q)
-        if e < 0:
-            state[s] = -1
-            continue
-        target = targets_l[f][e]
-        g = guard_l[f][e]
-        if g != PLAIN and not _permits(g, target, alive_l[s], count[s], meta[f, MIN_ITEMS],
-                                       meta[f, MAX_ITEMS]):
-            state[s] = -1
-            continue
-        if meta[f, KIND] == DISTINCT_KIND:
-            item = item_of_node_l[f][target]
-            if item >= 0:  # an item is complete: use it up along its whole path
-                po, pn, alive = path_offsets_l[f], path_nodes_l[f], alive_l[s]
-                for j in range(po[item], po[item + 1]):
-                    alive[pn[j]] -= 1
-                count[s] += 1
-                target = meta[f, AFTER_ITEM]
-        state[s] = target
+        state[s], count[s], _ = _step(form[s], state[s], count[s], q, meta, offsets_l,
+                                      tokens_l, targets_l, guard_l, item_of_node_l,
+                                      path_offsets_l, path_nodes_l, alive_l[s])
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _width(f, st, offsets_l, eos) -> int:  # pragma: no cover - compiled
+    """The most pairs ``_emit`` writes for a slot of form ``f`` in state ``st``."""
+    n = len(eos)
+    if st >= 0:
+        off = offsets_l[f]
+        n += off[st + 1] - off[st]
+    return n
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _emit(i, f, st, used, meta, offsets_l, tokens_l, targets_l, accepting_l, guard_l, alive,
+          eos, rows, out, k) -> int:  # pragma: no cover - compiled
+    """Write row ``i``'s allowed tokens at ``rows[k:]`` / ``out[k:]`` (ascending: the state's
+    permitted edges, EOS merged in where it accepts, EOS alone where nothing is permitted);
+    return the new end."""
+    first = k
+    j = 0
+    acc = False
+    if st >= 0:
+        off, tok, tgt, guard = offsets_l[f], tokens_l[f], targets_l[f], guard_l[f]
+        acc = accepting_l[f][st]
+        mn, mx = meta[f, MIN_ITEMS], meta[f, MAX_ITEMS]
+        for e in range(off[st], off[st + 1]):
+            g = guard[e]
+            if g != PLAIN and not _permits(g, tgt[e], alive, used, mn, mx):
+                continue
+            t = tok[e]
+            while acc and j < len(eos) and eos[j] < t:
+                rows[k] = i
+                out[k] = eos[j]
+                j += 1
+                k += 1
+            rows[k] = i
+            out[k] = t
+            k += 1
+    if acc or k == first:
+        while j < len(eos):
+            rows[k] = i
+            out[k] = eos[j]
+            j += 1
+            k += 1
+    return k
 
 
 @njit(nogil=True, cache=True)
@@ -118,44 +172,85 @@ def allowed(slots, form, state, count, meta, offsets_l, tokens_l, targets_l, acc
     total = 0
     for i in range(len(slots)):
         s = slots[i]
-        st = state[s]
-        if st >= 0:
-            off = offsets_l[form[s]]
-            total += off[st + 1] - off[st]
-        total += len(eos)
+        total += _width(form[s], state[s], offsets_l, eos)
     rows = np.empty(total, dtype=np.int64)
     out = np.empty(total, dtype=np.int64)
     k = 0
     for i in range(len(slots)):
         s = slots[i]
-        st = state[s]
-        first = k
-        j = 0
-        acc = False
-        if st >= 0:
-            f = form[s]
-            off, tok, tgt, guard = offsets_l[f], tokens_l[f], targets_l[f], guard_l[f]
-            acc = accepting_l[f][st]
-            mn, mx = meta[f, MIN_ITEMS], meta[f, MAX_ITEMS]
-            for e in range(off[st], off[st + 1]):
-                g = guard[e]
-                if g != PLAIN and not _permits(g, tgt[e], alive_l[s], count[s], mn, mx):
-                    continue
-                t = tok[e]
-                while acc and j < len(eos) and eos[j] < t:
-                    rows[k] = i
-                    out[k] = eos[j]
-                    j += 1
-                    k += 1
-                rows[k] = i
-                out[k] = t
-                k += 1
-        if acc or k == first:
-            while j < len(eos):
-                rows[k] = i
-                out[k] = eos[j]
-                j += 1
-                k += 1
+        k = _emit(i, form[s], state[s], count[s], meta, offsets_l, tokens_l, targets_l,
+                  accepting_l, guard_l, alive_l[s], eos, rows, out, k)
+    return rows[:k], out[:k]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _give_back(f, done, n, path_offsets_l, path_nodes_l, alive) -> None:  # pragma: no cover
+    """Undo ``_step``'s use of the items ``done[:n]`` in ``alive``."""
+    po, pn = path_offsets_l[f], path_nodes_l[f]
+    for m in range(n):
+        for j in range(po[done[m]], po[done[m] + 1]):
+            alive[pn[j]] += 1
+
+
+@njit(nogil=True, cache=True)
+def peek(parents, drafts, depth, form, state, count, meta, offsets_l, tokens_l, targets_l,
+         accepting_l, guard_l, item_of_node_l, path_offsets_l, path_nodes_l, alive_l,
+         eos):  # pragma: no cover - compiled
+    """``allowed`` for rows that are their parent slot stepped through ``drafts[i, :depth[i]]``,
+    leaving every slot as it was: speculative decoding's draft rows, in one pass.
+
+    A row's state and item count are locals; the items its drafts complete are used up in
+    the parent's own ``alive`` counts while that row is queried, then given back, so no row
+    copies its parent's counts. A row that extends the row before it (same parent, the same
+    drafts and more: offsets 1, 2, 3 of a request, as the runner lays them out) goes on from
+    where that one stopped instead of from the parent. ``eos`` must be sorted."""
+    cap = 0
+    for i in range(len(parents)):
+        s = parents[i]
+        cap += _width(form[s], state[s], offsets_l, eos)  # a guess: drafts move the state
+    rows = np.empty(max(cap, 16), dtype=np.int64)
+    out = np.empty(max(cap, 16), dtype=np.int64)
+    done = np.empty(max(drafts.shape[1], 1), dtype=np.int64)  # items the chain's drafts used
+    k = 0
+    n = 0  # items used
+    chain, last, stepped = -1, -1, 0  # the chain's parent, its last row, drafts stepped
+    f, st, used = 0, -1, 0
+    alive = alive_l[0] if len(alive_l) else np.zeros(0, dtype=np.int32)
+    for i in range(len(parents)):
+        s = parents[i]
+        extends = s == chain and depth[i] >= stepped
+        if extends:
+            for d in range(stepped):
+                if drafts[i, d] != drafts[last, d]:
+                    extends = False
+                    break
+        if not extends:
+            if n:
+                _give_back(f, done, n, path_offsets_l, path_nodes_l, alive)
+            f, alive = form[s], alive_l[s]
+            st, used, n, stepped, chain = state[s], count[s], 0, 0, s
+        for d in range(stepped, depth[i]):
+            if st < 0:
+                break
+            st, used, item = _step(f, st, used, drafts[i, d], meta, offsets_l, tokens_l,
+                                   targets_l, guard_l, item_of_node_l, path_offsets_l,
+                                   path_nodes_l, alive)
+            if item >= 0:
+                done[n] = item
+                n += 1
+        stepped, last = depth[i], i
+        need = k + _width(f, st, offsets_l, eos)
+        if need > len(rows):
+            size = max(need, 2 * len(rows))
+            grown_rows = np.empty(size, dtype=np.int64)
+            grown_out = np.empty(size, dtype=np.int64)
+            grown_rows[:k] = rows[:k]
+            grown_out[:k] = out[:k]
+            rows, out = grown_rows, grown_out
+        k = _emit(i, f, st, used, meta, offsets_l, tokens_l, targets_l, accepting_l, guard_l,
+                  alive, eos, rows, out, k)
+    if n:  # give the last chain's parent back its items
+        _give_back(f, done, n, path_offsets_l, path_nodes_l, alive)
     return rows[:k], out[:k]
 
 
@@ -269,6 +364,9 @@ def warm() -> None:
             li["path_nodes"], li["base_alive"])
     allowed(empty, empty, empty, empty, meta, li["offsets"], li["tokens"], li["targets"],
             li["accepting"], li["guard"], li["base_alive"], empty)
+    peek(empty, np.zeros((0, 1), dtype=np.int64), empty, empty, empty, empty, meta,
+         li["offsets"], li["tokens"], li["targets"], li["accepting"], li["guard"],
+         li["item_of_node"], li["path_offsets"], li["path_nodes"], li["base_alive"], empty)
     restart(empty, empty, empty, empty, empty, empty, meta, li["base_alive"], li["base_alive"])
     edge_index(one, empty, empty, empty)
     keep_only_rows(np.zeros((1, 1), dtype=np.float32), empty, empty, empty)

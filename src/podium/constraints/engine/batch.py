@@ -281,43 +281,34 @@ class ConstraintBatch:
         state is stepped through its first ``depth[i]`` draft tokens (``drafts[i, :depth]``),
         without changing the slot: speculative decoding's draft rows.
 
-        The steps run on scratch copies of the parents past the batch's slots. A parent on
-        the Python path (a plugin constraint with its own state, which cannot be copied) gets
-        EOS alone: the request ends rather than risk an answer its constraint does not allow.
+        One compiled pass for every row (``kernels.peek``): each row steps a local copy of its
+        parent's state, so the cost is the rows' draft steps and their allowed tokens, as for
+        committed rows. A parent on the Python path (a plugin constraint with its own state,
+        which cannot be copied) gets EOS alone: the request ends rather than risk an answer its
+        constraint does not allow.
         """
         parents = np.ascontiguousarray(parents, dtype=np.int64)
-        n = len(parents)
-        if n == 0:
+        if len(parents) == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        python = self.form[parents] == PYTHON
-        base = int(self.active_slots()[-1]) + 1  # past every held slot (parents are held)
-        if base + n > len(self.form):
-            self._grow(base + n)
-        scratch = np.arange(base, base + n, dtype=np.int64)
-        try:
-            for a in self._slot_arrays():
-                a[scratch] = a[parents]
-            self.form[scratch[python]] = EMPTY
-            for i, parent in enumerate(parents.tolist()):
-                alive = self._alive[parent]
-                self._alive[base + i] = alive.copy() if len(alive) else _NO_ALIVE
+        drafts = np.ascontiguousarray(drafts, dtype=np.int64)
+        depth = np.ascontiguousarray(depth, dtype=np.int64)
+        python = self.form[parents] == PYTHON if self._num_py else None
+        if python is not None and python.any():
             compiled = np.flatnonzero(~python)
-            for k in range(int(depth.max(initial=0))):
-                at = compiled[depth[compiled] > k]
-                if len(at):
-                    self._advance(scratch[at], drafts[at, k])
-            rows, tokens = self._compiled_allowed(scratch[compiled])
-            rows = compiled[rows]
+            rows, tokens = self._compiled_peek(parents[compiled], drafts[compiled],
+                                               depth[compiled])
             ended = np.flatnonzero(python)
-            return (np.concatenate([rows, np.repeat(ended, len(self.eos))]),
+            return (np.concatenate([compiled[rows], np.repeat(ended, len(self.eos))]),
                     np.concatenate([tokens, np.tile(self.eos, len(ended))]))
-        finally:  # the scratch copies held no references: emptying them is enough
-            self.form[scratch] = self.handle[scratch] = self.last_token[scratch] = EMPTY
-            self.state[scratch] = DEAD
-            self.consumed[scratch] = self.count[scratch] = 0
-            for i in range(n):
-                self._alive[base + i] = _NO_ALIVE
-            self._active = None
+        return self._compiled_peek(parents, drafts, depth)
+
+    def _compiled_peek(self, parents: np.ndarray, drafts: np.ndarray, depth: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        li = self._lists
+        return bk.peek(parents, drafts, depth, self.form, self.state, self.count, self.meta,
+                       li["offsets"], li["tokens"], li["targets"], li["accepting"],
+                       li["guard"], li["item_of_node"], li["path_offsets"], li["path_nodes"],
+                       self._alive, self.eos)
 
     def _compiled_allowed(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         li = self._lists

@@ -276,13 +276,15 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
         self._batch.sync(slots, lengths, self._history(slots, prompt_len))
         rows, tokens = self._batch.allowed(slots)
         keep_rows, keep_tokens = [heads[rows]], [tokens]
-        tails = constrained[(local[constrained] > 0) & np.isin(row_slot[constrained], slots)]
+        # by slot id (below the batch's capacity), not by a sort of the rows' slots
+        owner, offset = row_slot[constrained], local[constrained]
+        headed = np.zeros(int(owner.max()) + 1, dtype=bool)
+        headed[slots] = True  # a draft row counts only with its request's committed row
+        tails = constrained[(offset > 0) & headed[owner]]
         if len(tails):
-            owners, owner = np.unique(row_slot[constrained], return_inverse=True)
-            fed_by = np.full((len(owners), int(local[constrained].max()) + 1), -1, np.int64)
-            fed_by[owner, local[constrained]] = fed[constrained]  # request x offset -> token
-            tail_owner = np.searchsorted(owners, row_slot[tails])
-            rows, tokens = self._batch.peek(row_slot[tails], fed_by[tail_owner, 1:],
+            fed_by = np.full((len(headed), int(offset.max()) + 1), -1, np.int64)
+            fed_by[owner, offset] = fed[constrained]  # slot x offset -> token fed there
+            rows, tokens = self._batch.peek(row_slot[tails], fed_by[row_slot[tails], 1:],
                                             local[tails])
             keep_rows.append(tails[rows])
             keep_tokens.append(tokens)
