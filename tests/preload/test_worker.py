@@ -106,8 +106,8 @@ def test_a_forked_workers_team_is_bound_one_thread_per_cpu(
     out = tmp_path / "team.json"
     config = SimpleNamespace(parallel_config=SimpleNamespace(world_size=1))
     context = worker.WorkerContext()
-    ready_reader, ready_writer = context.Pipe(duplex=False)
-    death_reader, death_writer = context.Pipe(duplex=False)
+    _ready_reader, ready_writer = context.Pipe(duplex=False)
+    death_reader, _death_writer = context.Pipe(duplex=False)
     proc = context.Process(target=team_report, args=(str(out),), kwargs={
         "vllm_config": config, "ready_pipe": ready_writer, "death_pipe": death_reader,
         "inherited_fds": []})

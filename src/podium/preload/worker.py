@@ -31,8 +31,8 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from multiprocessing import context, popen_fork, popen_spawn_posix
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("vllm.podium.preload")
