@@ -150,3 +150,10 @@ def preload_worker_fork(environ: Mapping[str, str] | None = None) -> bool:
     start, which the engine core forked from the preloader takes."""
     return (os.environ if environ is None else environ).get(
         "PODIUM_PRELOAD_WORKER_FORK", "1") != "0"
+
+
+def worker_threads(environ: Mapping[str, str] | None = None) -> str | None:
+    """PODIUM_WORKER_THREADS: the OpenMP threads of every CPU engine worker on this host
+    (``auto`` or a count), over a package's `worker_threads`; unset: the package decides
+    (`podium.backends.vllm.worker_threads`)."""
+    return (os.environ if environ is None else environ).get("PODIUM_WORKER_THREADS") or None
