@@ -83,7 +83,7 @@ def test_each_forked_workers_openmp_team_is_bound_as_chosen_at_boot(
     chosen = worker_threads.choose("auto", os.environ, os.sched_getaffinity(0))
     assert "engine worker spawned" not in log
     forked = re.findall(r"engine worker forked from the engine core, its OpenMP team bound "
-                        r"to CPU\(s\) ([\d,]+)", log)
+                        r"to CPU\(s\) (\d+(?:,\d+)*)", log)
     assert forked, log[-3000:]
     if chosen.bind is not None:  # auto chose the team (this 2-core kind): the log says so
         assert f"{chosen.threads} thread(s) on CPU(s) {chosen.bind} (auto" in log
