@@ -23,6 +23,8 @@ model cache) with one start path:
   chosen at boot: both cores of this 2-core kind, `podium.backends.vllm.worker_threads`);
 - `one-thread`: as `default` with ``PODIUM_WORKER_THREADS=1``: vLLM's own binding (one thread,
   one core reserved), the default before the choice at boot;
+- `spin`: as `default` with vLLM's spinning wait kept (``PODIUM_ENGINE_SPIN=1``,
+  `podium.preload.waits`);
 - `spawn2`: as `default` (two threads) with the worker spawned (``PODIUM_PRELOAD_WORKER_FORK=0``):
   its team bound by the OpenMP runtime from vLLM's variables, the control for the forked
   worker's own binding;
@@ -80,6 +82,7 @@ ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
                  "PODIUM_ENGINE_TCMALLOC": "1"},
         "default": {},
         "one-thread": {"PODIUM_WORKER_THREADS": "1"},
+        "spin": {"PODIUM_ENGINE_SPIN": "1"},
         "spawn2": {"PODIUM_WORKER_THREADS": "2", "PODIUM_PRELOAD_WORKER_FORK": "0"},
         "omp2": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
         # vLLM's CPU default sizes the KV cache from --gpu-memory-utilization (0.92 of the

@@ -157,3 +157,9 @@ def worker_threads(environ: Mapping[str, str] | None = None) -> str | None:
     (``auto`` or a count), over a package's `worker_threads`; unset: the package decides
     (`podium.backends.vllm.worker_threads`)."""
     return (os.environ if environ is None else environ).get("PODIUM_WORKER_THREADS") or None
+
+
+def engine_spin(environ: Mapping[str, str] | None = None) -> bool:
+    """PODIUM_ENGINE_SPIN: ``1`` keeps vLLM's spinning wait in an engine core whose worker's
+    team has every core (`podium.preload.waits`); off otherwise."""
+    return (os.environ if environ is None else environ).get("PODIUM_ENGINE_SPIN", "0") == "1"
