@@ -60,15 +60,20 @@ def install(env: Mapping[str, str]) -> None:
     if "busy_loop_s" not in inspect.signature(spin.__init__).parameters:
         return  # another engine version: leave its waits alone
     spin.__init__ = _sleeping(spin.__init__)
-    log.info("engine core and worker wait on a socket, not spinning: the worker's OpenMP team "
-             "has every core (PODIUM_ENGINE_SPIN=1 spins as vLLM does)")
 
 
 def _sleeping(init: Any) -> Any:
+    logged = []
+
     @functools.wraps(init)
     def sleeping(self: Any, is_reader: bool, *args: Any, **kwargs: Any) -> None:
         if is_reader:
             kwargs["busy_loop_s"] = 0
+            if not logged:  # logged here: vLLM has set its logging up by its first queue
+                logged.append(True)
+                log.info("this engine process waits for its queue on a socket, not spinning: "
+                         "the worker's OpenMP team has every core (PODIUM_ENGINE_SPIN=1 spins "
+                         "as vLLM does)")
         init(self, is_reader, *args, **kwargs)
 
     return sleeping
