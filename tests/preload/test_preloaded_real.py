@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import API_KEY, LLM
 from tests.support.harness import RunningInstance
 from tests.support.preloader import engine_processes, preloader_pid
+from tests.support.spare import SPARE_ENV, Spare
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 HEADERS = {"authorization": f"Bearer {API_KEY}"}
@@ -72,15 +73,16 @@ def _threads(pid: int) -> dict[int, tuple[str, int]]:
 
 
 def test_each_forked_workers_openmp_team_is_bound_as_chosen_at_boot(
-        instance: RunningInstance) -> None:
-    """The worker-thread choice of the boot (auto: every core of a 2-core instance), read
-    back from /proc: in each engine's worker, forked from its engine core (not spawned), the
-    main thread (the team's thread 0) on the first CPU and one team thread alone on each
-    other CPU, which computed."""
+        spare_instance: Spare) -> None:
+    """The worker-thread choice of the boot (the spare instance runs `auto`: every core of a
+    2-core instance), read back from /proc: in its engine's worker, forked from its engine core
+    (not spawned), the main thread (the team's thread 0) on the first CPU and one team thread
+    alone on each other CPU, which computed."""
     from podium.backends.vllm import worker_threads
 
+    instance = spare_instance.get()
     log = instance.log()
-    chosen = worker_threads.choose("auto", os.environ, os.sched_getaffinity(0))
+    chosen = worker_threads.choose("auto", {**os.environ, **SPARE_ENV}, os.sched_getaffinity(0))
     assert "engine worker spawned" not in log
     forked = re.findall(r"engine worker forked from the engine core, its OpenMP team bound "
                         r"to CPU\(s\) (\d+(?:,\d+)*)", log)
