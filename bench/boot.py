@@ -23,8 +23,9 @@ model cache) with one start path:
   chosen at boot: both cores of this 2-core kind, `podium.backends.vllm.worker_threads`);
 - `one-thread`: as `default` with ``PODIUM_WORKER_THREADS=1``: vLLM's own binding (one thread,
   one core reserved), the default before the choice at boot;
-- `spin`: as `default` with vLLM's spinning wait kept (``PODIUM_ENGINE_SPIN=1``,
-  `podium.preload.waits`);
+- `spin`: as `default` with vLLM's spinning wait (``PODIUM_ENGINE_SPIN=1``, the default since
+  the 18:11 run); `quiet`: the readers sleep on vLLM's socket instead (``PODIUM_ENGINE_SPIN=0``,
+  `podium.preload.waits`; the default in the 18:11 and 18:35 runs);
 - `spawn2`: as `default` (two threads) with the worker spawned (``PODIUM_PRELOAD_WORKER_FORK=0``):
   its team bound by the OpenMP runtime from vLLM's variables, the control for the forked
   worker's own binding;
@@ -83,6 +84,7 @@ ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
         "default": {},
         "one-thread": {"PODIUM_WORKER_THREADS": "1"},
         "spin": {"PODIUM_ENGINE_SPIN": "1"},
+        "quiet": {"PODIUM_ENGINE_SPIN": "0"},
         "spawn2": {"PODIUM_WORKER_THREADS": "2", "PODIUM_PRELOAD_WORKER_FORK": "0"},
         "omp2": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
         # vLLM's CPU default sizes the KV cache from --gpu-memory-utilization (0.92 of the

@@ -18,11 +18,11 @@ def test_a_binding_is_read_as_vllm_writes_it(bind: str, cpus: set[int] | None) -
 
 
 @pytest.mark.parametrize(("env", "cpus", "expected"), [
-    ({"VLLM_CPU_OMP_THREADS_BIND": "0,1"}, [0, 1], True),
-    ({"VLLM_CPU_OMP_THREADS_BIND": "0"}, [0, 1], False),  # a core left for the engine core
-    ({}, [0, 1], False),  # vLLM's auto: it reserves one
-    ({"VLLM_CPU_OMP_THREADS_BIND": "0,1", "PODIUM_ENGINE_SPIN": "1"}, [0, 1], False),
-], ids=["every-core", "one-of-two", "auto", "spin-asked"])
+    ({"VLLM_CPU_OMP_THREADS_BIND": "0,1", "PODIUM_ENGINE_SPIN": "0"}, [0, 1], True),
+    ({"VLLM_CPU_OMP_THREADS_BIND": "0", "PODIUM_ENGINE_SPIN": "0"}, [0, 1], False),  # a core left
+    ({"PODIUM_ENGINE_SPIN": "0"}, [0, 1], False),  # vLLM's auto: it reserves one
+    ({"VLLM_CPU_OMP_THREADS_BIND": "0,1"}, [0, 1], False),  # the default: vLLM's spin
+], ids=["every-core", "one-of-two", "auto", "spin-by-default"])
 def test_only_a_team_on_every_core_quiets_the_waits(env: dict[str, str], cpus: list[int],
                                                    expected: bool) -> None:
     assert waits.quiet(env, cpus) is expected
@@ -40,9 +40,9 @@ def test_install_makes_readers_sleep_and_leaves_writers(monkeypatch: pytest.Monk
     fake.SpinCondition = SpinCondition  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, waits.QUEUE_MODULE, fake)
     monkeypatch.setattr(waits.os, "sched_getaffinity", lambda _: {0, 1})
-    waits.install({"VLLM_CPU_OMP_THREADS_BIND": "1"})  # not every core: untouched
+    waits.install({"VLLM_CPU_OMP_THREADS_BIND": "1", "PODIUM_ENGINE_SPIN": "0"})  # untouched
     SpinCondition(is_reader=True, context=None, notify_address="x")
-    waits.install({"VLLM_CPU_OMP_THREADS_BIND": "0,1"})
+    waits.install({"VLLM_CPU_OMP_THREADS_BIND": "0,1", "PODIUM_ENGINE_SPIN": "0"})
     SpinCondition(is_reader=True, context=None, notify_address="x")
     SpinCondition(is_reader=False, context=None, notify_address="x")
     assert made == [(True, 1), (True, 0), (False, 1)]

@@ -6,11 +6,12 @@ on a socket the writer pings at every write. With vLLM's own CPU binding that sp
 core it reserves for the engine core. With a team on every core (`backends.vllm.worker_threads`
 auto on 2 cores) it runs on a core a team thread computes on, and a yielding spinner still
 takes its fair share there: the whole team then waits at each barrier for the thread it
-slowed. So when the binding covers every CPU the engine core may run on, its readers (and its
-worker's, which is forked from it and inherits this) sleep on the socket at once instead
-(`busy_loop_s=0`: a wake costs a socket ping, tens of microseconds, per step of tens of
-milliseconds). ``PODIUM_ENGINE_SPIN=1`` keeps vLLM's spin. Measured: docs/benchmarks.md,
-"Worker threads chosen at boot".
+slowed. So with ``PODIUM_ENGINE_SPIN=0``, when the binding covers every CPU the engine core may
+run on, its readers (and its worker's, which is forked from it and inherits this) sleep on the
+socket at once instead (`busy_loop_s=0`). Off by default: measured (docs/benchmarks.md,
+"Worker threads chosen at boot"), it cut the engine core's CPU per token from 0.7-2.1 ms to
+0.1-0.2 ms, but its boots' `start engine` took 18-27 s against 10-11 s with the spin, and its
+tokens/s were no steadier.
 """
 
 from __future__ import annotations
@@ -72,8 +73,7 @@ def _sleeping(init: Any) -> Any:
             if not logged:  # logged here: vLLM has set its logging up by its first queue
                 logged.append(True)
                 log.info("this engine process waits for its queue on a socket, not spinning: "
-                         "the worker's OpenMP team has every core (PODIUM_ENGINE_SPIN=1 spins "
-                         "as vLLM does)")
+                         "the worker's OpenMP team has every core (PODIUM_ENGINE_SPIN=0)")
         init(self, is_reader, *args, **kwargs)
 
     return sleeping
