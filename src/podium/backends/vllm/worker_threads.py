@@ -3,8 +3,8 @@ chosen at boot on the machine it runs on, overridable, logged in one line.
 
 vLLM's own CPU binding (`VLLM_CPU_OMP_THREADS_BIND=auto`) reserves one core for the engine
 core's scheduler and binds the worker's team to the rest, one thread per core. On an instance
-with 2 cores that is one compute thread. Measured here (2 cores, docs/benchmarks.md "Worker
-threads chosen at boot"): two threads, one per core, none reserved, serve 1.30x (128/64) and
+with 2 cores that is one compute thread. Measured here (2 cores, docs/benchmarks.md "Two
+OpenMP threads for the worker" and "Worker threads chosen at boot"): two threads, one per core, none reserved, serve 1.30x (128/64) and
 1.15x (32/256) the output tokens/s of one, with the engine core and the server sharing those
 two cores (the engine core's wait for the worker yields its core: `sched_yield` in vLLM's
 shared-memory queue), in a quiet window; on a machine whose cores other processes also want,
