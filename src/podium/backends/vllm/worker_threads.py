@@ -4,16 +4,16 @@ chosen at boot on the machine it runs on, overridable, logged in one line.
 vLLM's own CPU binding (`VLLM_CPU_OMP_THREADS_BIND=auto`) reserves one core for the engine
 core's scheduler and binds the worker's team to the rest, one thread per core. On an instance
 with 2 cores that is one compute thread. Measured here (2 cores, docs/benchmarks.md "Two
-OpenMP threads for the worker" and "Worker threads chosen at boot"): two threads, one per
-core, none reserved, serve 1.30x (128/64) and 1.15x (32/256) the output tokens/s of one, with the engine core and the server sharing those
-two cores (the engine core's wait for the worker yields its core: `sched_yield` in vLLM's
-shared-memory queue), in a quiet window; on a machine whose cores other processes also want,
-two threads scattered (88-374 tok/s) around one thread's steady figures, and a test module
-with several engines on 2 cores took 2.2x as long (the suite keeps one thread). So `auto`
-binds all of the instance's cores when it has 2, for an instance with its cores to itself
-(one logical CPU per physical core, as vLLM's auto takes them); with 1 core, or more than measured
-(`ALL_CORES_UP_TO`), it leaves vLLM's binding, which reserves a core where that costs a
-smaller share of the compute.
+OpenMP threads for the worker" and "Worker threads chosen at boot"): in a quiet window, two
+threads, one per core, none reserved, served 1.30x (128/64) and 1.15x (32/256) the output
+tokens/s of one, the engine core and the server sharing those cores (its wait for the worker
+yields: `sched_yield` in vLLM's shared-memory queue); on a machine whose cores other processes
+also wanted, two threads scattered (88-374 tok/s) around one thread's steady figures, and a
+test module with several engines on 2 cores took 2.2x as long (the suite keeps one thread).
+So `auto` binds all of the instance's cores when it has 2, for an instance with its cores to
+itself (one logical CPU per physical core, as vLLM's auto takes them); with 1 core, or more
+than measured (`ALL_CORES_UP_TO`), it leaves vLLM's binding, which reserves a core where that
+costs a smaller share of the compute.
 
 Precedence (the first that is set decides):
 
