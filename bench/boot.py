@@ -19,11 +19,20 @@ model cache) with one start path:
 - `tcmalloc`: as `fork`, with Debian's tcmalloc preloaded (`libtcmalloc-minimal4`,
   ``PODIUM_ENGINE_TCMALLOC=1``); `both`: tcmalloc and Intel OpenMP. The other modes leave
   tcmalloc out (``PODIUM_ENGINE_TCMALLOC=0``) but `zygote`, which has the default;
-- `default`: `podium serve` with every default (tcmalloc, worker forked);
+- `default`: `podium serve` with every default (tcmalloc, worker forked, its OpenMP threads
+  chosen at boot: both cores of this 2-core kind, `podium.backends.vllm.worker_threads`);
+- `one-thread`: as `default` with ``PODIUM_WORKER_THREADS=1``: vLLM's own binding (one thread,
+  one core reserved), the default before the choice at boot;
+- `spin`: as `default` with vLLM's spinning wait (``PODIUM_ENGINE_SPIN=1``, the default since
+  the 18:11 run); `quiet`: the readers sleep on vLLM's socket instead (``PODIUM_ENGINE_SPIN=0``,
+  `podium.preload.waits`; the default in the 18:11 and 18:35 runs);
+- `spawn2`: as `default` (two threads) with the worker spawned (``PODIUM_PRELOAD_WORKER_FORK=0``):
+  its team bound by the OpenMP runtime from vLLM's variables, the control for the forked
+  worker's own binding;
 - `vllm-eager`: as `vllm`, with ``--enforce-eager`` (Podium's CPU default mode);
-- `omp2`: as `default`, the worker's OpenMP bound to CPUs 0-1, two threads
-  (``VLLM_CPU_OMP_THREADS_BIND=0-1``; spawned, as `podium.preload.worker` forks only a
-  one-CPU binding), none reserved for the engine core and the server;
+- `omp2`: the worker's OpenMP bound to CPUs 0-1 by ``VLLM_CPU_OMP_THREADS_BIND=0-1``, two
+  threads, none reserved (spawned until `podium.preload.worker` bound a team of several
+  threads; forked since, what `default` now chooses on 2 cores);
 - `MODE-compiled` (e.g. `zygote-compiled`, `default-compiled`): MODE serving the default
   package with ``engine_mode: compiled``, booted from Podium's compile cache (a temporary
   ``PODIUM_COMPILE_CACHE``, filled before the first run by `podium materialize`, untimed; its
@@ -73,6 +82,10 @@ ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
         "both": {"PODIUM_PRELOAD_WORKER_FORK": "1", "LD_PRELOAD": IOMP,
                  "PODIUM_ENGINE_TCMALLOC": "1"},
         "default": {},
+        "one-thread": {"PODIUM_WORKER_THREADS": "1"},
+        "spin": {"PODIUM_ENGINE_SPIN": "1"},
+        "quiet": {"PODIUM_ENGINE_SPIN": "0"},
+        "spawn2": {"PODIUM_WORKER_THREADS": "2", "PODIUM_PRELOAD_WORKER_FORK": "0"},
         "omp2": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
         # vLLM's CPU default sizes the KV cache from --gpu-memory-utilization (0.92 of the
         # machine's memory), which a shared machine refuses at boot: Podium's 4 GiB instead

@@ -32,6 +32,13 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 # platform's default (a worker), see tests/support/harness.py, and the worker's own tests
 # ask for it explicitly
 os.environ.setdefault("PODIUM_CONSTRAINT_COMPILER", "thread")
+# the suite runs several engines at once on this 2-core machine (the shared instance alone has
+# two): each worker keeps vLLM's one OpenMP thread, as before worker_threads' `auto` (which
+# assumes an instance with its cores to itself). tests/frontends/test_openai_real.py took
+# 278 s with `auto` against 125 s with one thread (docs/benchmarks.md, "Worker threads chosen
+# at boot"); the spare instance (tests/support/spare.py) runs `auto`, and
+# tests/preload/test_preloaded_real.py reads its team back
+os.environ.setdefault("PODIUM_WORKER_THREADS", "1")
 
 LLM = "smollm2-135m-instruct"
 EMBEDDER = "all-minilm-l6-v2"

@@ -150,3 +150,17 @@ def preload_worker_fork(environ: Mapping[str, str] | None = None) -> bool:
     start, which the engine core forked from the preloader takes."""
     return (os.environ if environ is None else environ).get(
         "PODIUM_PRELOAD_WORKER_FORK", "1") != "0"
+
+
+def worker_threads(environ: Mapping[str, str] | None = None) -> str | None:
+    """PODIUM_WORKER_THREADS: the OpenMP threads of every CPU engine worker on this host
+    (``auto`` or a count), over a package's `worker_threads`; unset: the package decides
+    (`podium.backends.vllm.worker_threads`)."""
+    return (os.environ if environ is None else environ).get("PODIUM_WORKER_THREADS") or None
+
+
+def engine_spin(environ: Mapping[str, str] | None = None) -> bool:
+    """PODIUM_ENGINE_SPIN: ``0`` makes an engine core whose worker's team has every core (and
+    its worker) wait on vLLM's socket instead of spinning (`podium.preload.waits`); vLLM's
+    spin otherwise (the default: the socket wait booted 10-19 s slower, measured)."""
+    return (os.environ if environ is None else environ).get("PODIUM_ENGINE_SPIN", "1") != "0"

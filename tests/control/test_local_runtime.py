@@ -234,6 +234,25 @@ def test_each_llm_instance_gets_its_own_core(env: Env, monkeypatch: pytest.Monke
     assert [_bind(i.pid) for i in runtime.instances() if i.version == "2"] == [None]
 
 
+def test_a_lone_llm_instance_is_left_to_choose_its_cores(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alone, its server's worker_threads rule binds it (every core of a 2-core machine); a
+    second one started beside it takes the core the fewest use, the lone one counting on
+    every core."""
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    env.package("1", backend="vllm", ready_after_s=0.2)
+    env.package("2", backend="vllm", ready_after_s=0.2)
+    runtime = env.runtime()
+    runtime.scale("iris", "1", 1)
+    wait_for(lambda: all(i.state == READY for i in runtime.instances()), runtime)
+    assert [_bind(i.pid) for i in runtime.instances()] == [None]
+    runtime.scale("iris", "2", 1)  # a rollout's new version beside it
+    wait_for(lambda: len(runtime.instances()) == 2
+             and all(i.state == READY for i in runtime.instances()), runtime)
+    cores = sorted(os.sched_getaffinity(0))
+    assert [_bind(i.pid) for i in runtime.instances() if i.version == "2"] == [str(cores[0])]
+
+
 def test_the_operators_binding_is_passed_through(env: Env,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")

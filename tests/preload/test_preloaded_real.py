@@ -11,11 +11,13 @@ import re
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.conftest import API_KEY, LLM
 from tests.support.harness import RunningInstance
 from tests.support.preloader import engine_processes, preloader_pid
+from tests.support.spare import SPARE_ENV, Spare
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 HEADERS = {"authorization": f"Bearer {API_KEY}"}
@@ -57,3 +59,46 @@ def test_the_engine_has_the_servers_settings_not_the_preloaders(
     # vLLM's CPU platform preloads libgomp for its engine: the preloader started with it
     maps = Path(f"/proc/{core.pid}/maps").read_text()
     assert "libgomp" in maps
+
+
+def _threads(pid: int) -> dict[int, tuple[str, int]]:
+    """Each thread of `pid`: (its `Cpus_allowed_list`, its CPU time in clock ticks)."""
+    found = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = (task / "status").read_text()
+        cpus = re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M).group(1)  # type: ignore[union-attr]
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        found[int(task.name)] = (cpus, int(fields[11]) + int(fields[12]))  # utime + stime
+    return found
+
+
+def test_each_forked_workers_openmp_team_is_bound_as_chosen_at_boot(
+        spare_instance: Spare) -> None:
+    """The worker-thread choice of the boot (the spare instance runs `auto`: every core of a
+    2-core instance), read back from /proc: in its engine's worker, forked from its engine core
+    (not spawned), the main thread (the team's thread 0) on the first CPU and one team thread
+    alone on each other CPU, which computed."""
+    from podium.backends.vllm import worker_threads
+
+    instance = spare_instance.get()
+    log = instance.log()
+    chosen = worker_threads.choose("auto", {**os.environ, **SPARE_ENV}, os.sched_getaffinity(0))
+    assert "engine worker spawned" not in log
+    forked = re.findall(r"engine worker forked from the engine core, its OpenMP team bound "
+                        r"to CPU\(s\) (\d+(?:,\d+)*)", log)
+    assert forked, log[-3000:]
+    if chosen.bind is not None:  # auto chose the team (this 2-core kind): the log says so
+        assert f"{chosen.threads} thread(s) on CPU(s) {chosen.bind} (auto" in log
+        assert set(forked) == {chosen.bind}
+    preloader = preloader_pid(log)
+    workers = [w for core in psutil.Process(preloader).children() for w in core.children()]
+    assert len(workers) == len(forked)
+    for worker in workers:
+        assert "spawn_main" not in " ".join(worker.cmdline())  # forked, not spawned
+        cpus = forked[0].split(",")
+        threads = _threads(worker.pid)
+        assert threads.pop(worker.pid)[0] == cpus[0]
+        for cpu in cpus[1:]:  # one team thread on each other CPU, alone there, and it ran
+            team = [time for bound, time in threads.values() if bound == cpu]
+            assert len(team) == 1 and team[0] > 0, (cpu, threads)
+        assert {bound for bound, _ in threads.values()} <= set(cpus), threads

@@ -1,5 +1,5 @@
-"""The engine core's worker: forked and bound to its CPU when vLLM binds it to one CPU with one
-OpenMP thread, spawned (with the reason) otherwise."""
+"""The engine core's worker: forked, its OpenMP team bound one thread per CPU as vLLM's binding
+says, when that binding is one thread per CPU; spawned (with the reason) otherwise."""
 
 from __future__ import annotations
 
@@ -26,15 +26,28 @@ def _nothing_inherited(monkeypatch: pytest.MonkeyPatch) -> None:
     ({"KMP_AFFINITY": "granularity=fine,explicit,proclist=[3]", "OMP_NUM_THREADS": "1"}, 3),
 ], ids=["gomp", "omp-places", "iomp"])
 def test_one_cpu_one_thread_forks_bound_to_that_cpu(env: dict[str, str], cpu: int) -> None:
-    assert worker.fork_plan(env, 1) == (cpu, "")
+    assert worker.fork_plan(env, 1) == ([cpu], "")
+
+
+@pytest.mark.parametrize(("env", "cpus"), [
+    ({"GOMP_CPU_AFFINITY": "0 1", "OMP_NUM_THREADS": "2"}, [0, 1]),
+    ({"OMP_PLACES": "{2,3,5}", "OMP_PROC_BIND": "true", "OMP_NUM_THREADS": "3"}, [2, 3, 5]),
+    ({"KMP_AFFINITY": "granularity=fine,explicit,proclist=[1,0]", "OMP_NUM_THREADS": "2"},
+     [1, 0]),
+], ids=["gomp", "omp-places", "iomp"])
+def test_a_thread_per_cpu_forks_its_team_bound_in_that_order(
+        env: dict[str, str], cpus: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker, "_runtime", lambda: object())  # the engine core's libgomp
+    assert worker.fork_plan(env, 1) == (cpus, "")
 
 
 @pytest.mark.parametrize(("env", "world_size", "why"), [
-    ({"GOMP_CPU_AFFINITY": "0 1", "OMP_NUM_THREADS": "2"}, 1, "2 CPU(s), 2 thread(s)"),
+    ({"GOMP_CPU_AFFINITY": "0 1", "OMP_NUM_THREADS": "1"}, 1, "2 CPU(s), 1 thread(s)"),
+    ({"GOMP_CPU_AFFINITY": "0 0", "OMP_NUM_THREADS": "2"}, 1, "2 CPU(s), 2 thread(s)"),
     ({}, 1, "no OpenMP binding"),
     (ONE, 2, "2 workers"),
     ({"GOMP_CPU_AFFINITY": "0-3", "OMP_NUM_THREADS": "1"}, 1, "no OpenMP binding"),
-], ids=["two-cpus", "nobind", "two-workers", "a-range"])
+], ids=["fewer-threads", "a-cpu-twice", "nobind", "two-workers", "a-range"])
 def test_anything_else_is_spawned_with_the_reason(env: dict[str, str], world_size: int,
                                                   why: str) -> None:
     cpu, reason = worker.fork_plan(env, world_size)
@@ -48,6 +61,13 @@ def test_a_binding_variable_the_preloader_started_with_means_spawn(
     assert cpu is None and "OMP_NUM_THREADS set before the preloader started" in reason
 
 
+def test_a_runtime_without_gomp_parallel_spawns_a_team(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker, "_runtime", lambda: None)
+    cpus, reason = worker.fork_plan({"GOMP_CPU_AFFINITY": "0 1", "OMP_NUM_THREADS": "2"}, 1)
+    assert cpus is None and "GOMP_parallel" in reason
+    assert worker.fork_plan(ONE, 1) == ([0], "")  # one thread needs no region
+
+
 def report(path: str, inherited_fds: list[int], **_: object) -> None:
     import torch
 
@@ -55,6 +75,53 @@ def report(path: str, inherited_fds: list[int], **_: object) -> None:
                                       "name": Path("/proc/self/comm").read_text().strip(),
                                       "threads": torch.get_num_threads(),
                                       "ppid": os.getppid(), "to_close": inherited_fds}))
+
+
+def team_report(path: str, inherited_fds: list[int], **_: object) -> None:
+    """The forked worker's threads after a parallel op ran: each thread's CPUs."""
+    import torch
+
+    x = torch.randn(512, 512)
+    for _ in range(4):
+        (x @ x).sum()
+    threads = {}
+    for task in Path("/proc/self/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list"):
+                threads[task.name] = line.split()[1]
+    Path(path).write_text(json.dumps({"main": threads.pop(str(os.getpid())),
+                                      "others": sorted(threads.values()),
+                                      "threads": torch.get_num_threads()}))
+
+
+def test_a_forked_workers_team_is_bound_one_thread_per_cpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    cpus = cores[:2] if len(cores) > 1 else cores * 2  # one CPU: both threads on it
+    for key, value in {"GOMP_CPU_AFFINITY": " ".join(map(str, cpus)),
+                       "OMP_NUM_THREADS": "2"}.items():
+        monkeypatch.setenv(key, value)
+    if len(cores) == 1:  # fork_plan refuses a CPU twice; the binding itself is what's tested
+        monkeypatch.setattr(worker, "fork_plan", lambda env, n: (cpus, ""))
+    out = tmp_path / "team.json"
+    config = SimpleNamespace(parallel_config=SimpleNamespace(world_size=1))
+    context = worker.WorkerContext()
+    _ready_reader, ready_writer = context.Pipe(duplex=False)
+    death_reader, _death_writer = context.Pipe(duplex=False)
+    proc = context.Process(target=team_report, args=(str(out),), kwargs={
+        "vllm_config": config, "ready_pipe": ready_writer, "death_pipe": death_reader,
+        "inherited_fds": []})
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
+    child = json.loads(out.read_text())
+    assert child["threads"] == 2
+    assert child["main"] == str(cpus[0])  # the team's thread 0, and what it starts later
+    # exactly one thread (the team's second) on the second CPU; torch's others on the first
+    assert child["others"].count(str(cpus[1])) >= 1
+    if cpus[0] != cpus[1]:
+        assert child["others"].count(str(cpus[1])) == 1
+        assert set(child["others"]) <= {str(cpus[0]), str(cpus[1])}
 
 
 def test_a_forked_worker_binds_itself_before_its_target_runs(

@@ -11,7 +11,10 @@ engine as the default package) and `bls_llm`, a Python model calling it through 
 
 No API key (every route open, the log says so), /metrics open, its own process group (a test
 may signal the group, as Ctrl-C or `timeout` do), a 60 s drain, constraints compiled in a
-thread (`PODIUM_CONSTRAINT_COMPILER=thread`; the shared instance runs the default worker)."""
+thread (`PODIUM_CONSTRAINT_COMPILER=thread`; the shared instance runs the default worker), its
+engine worker's OpenMP threads chosen by the platform's default (`PODIUM_WORKER_THREADS=auto`:
+a team on every core of this 2-core kind; the suite's other instances run one thread, see
+tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import httpx
 
 from tests.support.harness import RunningInstance, start_instance
 
-SPARE_ENV = {"PODIUM_CONSTRAINT_COMPILER": "thread"}
+SPARE_ENV = {"PODIUM_CONSTRAINT_COMPILER": "thread", "PODIUM_WORKER_THREADS": "auto"}
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,14 @@ class VllmManifest(_ManifestBase):
         description="eager, compiled (torch.compile; CUDA graphs on NVIDIA GPUs), or auto: the "
         "mode measured faster on the machine kind it runs on (cpu: eager, cuda: compiled). "
         "Compiled artifacts are built when the package is announced and reused at boot.")
+    worker_threads: Literal["auto"] | Annotated[int, Field(ge=1, le=4096)] = Field(
+        default="auto",
+        description="OpenMP threads of the engine's worker on a CPU machine, one per core "
+        "from the instance's first cores; auto: every core of an instance with 2 (measured "
+        "1.15-1.30x the output tokens/s of vLLM's one core reserved for its scheduler), else "
+        "vLLM's own binding. Chosen at boot and logged; PODIUM_WORKER_THREADS and "
+        "VLLM_CPU_OMP_THREADS_BIND override it on a host. See docs/operations.md, \"Engine "
+        "worker threads\".")
     max_n: int | None = Field(
         default=None, ge=1, le=16384,
         description="Most completions one request (OpenAI or KServe) may ask for (n); None: "

@@ -23,7 +23,8 @@ No state of the preloader leaks into the engine (`podium.preload.process`):
   usual way (spawn), with a warning naming them.
 - **threads**: the preloader only imports (importing vLLM leaves a few native threads; a fork
   copies only the forking one); the engine core forked from it does not run the model, and
-  its worker, which does, is spawned and binds its OpenMP threads itself, as before.
+  its worker, which does, is forked from it before any OpenMP region ran there and binds its
+  OpenMP team itself (`podium.preload.worker`), or is spawned as before.
 
 A preloader that is gone (crashed, killed) or cannot be reached is bypassed with a warning:
 the engine core is spawned as without it. ``PODIUM_PRELOAD=0`` turns it off. The engine

@@ -33,9 +33,10 @@ def enter_engine_env(env: dict[str, str], target: Callable[..., Any], *args: Any
     os.environ.clear()
     os.environ.update(env)
     os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = WORKER_METHOD
-    from podium.preload import worker
+    from podium.preload import waits, worker
 
     worker.install(env)
+    waits.install(env)
     return target(*args, **kwargs)
 
 

@@ -8,18 +8,23 @@ worker's OpenMP threads through the environment it starts with (`OMPProcessManag
 runtime already loaded (by the preloader), so those variables do nothing there: forked
 naively, its threads floated over every core and a 16-chat load ran slow.
 
-So a worker is forked only when its binding is one CPU and one thread (vLLM's auto binding on a
-machine whose cores, less the one reserved for the engine core, leave one per worker, as here):
-the child binds itself to that CPU (`os.sched_setaffinity`, which the OpenMP runtime's single
-thread and every later thread inherit) and sizes torch's pool to one thread before vLLM's code
-runs; that is what the runtime would have done with the variables. Anything else (several CPUs,
-no binding, several workers, a binding variable set before the preloader started) is spawned
-as vLLM does it, with the reason logged.
+So a forked worker binds its team itself, as the runtime would have from the variables, before
+vLLM's code runs: one thread per CPU of the binding vLLM set (it always writes one per CPU),
+the main thread (the team's thread 0) and every thread it starts later on the first CPU
+(`os.sched_setaffinity`, inherited by new threads), torch's pool sized to the CPUs, then one
+parallel region (`GOMP_parallel`) in which team thread i binds itself to the i-th CPU. The
+runtime keeps those threads for every later region of the main thread, in the same order, as
+libgomp with ``GOMP_CPU_AFFINITY`` does (a spawned worker's threads were measured bound the same:
+main thread and helpers on the first CPU, thread i on the i-th). A one-CPU binding needs no
+region. Anything else (no binding, a range, several workers, a binding variable set before the
+preloader started, a runtime without `GOMP_parallel`) is spawned as vLLM does it, with the
+reason logged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import logging
 import os
@@ -27,6 +32,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from multiprocessing import context, popen_fork, popen_spawn_posix
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("vllm.podium.preload")
@@ -57,8 +63,9 @@ def _worker_context() -> context.BaseContext:
     return WorkerContext() if found.get_start_method() == "spawn" else found
 
 
-def fork_plan(env: Mapping[str, str], world_size: int) -> tuple[int | None, str]:
-    """(the CPU to bind a forked worker to, "") or (None, why it is spawned)."""
+def fork_plan(env: Mapping[str, str], world_size: int) -> tuple[list[int] | None, str]:
+    """(the CPUs to bind a forked worker's OpenMP team to, one thread each, "") or
+    (None, why it is spawned)."""
     if world_size != 1:
         return None, f"{world_size} workers (each would inherit the others' pipes)"
     if _inherited:
@@ -68,10 +75,13 @@ def fork_plan(env: Mapping[str, str], world_size: int) -> tuple[int | None, str]
     threads = env.get("OMP_NUM_THREADS")
     if cpus is None or threads is None:
         return None, "vLLM set no OpenMP binding for it"
-    if len(cpus) != 1 or threads != "1":
-        return None, (f"its OpenMP binding is {len(cpus)} CPU(s), {threads} thread(s): only one "
-                      "of each is bound exactly without the runtime reading the environment")
-    return cpus[0], ""
+    if not cpus or threads != str(len(cpus)) or len(set(cpus)) != len(cpus):
+        return None, (f"its OpenMP binding is {len(cpus)} CPU(s), {threads} thread(s): only "
+                      "one thread per CPU is bound exactly without the runtime reading the "
+                      "environment")
+    if len(cpus) > 1 and _runtime() is None:
+        return None, "the OpenMP runtime has no GOMP_parallel to bind a team of threads with"
+    return cpus, ""
 
 
 def _cpus(env: Mapping[str, str]) -> list[int] | None:
@@ -91,26 +101,73 @@ def _cpus(env: Mapping[str, str]) -> list[int] | None:
         return None
 
 
-def enter_worker(cpu: int, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run in the forked worker first: bind to `cpu`, one OpenMP thread, its process name,
-    then vLLM's target."""
-    os.sched_setaffinity(0, {cpu})
+def enter_worker(cpus: list[int], target: Callable[..., Any], *args: Any,
+                 **kwargs: Any) -> Any:
+    """Run in the forked worker first: bind its OpenMP team to `cpus` (`bind_team`), its
+    process name, then vLLM's target."""
     _name("VLLM::Worker")  # vLLM's default prefix; its own title below replaces it
     executor = sys.modules.get("vllm.v1.executor.multiproc_executor")
     if executor is not None:  # vLLM titles the worker again as it starts: name it the same
         executor.set_process_title = _naming(executor.set_process_title)
+    bind_team(cpus)
+    return target(*args, **kwargs)
+
+
+def bind_team(cpus: list[int]) -> None:
+    """Bind this process's main thread (and the threads it starts later) to `cpus[0]`, size
+    torch's OpenMP pool to one thread per CPU and bind team thread i to `cpus[i]`. In a
+    forked worker only: the pool was sized, never run, in the engine core (no deadlock)."""
+    os.sched_setaffinity(0, {cpus[0]})
     import torch
 
-    torch.set_num_threads(1)  # the pool was sized, never run, in the engine core: no deadlock
-    return target(*args, **kwargs)
+    torch.set_num_threads(len(cpus))
+    if len(cpus) == 1:
+        return
+    runtime = _runtime()
+    assert runtime is not None  # fork_plan checked it
+    region = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+    def bind(_: Any) -> None:  # in each team thread, with the GIL (ctypes takes it)
+        os.sched_setaffinity(0, {cpus[runtime.omp_get_thread_num()]})
+
+    callback = region(bind)
+    runtime.GOMP_parallel(callback, None, ctypes.c_uint(len(cpus)), ctypes.c_uint(0))
+
+
+OPENMP_LIBS = ("libgomp", "libiomp5", "libomp")
+"""The OpenMP runtimes whose ``GOMP_parallel`` binds a team (Intel's and LLVM's have it too)."""
+
+
+def _runtime() -> Any:
+    """The OpenMP runtime this process has loaded (preloaded, or torch's own), as ctypes sees
+    it, or None when none is loaded or it has no `GOMP_parallel`."""
+    for path in [None, *_loaded(OPENMP_LIBS)]:
+        try:
+            found = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY) if path else \
+                ctypes.CDLL(None)
+        except OSError:
+            continue
+        if hasattr(found, "GOMP_parallel") and hasattr(found, "omp_get_thread_num"):
+            found.omp_get_thread_num.restype = ctypes.c_int
+            return found
+    return None
+
+
+def _loaded(names: tuple[str, ...]) -> list[str]:
+    """Paths of this process's mapped shared libraries whose file name starts with one of
+    `names`."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    paths = {line.split()[-1] for line in maps.splitlines() if "/" in line}
+    return sorted(p for p in paths if os.path.basename(p).startswith(names))
 
 
 def _name(name: str) -> None:
     """The process's name (`comm`, what `ps` and psutil show) as vLLM titles a spawned worker:
     its own `setproctitle` leaves a forked child named after the preloader, and tools find
     the worker (and so its engine core) by this name (`tests/support/engine_count.py`)."""
-    import ctypes
-
     pr_set_name = 15
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_name, name.encode()[:15], 0, 0, 0)
@@ -148,12 +205,12 @@ class WorkerProcess(context.SpawnProcess):
     def _Popen(process_obj: Any) -> Any:
         config = process_obj._kwargs.get("vllm_config")
         world_size = config.parallel_config.world_size if config is not None else 0
-        cpu, why = fork_plan(os.environ, world_size)
-        if cpu is None:
+        cpus, why = fork_plan(os.environ, world_size)
+        if cpus is None:
             log.info("engine worker spawned: %s", why)
             return popen_spawn_posix.Popen(process_obj)
-        log.info("engine worker forked from the engine core, bound to CPU %d with one OpenMP "
-                 "thread", cpu)
+        log.info("engine worker forked from the engine core, its OpenMP team bound to CPU(s) "
+                 "%s, one thread each", ",".join(map(str, cpus)))
         # A forked child holds every pipe end of its parent: vLLM (told "spawn") passes none
         # for it to close, and a worker holding its own death pipe's write end would never see
         # the engine core die. Its worker_main closes what `inherited_fds` names.
@@ -162,7 +219,7 @@ class WorkerProcess(context.SpawnProcess):
                if c is not None}
         kwargs["inherited_fds"] = [*kwargs.get("inherited_fds", []),
                                    *(fd for fd in process_obj.pipe_fds if fd not in own)]
-        process_obj._target = functools.partial(enter_worker, cpu, process_obj._target)
+        process_obj._target = functools.partial(enter_worker, cpus, process_obj._target)
         return popen_fork.Popen(process_obj)
 
 

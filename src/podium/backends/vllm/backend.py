@@ -74,9 +74,11 @@ class VllmBackend(Backend):
 
         args = self.args
         job = engine_build.prepare(self.package, weights, args)  # engine mode, compile cache
+        threads = engine_build.worker_threads(self.package)
         # AsyncLLM's constructor blocks until the engine core is up (tens of seconds):
         # build it off the event loop so liveness keeps answering during boot.
-        self.engine = await asyncio.to_thread(engine_build.start, job, lambda: _start_engine(args))
+        self.engine = await asyncio.to_thread(engine_build.start, job,
+                                              lambda: _start_engine(args, threads))
         catalog = asyncio.ensure_future(self._prepare_constraints())  # beside the rest
         try:
             self.supported_tasks = tuple(await self.engine.get_supported_tasks())

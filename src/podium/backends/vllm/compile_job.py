@@ -29,8 +29,9 @@ def main(argv: list[str]) -> int:
         return 2
     args = build_engine_args(package.manifest, str(weights))  # type: ignore[arg-type]
     engine_build.prepare(package, weights, args)
+    threads = engine_build.worker_threads(package)  # bound as at boot: vLLM keys on it
     started = time.monotonic()
-    engine = _start_engine(args)
+    engine = _start_engine(args, threads)
     print(f"engine of {package.key} up in {time.monotonic() - started:.1f} s", flush=True)
     engine.shutdown()
     return 0

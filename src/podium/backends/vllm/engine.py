@@ -8,7 +8,7 @@ import logging
 import os
 from argparse import Namespace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podium.backends.limits import (
     DEFAULT_MAX_NUM_QUEUED_REQS,
@@ -18,6 +18,9 @@ from podium.backends.limits import (
 )
 from podium.errors import BootError, PackageError
 from podium.package.manifest import VllmManifest
+
+if TYPE_CHECKING:
+    from podium.backends.vllm.worker_threads import WorkerThreads
 
 log = logging.getLogger("podium.backends.vllm")
 
@@ -97,7 +100,8 @@ def _precision_args(manifest: VllmManifest, weights_dir: Path) -> dict[str, Any]
     return precision.PRECISIONS[manifest.precision].engine_args()
 
 
-def _start_engine(args: Namespace) -> Any:
+def _start_engine(args: Namespace, threads: WorkerThreads | None = None) -> Any:
+    """vLLM's AsyncLLM from these args, its worker's threads bound as chosen (`threads`)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -106,19 +110,22 @@ def _start_engine(args: Namespace) -> Any:
 
     os.environ[PARENT_ENV] = str(os.getpid())  # its engine core follows this process
     engine_args = AsyncEngineArgs.from_cli_args(args)
-    try:
-        config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
-    except Exception as exc:  # vLLM validates args here: name the problem, don't half-serve
-        raise BootError(f"vLLM rejected the engine configuration: {exc}") from exc
+    from podium.backends.vllm.worker_threads import environment
     from podium.preload import engine_context
 
-    with engine_context():  # the engine core forks from the preloader when one runs
-        return AsyncLLM.from_vllm_config(
-            vllm_config=config,
-            usage_context=UsageContext.OPENAI_API_SERVER,
-            enable_log_requests=False,
-            disable_log_stats=False,
-        )
+    with environment(threads):
+        try:
+            config = engine_args.create_engine_config(
+                usage_context=UsageContext.OPENAI_API_SERVER)
+        except Exception as exc:  # vLLM validates args here: name the problem, don't half-serve
+            raise BootError(f"vLLM rejected the engine configuration: {exc}") from exc
+        with engine_context():  # the engine core forks from the preloader when one runs
+            return AsyncLLM.from_vllm_config(
+                vllm_config=config,
+                usage_context=UsageContext.OPENAI_API_SERVER,
+                enable_log_requests=False,
+                disable_log_stats=False,
+            )
 
 
 def _engine_version() -> str:

@@ -16,14 +16,18 @@ import sys
 from argparse import Namespace
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from podium.backends.vllm import compile_key as keys
+from podium.backends.vllm import worker_threads as threads
 from podium.backends.vllm.compile_cache import CompileCache, CompileJob, run_with_artifacts
 from podium.errors import PackageError
 from podium.package import engine_mode
 from podium.package.manifest import VllmManifest
 from podium.package.package import Package
+
+if TYPE_CHECKING:
+    from podium.backends.vllm.worker_threads import WorkerThreads
 
 log = logging.getLogger("podium.compile_cache")
 T = TypeVar("T")
@@ -44,6 +48,14 @@ def prepare(package: Package, weights: Path, args: Namespace) -> CompileJob | No
     engine_mode.apply(resolved, args)
     log.info("%s", resolved.describe(package.key))
     return job_for(package, weights, resolved) if resolved.compiled else None
+
+
+def worker_threads(package: Package) -> WorkerThreads | None:
+    """The engine worker's OpenMP threads on this machine (CPU only; None elsewhere), chosen
+    by `podium.backends.vllm.worker_threads` and logged in one line."""
+    if engine_mode.machine_kind() != "cpu":
+        return None
+    return threads.resolve(_manifest(package).worker_threads, package.key)
 
 
 def job_for(package: Package, weights: Path, resolved: engine_mode.ResolvedMode) -> CompileJob:

@@ -9,10 +9,14 @@ No instance can outlive a control-plane crash unrecorded: its ports are written 
 spawned, and it is spawned behind the gate of `runtime.detached`, opened only once its pid is
 in the store.
 
-On a CPU host each instance gets its own core for vLLM's worker (`VLLM_CPU_OMP_THREADS_BIND`):
-vLLM's `auto` binding pins every engine's worker to the first core, so two instances of one
-LLM on a 2-core machine would share core 0 and leave core 1 to their frontends. The operator's
-own `VLLM_CPU_OMP_THREADS_BIND`, when set, is passed through untouched.
+On a CPU host a lone vLLM instance (the only one live or wanted) is left unbound: its server
+chooses its worker's threads (`podium.backends.vllm.worker_threads`: every core of a 2-core
+machine). Beside others, each instance gets its own core for vLLM's worker
+(`VLLM_CPU_OMP_THREADS_BIND`): vLLM's `auto` binding pins every engine's worker to the first
+core, so two instances of one LLM on a 2-core machine would share core 0 and leave core 1 to
+their frontends. A lone instance that gets company keeps its cores (its team is bound at its
+boot); the newcomer takes the core the fewest instances use. The operator's own
+`VLLM_CPU_OMP_THREADS_BIND`, when set, is passed through untouched.
 
 vLLM instances fork from the runtime's zygote (`podium.preload.zygote`), started early: when
 the runtime starts with a vLLM deployment in its store, and when one is scaled (to zero too).
@@ -76,6 +80,8 @@ class _Process(Instance):
     process: subprocess.Popen[bytes] | None = None
     cpu: int | None = None
     """The core its engine's worker is bound to (None: the operator's binding, or adopted)."""
+    every_core: bool = False
+    """Launched alone and unbound: its worker's threads may be on every core."""
     waits: _Wait | None = None
     """Its launch waits for the zygote's import (`LocalRuntime._refresh` launches it)."""
 
@@ -169,9 +175,13 @@ class LocalRuntime(Supervisor[_Process]):
         serve = self.command(package.location, http_port, grpc_port)
         command = [*nice, *serve]
         env = instance_env(self.credential)  # by environment: never on a command line
+        instance.cpu, instance.every_core = None, False
         if BIND_ENV not in env and _one_cpu_worker(package):
-            instance.cpu = self._free_cpu()
-            env[BIND_ENV] = str(instance.cpu)
+            if self._alone(instance):  # its server's worker_threads rule binds it
+                instance.every_core = True
+            else:
+                instance.cpu = self._free_cpu()
+                env[BIND_ENV] = str(instance.cpu)
         with Path(instance.log_path or os.devnull).open("ab") as out:  # the child keeps its copy
             process = self._from_zygote(instance, package, serve, out, env)
             if process is None:
@@ -217,10 +227,21 @@ class LocalRuntime(Supervisor[_Process]):
             zygote.stop()
 
     def _free_cpu(self) -> int:
-        """The core this process may use that the fewest live instances are bound to."""
-        used = [i.cpu for i in self._instances.values()
-                if i.cpu is not None and i.state in (STARTING, READY, DRAINING)]
-        return min(sorted(os.sched_getaffinity(0)), key=used.count)
+        """The core this process may use that the fewest live instances are bound to (one
+        launched alone counts on every core)."""
+        cores = sorted(os.sched_getaffinity(0))
+        used = [c for i in self._live_bound() for c in ([i.cpu] if i.cpu is not None else cores)]
+        return min(cores, key=used.count)
+
+    def _live_bound(self) -> list[_Process]:
+        return [i for i in self._instances.values() if (i.cpu is not None or i.every_core)
+                and i.state in (STARTING, READY, DRAINING)]
+
+    def _alone(self, instance: _Process) -> bool:
+        """No other vLLM instance is live, and at most one is wanted in all."""
+        wanted = sum(count for (model, version), count in self._desired.items()
+                     if self._backend(model, version) == "vllm")
+        return wanted <= 1 and all(i is instance for i in self._live_bound())
 
     def _exit_code(self, instance: _Process) -> int | None:
         if instance.waits is not None:
