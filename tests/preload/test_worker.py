@@ -4,7 +4,9 @@ says, when that binding is one thread per CPU; spawned (with the reason) otherwi
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -96,24 +98,23 @@ def team_report(path: str, inherited_fds: list[int], **_: object) -> None:
 
 def test_a_forked_workers_team_is_bound_one_thread_per_cpu(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked from a fresh interpreter, as the engine core is from the preloader: a process
+    whose OpenMP runtime already ran a team (this test process, after other tests' torch
+    work) leaves its forked child's runtime waiting for threads that no longer exist (the
+    precondition `bind_team` states), and the child hung here under xdist."""
     cores = sorted(os.sched_getaffinity(0))
     cpus = cores[:2] if len(cores) > 1 else cores * 2  # one CPU: both threads on it
-    for key, value in {"GOMP_CPU_AFFINITY": " ".join(map(str, cpus)),
-                       "OMP_NUM_THREADS": "2"}.items():
-        monkeypatch.setenv(key, value)
-    if len(cores) == 1:  # fork_plan refuses a CPU twice; the binding itself is what's tested
-        monkeypatch.setattr(worker, "fork_plan", lambda env, n: (cpus, ""))
+    binding = {"GOMP_CPU_AFFINITY": " ".join(map(str, cpus)), "OMP_NUM_THREADS": "2"}
+    for key in worker.BINDING:  # the fresh interpreter's runtime loads unbound
+        monkeypatch.delenv(key, raising=False)
     out = tmp_path / "team.json"
-    config = SimpleNamespace(parallel_config=SimpleNamespace(world_size=1))
-    context = worker.WorkerContext()
-    _ready_reader, ready_writer = context.Pipe(duplex=False)
-    death_reader, _death_writer = context.Pipe(duplex=False)
-    proc = context.Process(target=team_report, args=(str(out),), kwargs={
-        "vllm_config": config, "ready_pipe": ready_writer, "death_pipe": death_reader,
-        "inherited_fds": []})
-    proc.start()
-    proc.join(120)
-    assert proc.exitcode == 0
+    fresh = multiprocessing.get_context("spawn").Process(
+        target=_fork_a_team_worker, args=(str(out), cpus, binding, len(cores) == 1))
+    fresh.start()
+    fresh.join(180)
+    if fresh.exitcode is None:
+        fresh.kill()
+    assert fresh.exitcode == 0, f"the forked worker did not finish (exit {fresh.exitcode})"
     child = json.loads(out.read_text())
     assert child["threads"] == 2
     assert child["main"] == str(cpus[0])  # the team's thread 0, and what it starts later
@@ -172,3 +173,28 @@ def test_naming_never_fails_the_start() -> None:
     comm = Path("/proc/self/comm").read_text()
     worker._naming(odd_title)("not", "what", "vLLM", "passes")  # no exception, no name
     assert Path("/proc/self/comm").read_text() == comm
+
+
+def _fork_a_team_worker(out: str, cpus: list[int], binding: dict[str, str],
+                        one_cpu: bool) -> None:
+    """In a fresh interpreter: load the OpenMP runtime unbound (torch, as the preloader
+    does), set vLLM's binding for its worker, fork the worker through `WorkerContext` as the
+    engine core does and wait for its `team_report`; exit 0 when it finished cleanly."""
+    import torch  # noqa: F401  (the runtime loads now, before the binding is set)
+
+    os.environ.update(binding)
+    worker._inherited = {}
+    if one_cpu:  # fork_plan refuses a CPU twice; the binding itself is what's tested
+        worker.fork_plan = lambda env, n: (cpus, "")
+    config = SimpleNamespace(parallel_config=SimpleNamespace(world_size=1))
+    context = worker.WorkerContext()
+    _ready_reader, ready_writer = context.Pipe(duplex=False)
+    death_reader, _death_writer = context.Pipe(duplex=False)
+    proc = context.Process(target=team_report, args=(out,), kwargs={
+        "vllm_config": config, "ready_pipe": ready_writer, "death_pipe": death_reader,
+        "inherited_fds": []})
+    proc.start()
+    proc.join(120)
+    if proc.exitcode is None:
+        proc.kill()
+    sys.exit(0 if proc.exitcode == 0 else 1)
