@@ -249,18 +249,23 @@ def test_a_request_whose_key_does_not_pass_gets_its_401_first(instance: Served) 
         front.close()
 
 
+def _split_table() -> tuple[RouteTable, tuple[Endpoint, Endpoint, Endpoint]]:
+    """Model m: v1 on instances 1-a and 1-b, v2 on 2-a, a 50/50 split, `latest` = v1."""
+    table = RouteTable()
+    endpoints = tuple(Endpoint(f"{v}", f"http://127.0.0.1:{9000 + i}") for i, v in
+                      enumerate(("1-a", "1-b", "2-a")))
+    for endpoint in endpoints:
+        table.add_endpoint("m", endpoint.id[0], endpoint)
+    table.set_split("m", {"1": 50, "2": 50})
+    table.set_alias("m", "latest", "1")
+    return table, endpoints  # type: ignore[return-value]
+
+
 def test_saturated_is_certain_and_turns_no_round_robin() -> None:
     def saturated(table: RouteTable, *args: object) -> bool:
         return table.saturation(*args) is not None  # type: ignore[arg-type]
 
-    table = RouteTable()
-    a, b, c = (Endpoint(f"{v}", f"http://127.0.0.1:{9000 + i}") for i, v in
-               enumerate(("1-a", "1-b", "2-a")))
-    table.add_endpoint("m", "1", a)
-    table.add_endpoint("m", "1", b)
-    table.add_endpoint("m", "2", c)
-    table.set_split("m", {"1": 50, "2": 50})
-    table.set_alias("m", "latest", "1")
+    table, (a, b, c) = _split_table()
     full = {"1-a", "1-b"}
 
     def has_room(endpoint: Endpoint) -> bool:
@@ -283,14 +288,7 @@ def test_saturated_is_certain_and_turns_no_round_robin() -> None:
 
 
 def test_saturation_names_the_version_and_instance_only_where_one_could_be_picked() -> None:
-    table = RouteTable()
-    a, b, c = (Endpoint(f"{v}", f"http://127.0.0.1:{9000 + i}") for i, v in
-               enumerate(("1-a", "1-b", "2-a")))
-    table.add_endpoint("m", "1", a)
-    table.add_endpoint("m", "1", b)
-    table.add_endpoint("m", "2", c)
-    table.set_split("m", {"1": 50, "2": 50})
-    table.set_alias("m", "latest", "1")
+    table, (a, b, c) = _split_table()
     a.num_in_flight, b.num_in_flight, c.num_in_flight = 3, 2, 2
 
     def has_room(endpoint: Endpoint) -> bool:
