@@ -42,7 +42,11 @@ def test_a_restarted_plane_adopts_running_gateways_instead_of_starting_more(
             tmp_path / "gateways" / "gateway-0.json", tmp_path / "gateways" / "gateway-1.json"]
     finally:
         second.stop(timeout_s=5)
-    assert not any(alive(p) for p in pids)
+    # an adopted gateway is not this process's child: stop judges it gone once it no longer
+    # runs its command, which is already so while the kernel finishes its exit (its command
+    # line reads empty then); the test waits out that last step instead of racing it
+    wait(lambda: not any(alive(p) for p in pids), what="the adopted gateways' exit",
+         timeout_s=10)
     assert list((tmp_path / "gateways").glob("*.json")) == []
 
 
