@@ -31,7 +31,7 @@ QUEUE_MODULE = "vllm.distributed.device_communicators.shm_broadcast"
 
 def bound_cpus(bind: str) -> set[int] | None:
     """The CPUs of a ``VLLM_CPU_OMP_THREADS_BIND`` value ("0,1", "0-3", ranks split by "|"),
-    or None for `auto`, `nobind` or anything else."""
+    or None for `auto`, `nobind` or anything else; also reads Linux's CPU lists (sysfs)."""
     found: set[int] = set()
     for part in bind.replace("|", ",").split(","):
         low, _, high = part.strip().partition("-")

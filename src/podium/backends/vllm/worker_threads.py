@@ -132,12 +132,9 @@ def core_siblings(cpu: int) -> frozenset[int]:
         text = path.read_text().strip()
     except OSError:
         return frozenset({cpu})
-    found: set[int] = set()
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        if low.strip().isdigit():
-            found.update(range(int(low), int(high or low) + 1))
-    return frozenset(found | {cpu})
+    from podium.preload.waits import bound_cpus  # the same Linux CPU-list form ("0,64", "0-1")
+
+    return frozenset((bound_cpus(text) or set()) | {cpu})
 
 
 def resolve(requested: int | str, package_key: str) -> WorkerThreads:
