@@ -114,6 +114,8 @@ class Run:
     """The same per process during each load: `frontend` (the server process itself),
     `core` (the engine core), `worker` (the model runner, the deepest process), and `client`
     (this process: the benchmark's load generator, on the same two cores)."""
+    parts: dict[str, float]
+    """The parts of `start engine` (its sub-steps in /health/ready), seconds each."""
 
 
 def _worker_cpus(pid: int) -> str:
@@ -233,6 +235,11 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
                        if s["step"].startswith(step)) for step in STEPS}
     print("  steps: " + ", ".join(f"{s['step']} {s['seconds']:.2f}s" for s in ready["boot_steps"]),
           flush=True)
+    parts = {p["step"]: p["seconds"] for s in ready["boot_steps"]
+             if s["step"].startswith("start engine") for p in s.get("steps", [])}
+    if parts:
+        print("  start engine: " + ", ".join(f"{name} {secs:.2f}s" for name, secs in parts.items()),
+              flush=True)
     zygote = mode.removesuffix(COMPILED) == "zygote"
     cpus = _worker_cpus(pid) if not zygote else "?"
     tok_s: dict[str, float] = {}
@@ -258,7 +265,7 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
         print(f"  {name}: CPU ms/token " + ", ".join(f"{role} {ms:.2f}"
                                                    for role, ms in split[name].items()),
               flush=True)
-    return Run(mode, boot_s, first_s, steps, cpus, tok_s, cpu_ms, split)
+    return Run(mode, boot_s, first_s, steps, cpus, tok_s, cpu_ms, split, parts)
 
 
 def _roles(pid: int, engine: list[psutil.Process]) -> dict[str, psutil.Process]:
@@ -374,6 +381,10 @@ def main() -> None:
             for name in (mine[0].tok_s if mine else {}))
         print(f"median {mode:<15} ready {ready:6.1f}s  first answer {answer:6.1f}s  "
               f"({len(mine)} runs, {spread}; vs {modes[0]}: ready {ready / first:.2f}x){loads}")
+        if mine and mine[0].parts:
+            print(f"       {mode:<15} start engine: " + ", ".join(
+                f"{part} {median(r.parts.get(part, 0.0) for r in mine):.2f}s"
+                for part in mine[0].parts))
         for name in (mine[0].split_ms_per_tok if mine else {}):
             print(f"       {mode:<15} {name}: CPU ms/token " + ", ".join(
                 f"{role} {median(r.split_ms_per_tok[name].get(role, 0.0) for r in mine):.2f}"
