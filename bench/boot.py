@@ -169,10 +169,10 @@ def measure(mode: str, log: Path, prompts: int, timeout_s: float, zygote: Any = 
     http_port = free_port()
     argv = ["-m", "podium.cli", "serve", "--host", "127.0.0.1",
             "--http-port", str(http_port), "--grpc-port", str(free_port())]
-    if mode.endswith(COMPILED):
+    if mode.removesuffix(BEFORE).endswith(COMPILED):
         argv.append(compiled_package(log.parent))
     base = f"http://127.0.0.1:{http_port}"
-    env = {**os.environ, **ENVS[mode.removesuffix(COMPILED)]}
+    env = {**os.environ, **ENVS[_base(mode)], **_tree_env(mode)}
     ready_url = f"{base}/health/ready"
     if mode in VLLM:
         from podium.package.defaults import default_model_dir
@@ -240,7 +240,7 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
     if parts:
         print("  start engine: " + ", ".join(f"{name} {secs:.2f}s" for name, secs in parts.items()),
               flush=True)
-    zygote = mode.removesuffix(COMPILED) == "zygote"
+    zygote = _base(mode) == "zygote"
     cpus = _worker_cpus(pid) if not zygote else "?"
     tok_s: dict[str, float] = {}
     cpu_ms: dict[str, float] = {}
@@ -309,11 +309,28 @@ def _line(run: Run) -> str:
             f"({steps})  worker CPUs {run.worker_cpus}  {loads}")
 
 
-def _zygote(workdir: Path) -> Any:
+BEFORE = "@before"
+BEFORE_SRC: list[str] = []
+"""`--before`: the source tree (its `src`) the MODE@before modes run from."""
+
+
+def _base(mode: str) -> str:
+    """The mode's start path: `zygote` for zygote, zygote-compiled and zygote@before."""
+    return mode.removesuffix(BEFORE).removesuffix(COMPILED)
+
+
+def _tree_env(mode: str) -> dict[str, str]:
+    """MODE@before runs the `--before` tree's Podium (nothing else on its path)."""
+    return {"PYTHONPATH": BEFORE_SRC[0]} if mode.endswith(BEFORE) else {}
+
+
+def _zygote(workdir: Path, mode: str = "zygote") -> Any:
     """A started zygote, its import waited for (printed: the runtime's standby cost)."""
     from podium.preload.spawn import Zygote
 
-    zygote = Zygote(workdir, base_env={**os.environ, **ENVS["zygote"]})
+    workdir = workdir / mode.replace("@", "-")
+    workdir.mkdir(parents=True, exist_ok=True)
+    zygote = Zygote(workdir, base_env={**os.environ, **ENVS["zygote"], **_tree_env(mode)})
     started = time.monotonic()
     zygote.start()
     while not zygote.ready():
@@ -338,7 +355,13 @@ def main() -> None:
     parser.add_argument("--loads", default=None,
                         help="IN/OUT/PROMPTS,...: several loads on each boot (instead of "
                              "--input, --output, --prompts)")
+    parser.add_argument("--before", default=None,
+                        help="a source tree's src folder (e.g. from `git archive REV src`): "
+                             "modes named MODE@before run its Podium, for before/after in one "
+                             "run")
     args = parser.parse_args()
+    if args.before:
+        BEFORE_SRC.append(str(Path(args.before).resolve()))
     LOADS[:] = [(args.input, args.output, args.prompts)]
     if args.loads:
         LOADS[:] = [(int(i), int(o), int(n)) for i, o, n in
@@ -356,16 +379,17 @@ def main() -> None:
         tmp = args.logs or scratch
         Path(tmp).mkdir(parents=True, exist_ok=True)
         os.environ.setdefault("PODIUM_COMPILE_CACHE", str(Path(tmp) / "compiled"))
-        zygote = (_zygote(Path(tmp)) if any(m.removesuffix(COMPILED) == "zygote" for m in modes)
-                  else None)
+        trees = {BEFORE if m.endswith(BEFORE) else "" for m in modes if _base(m) == "zygote"}
+        zygotes = {tree: _zygote(Path(tmp), "zygote" + tree) for tree in sorted(trees)}
         try:
             for i, mode in enumerate(order):
+                tree = BEFORE if mode.endswith(BEFORE) else ""
                 run = measure(mode, Path(tmp) / f"{mode}-{i}.log", args.prompts, args.timeout_s,
-                              zygote if mode.removesuffix(COMPILED) == "zygote" else None)
+                              zygotes[tree] if _base(mode) == "zygote" else None)
                 print(_line(run), flush=True)
                 runs.append(run)
         finally:
-            if zygote is not None:
+            for zygote in zygotes.values():
                 zygote.stop()
     print()
     first = None
