@@ -43,11 +43,13 @@ def test_the_load_starts_when_the_worker_is_awaited_and_is_joined_before_vllms(
 
     monkeypatch.setattr(vllm.tokenizers, "cached_tokenizer_from_config", load)
 
-    class Core:
-        def __init__(self, vllm_config: Any) -> None:
-            order.append("core init")
+    class Executor:
+        vllm_config = _config()
 
-    tokenizer_prefetch._remembering(Core.__init__)(Core.__new__(Core), _config())
+        def _init_executor(self) -> None:
+            order.append("executor start")
+
+    tokenizer_prefetch._remembering(Executor._init_executor)(Executor())
     wait = tokenizer_prefetch._prefetching(lambda handles: order.append("worker ready"))
     wait(["handle"])
     wait(["handle"])  # started once
@@ -83,12 +85,12 @@ def test_the_plugin_is_declared_and_patches_the_pinned_engine(monkeypatch) -> No
         "podium.engine_patches.tokenizer_prefetch:register"
     assert tokenizer_prefetch.applies()
     import vllm.v1.structured_output as structured
-    from vllm.v1.engine.core import EngineCore
-    from vllm.v1.executor.multiproc_executor import WorkerProc
+    from vllm.v1.executor.multiproc_executor import MultiprocExecutor, WorkerProc
 
-    for owner, name in ((EngineCore, "__init__"), (structured, "cached_tokenizer_from_config")):
+    for owner, name in ((MultiprocExecutor, "_init_executor"),
+                        (structured, "cached_tokenizer_from_config")):
         monkeypatch.setattr(owner, name, getattr(owner, name))
     monkeypatch.setattr(WorkerProc, "wait_for_ready", WorkerProc.__dict__["wait_for_ready"])
     tokenizer_prefetch.register()
-    assert getattr(EngineCore.__init__, "_podium_tokenizer_prefetch", False)
+    assert getattr(MultiprocExecutor._init_executor, "_podium_tokenizer_prefetch", False)
     assert structured.cached_tokenizer_from_config.__wrapped__ is not None

@@ -25,7 +25,7 @@ from typing import Any
 log = logging.getLogger("podium.engine_patches")
 _MARK = "_podium_tokenizer_prefetch"
 _state: dict[str, Any] = {}
-"""The engine core's `vllm_config` (from `EngineCore.__init__`) and the prefetch thread."""
+"""The engine core's `vllm_config` (from its executor's start) and the prefetch thread."""
 
 
 def register() -> None:
@@ -33,12 +33,13 @@ def register() -> None:
     if not applies():
         return
     import vllm.v1.structured_output as structured
-    from vllm.v1.engine.core import EngineCore
-    from vllm.v1.executor.multiproc_executor import WorkerProc
+    from vllm.v1.executor.multiproc_executor import MultiprocExecutor, WorkerProc
 
-    if getattr(EngineCore.__init__, _MARK, False):
+    # plugins load inside EngineCore.__init__, so its executor's start is the first call
+    # made after this that sees the config
+    if getattr(MultiprocExecutor._init_executor, _MARK, False):
         return
-    EngineCore.__init__ = _remembering(EngineCore.__init__)
+    MultiprocExecutor._init_executor = _remembering(MultiprocExecutor._init_executor)
     WorkerProc.wait_for_ready = staticmethod(_prefetching(WorkerProc.wait_for_ready))
     structured.cached_tokenizer_from_config = _joining(structured.cached_tokenizer_from_config)
 
@@ -51,22 +52,22 @@ def applies() -> bool:
         return False
     try:
         import vllm.v1.structured_output as structured
-        from vllm.v1.engine.core import EngineCore  # noqa: F401
-        from vllm.v1.executor.multiproc_executor import WorkerProc
+        from vllm.v1.executor.multiproc_executor import MultiprocExecutor, WorkerProc
     except ImportError:
         return False
     return (hasattr(structured, "cached_tokenizer_from_config")
-            and hasattr(WorkerProc, "wait_for_ready"))
+            and hasattr(WorkerProc, "wait_for_ready")
+            and hasattr(MultiprocExecutor, "_init_executor"))
 
 
-def _remembering(init: Any) -> Any:
-    @functools.wraps(init)
-    def __init__(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
-        _state["config"] = vllm_config
-        init(self, vllm_config, *args, **kwargs)
+def _remembering(init_executor: Any) -> Any:
+    @functools.wraps(init_executor)
+    def _init_executor(self: Any) -> None:
+        _state["config"] = self.vllm_config
+        init_executor(self)
 
-    setattr(__init__, _MARK, True)
-    return __init__
+    setattr(_init_executor, _MARK, True)
+    return _init_executor
 
 
 def _prefetching(wait_for_ready: Any) -> Any:

@@ -72,12 +72,12 @@ class VllmBackend(Backend):
                      "materialize` when announcing to keep this off the boot path)",
                      self.package.key)
             weights = (await asyncio.to_thread(cache.materialize, self.package)).path
-        self.args = build_engine_args(self.manifest, str(weights), self.limits)
         from podium.backends.vllm import engine_build
 
-        args = self.args
-        job = engine_build.prepare(self.package, weights, args)  # engine mode, compile cache
-        threads = engine_build.worker_threads(self.package)
+        with substep("engine args"):  # vLLM's parser, precision, mode, worker threads
+            self.args = args = build_engine_args(self.manifest, str(weights), self.limits)
+            job = engine_build.prepare(self.package, weights, args)  # mode, compile cache
+            threads = engine_build.worker_threads(self.package)
         from podium.backends.vllm.sizing import Sizing
 
         self._sizing = Sizing(self, threads)
