@@ -29,6 +29,8 @@ model cache) with one start path:
 - `spawn2`: as `default` (two threads) with the worker spawned (``PODIUM_PRELOAD_WORKER_FORK=0``):
   its team bound by the OpenMP runtime from vLLM's variables, the control for the forked
   worker's own binding;
+- `zygote-kvwrite`: as `zygote`, with vLLM writing its whole KV cache with zeros at boot
+  (``PODIUM_KV_LAZY_ZERO=0``), the control for `podium.engine_patches.kv_lazy_zero`;
 - `vllm-eager`: as `vllm`, with ``--enforce-eager`` (Podium's CPU default mode);
 - `omp2`: the worker's OpenMP bound to CPUs 0-1 by ``VLLM_CPU_OMP_THREADS_BIND=0-1``, two
   threads, none reserved (spawned until `podium.preload.worker` bound a team of several
@@ -86,6 +88,7 @@ ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
         "spin": {"PODIUM_ENGINE_SPIN": "1"},
         "quiet": {"PODIUM_ENGINE_SPIN": "0"},
         "spawn2": {"PODIUM_WORKER_THREADS": "2", "PODIUM_PRELOAD_WORKER_FORK": "0"},
+        "zygote-kvwrite": {"PODIUM_PRELOAD_WORKER_FORK": "1", "PODIUM_KV_LAZY_ZERO": "0"},
         "omp2": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
         # vLLM's CPU default sizes the KV cache from --gpu-memory-utilization (0.92 of the
         # machine's memory), which a shared machine refuses at boot: Podium's 4 GiB instead
@@ -172,7 +175,7 @@ def measure(mode: str, log: Path, prompts: int, timeout_s: float, zygote: Any = 
     if mode.removesuffix(BEFORE).endswith(COMPILED):
         argv.append(compiled_package(log.parent))
     base = f"http://127.0.0.1:{http_port}"
-    env = {**os.environ, **ENVS[_base(mode)], **_tree_env(mode)}
+    env = {**os.environ, **ENVS[_settings(mode)], **_tree_env(mode)}
     ready_url = f"{base}/health/ready"
     if mode in VLLM:
         from podium.package.defaults import default_model_dir
@@ -315,7 +318,14 @@ BEFORE_SRC: list[str] = []
 
 
 def _base(mode: str) -> str:
-    """The mode's start path: `zygote` for zygote, zygote-compiled and zygote@before."""
+    """The mode's start path: `zygote` for zygote, zygote-compiled, zygote-kvwrite and
+    zygote@before."""
+    plain = _settings(mode)
+    return "zygote" if plain.startswith("zygote") else plain
+
+
+def _settings(mode: str) -> str:
+    """The mode's entry in ENVS."""
     return mode.removesuffix(BEFORE).removesuffix(COMPILED)
 
 
