@@ -13,6 +13,12 @@ contents are the same (all zero) and each page is paid for when a block on it is
 the tensor (the tensor holds the buffer). Nothing else changes: the same size, one backing
 allocation, vLLM's views over it, its zeroing of reused blocks (`_zero_block_ids`).
 
+The trade-off: the cache's memory is committed as it is used, not at boot. Under the kernel's
+default overcommit heuristic a machine short of memory for the whole cache now finds out when
+the cache fills (the worker killed: the instance restarts), not at boot; with strict
+accounting (``vm.overcommit_memory=2``) the mapping is still refused at boot. Size
+``VLLM_CPU_KVCACHE_SPACE`` to the memory the instance really has, as before.
+
 Applied in the worker, where the cache is allocated, as a vLLM general plugin; only on the
 pinned engine, only on CPU, only for that one call (a 1-D int8 buffer of the KV cache's size);
 anything else goes to `torch.zeros` unchanged. ``PODIUM_KV_LAZY_ZERO=0`` leaves vLLM's own

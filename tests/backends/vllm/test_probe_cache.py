@@ -131,6 +131,7 @@ async def test_a_corrupted_cache_or_a_failing_probe_never_fails_the_boot(cache: 
 async def test_an_old_measurement_is_refreshed_after_ready_when_the_engine_is_idle(
         cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sizing, "IDLE_S", 0.05)
+    monkeypatch.setenv("PODIUM_ADMISSION_REFRESH", "1")  # the suite turns it off
     factors = probe_cache.key_factors("abc123", _engine(), THREADS, MACHINE)
     old = time.time() - sizing.REFRESH_AGE_S - 60
     slow = SimpleNamespace(**{**vars(RATES), "prefill_tokens_per_s": 1.0})
@@ -162,3 +163,14 @@ async def test_the_remeasurement_yields_to_a_request_and_aborts_its_own() -> Non
     del engine.output_processor.request_states["chatcmpl-1-0001"]
     rates = await probe.measure_undisturbed(engine, "generate")  # quiet: it measures
     assert rates.decode_tokens_per_s
+
+
+async def test_the_refresh_can_be_turned_off(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PODIUM_ADMISSION_REFRESH", "0")
+    factors = probe_cache.key_factors("abc123", _engine(), THREADS, MACHINE)
+    probe_cache.store(cache, factors, RATES, now=time.time() - sizing.REFRESH_AGE_S - 60)
+    backend = _backend(_engine())
+    sized = sizing.Sizing(backend, THREADS)
+    await sized.size_at_boot()
+    assert backend.admission.measured_at is not None and sized.task is None
+    assert backend.engine.prompts == []

@@ -59,7 +59,11 @@ def key_factors(weights: str, engine: Any, threads: Any, machine: dict[str, Any]
                        "max_num_batched_tokens": int(sched.max_num_batched_tokens),
                        "chunked_prefill": bool(sched.enable_chunked_prefill),
                        "quantization": str(getattr(model, "quantization", None)),
-                       "compilation_mode": str(getattr(config.compilation_config, "mode", None))},
+                       "compilation_mode": str(getattr(config.compilation_config, "mode", None)),
+                       "kv_cache_dtype": str(getattr(getattr(config, "cache_config", None),
+                                                     "cache_dtype", None)),
+                       "max_loras": getattr(getattr(config, "lora_config", None), "max_loras",
+                                            None)},
             "threads": None if threads is None else [threads.threads, threads.bind],
             "machine": machine}
 

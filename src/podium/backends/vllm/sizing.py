@@ -15,6 +15,8 @@ After ready (`remeasure`, a background task): once the engine has had no request
 figures would not be the engine's own, and the request is not slowed) and it waits for the
 next quiet moment, `TRIES` times at most. Its rates then replace the cached ones in force
 (bounds, deadline checks) and in the cache, in one log line ("re-measured").
+``PODIUM_ADMISSION_REFRESH=0`` turns the re-measurement off (the test suite does: its engines'
+request counters must see only the tests' requests).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from podium import env
 from podium.backends.vllm import admission, probe, probe_cache
 
 if TYPE_CHECKING:
@@ -51,7 +54,7 @@ class Sizing:
         cached = self._lookup()
         if cached is not None:
             self._put_in_force(cached.rates, 0.0, cached.measured_at)
-            if time.time() - cached.measured_at > REFRESH_AGE_S:
+            if time.time() - cached.measured_at > REFRESH_AGE_S and env.admission_refresh():
                 self.task = asyncio.ensure_future(self.remeasure())
             return
         started = time.monotonic()
@@ -126,6 +129,4 @@ class Sizing:
 
 
 def _root() -> Any:
-    from podium import env
-
     return env.cache_dir()
