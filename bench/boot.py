@@ -29,6 +29,8 @@ model cache) with one start path:
 - `spawn2`: as `default` (two threads) with the worker spawned (``PODIUM_PRELOAD_WORKER_FORK=0``):
   its team bound by the OpenMP runtime from vLLM's variables, the control for the forked
   worker's own binding;
+- `zygote-kvwrite`: as `zygote`, with vLLM writing its whole KV cache with zeros at boot
+  (``PODIUM_KV_LAZY_ZERO=0``), the control for `podium.engine_patches.kv_lazy_zero`;
 - `vllm-eager`: as `vllm`, with ``--enforce-eager`` (Podium's CPU default mode);
 - `omp2`: the worker's OpenMP bound to CPUs 0-1 by ``VLLM_CPU_OMP_THREADS_BIND=0-1``, two
   threads, none reserved (spawned until `podium.preload.worker` bound a team of several
@@ -86,6 +88,7 @@ ENVS = {"off": {"PODIUM_PRELOAD": "0", **NO_TCMALLOC},
         "spin": {"PODIUM_ENGINE_SPIN": "1"},
         "quiet": {"PODIUM_ENGINE_SPIN": "0"},
         "spawn2": {"PODIUM_WORKER_THREADS": "2", "PODIUM_PRELOAD_WORKER_FORK": "0"},
+        "zygote-kvwrite": {"PODIUM_PRELOAD_WORKER_FORK": "1", "PODIUM_KV_LAZY_ZERO": "0"},
         "omp2": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
         # vLLM's CPU default sizes the KV cache from --gpu-memory-utilization (0.92 of the
         # machine's memory), which a shared machine refuses at boot: Podium's 4 GiB instead
@@ -114,6 +117,8 @@ class Run:
     """The same per process during each load: `frontend` (the server process itself),
     `core` (the engine core), `worker` (the model runner, the deepest process), and `client`
     (this process: the benchmark's load generator, on the same two cores)."""
+    parts: dict[str, float]
+    """The parts of `start engine` (its sub-steps in /health/ready), seconds each."""
 
 
 def _worker_cpus(pid: int) -> str:
@@ -167,10 +172,10 @@ def measure(mode: str, log: Path, prompts: int, timeout_s: float, zygote: Any = 
     http_port = free_port()
     argv = ["-m", "podium.cli", "serve", "--host", "127.0.0.1",
             "--http-port", str(http_port), "--grpc-port", str(free_port())]
-    if mode.endswith(COMPILED):
+    if mode.removesuffix(BEFORE).endswith(COMPILED):
         argv.append(compiled_package(log.parent))
     base = f"http://127.0.0.1:{http_port}"
-    env = {**os.environ, **ENVS[mode.removesuffix(COMPILED)]}
+    env = {**os.environ, **ENVS[_settings(mode)], **_tree_env(mode)}
     ready_url = f"{base}/health/ready"
     if mode in VLLM:
         from podium.package.defaults import default_model_dir
@@ -233,7 +238,12 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
                        if s["step"].startswith(step)) for step in STEPS}
     print("  steps: " + ", ".join(f"{s['step']} {s['seconds']:.2f}s" for s in ready["boot_steps"]),
           flush=True)
-    zygote = mode.removesuffix(COMPILED) == "zygote"
+    parts = {p["step"]: p["seconds"] for s in ready["boot_steps"]
+             if s["step"].startswith("start engine") for p in s.get("steps", [])}
+    if parts:
+        print("  start engine: " + ", ".join(f"{name} {secs:.2f}s" for name, secs in parts.items()),
+              flush=True)
+    zygote = _base(mode) == "zygote"
     cpus = _worker_cpus(pid) if not zygote else "?"
     tok_s: dict[str, float] = {}
     cpu_ms: dict[str, float] = {}
@@ -258,7 +268,7 @@ def _served(mode: str, base: str, pid: int, ready: dict, started: float, boot_s:
         print(f"  {name}: CPU ms/token " + ", ".join(f"{role} {ms:.2f}"
                                                    for role, ms in split[name].items()),
               flush=True)
-    return Run(mode, boot_s, first_s, steps, cpus, tok_s, cpu_ms, split)
+    return Run(mode, boot_s, first_s, steps, cpus, tok_s, cpu_ms, split, parts)
 
 
 def _roles(pid: int, engine: list[psutil.Process]) -> dict[str, psutil.Process]:
@@ -302,11 +312,35 @@ def _line(run: Run) -> str:
             f"({steps})  worker CPUs {run.worker_cpus}  {loads}")
 
 
-def _zygote(workdir: Path) -> Any:
+BEFORE = "@before"
+BEFORE_SRC: list[str] = []
+"""`--before`: the source tree (its `src`) the MODE@before modes run from."""
+
+
+def _base(mode: str) -> str:
+    """The mode's start path: `zygote` for zygote, zygote-compiled, zygote-kvwrite and
+    zygote@before."""
+    plain = _settings(mode)
+    return "zygote" if plain.startswith("zygote") else plain
+
+
+def _settings(mode: str) -> str:
+    """The mode's entry in ENVS."""
+    return mode.removesuffix(BEFORE).removesuffix(COMPILED)
+
+
+def _tree_env(mode: str) -> dict[str, str]:
+    """MODE@before runs the `--before` tree's Podium (nothing else on its path)."""
+    return {"PYTHONPATH": BEFORE_SRC[0]} if mode.endswith(BEFORE) else {}
+
+
+def _zygote(workdir: Path, mode: str = "zygote") -> Any:
     """A started zygote, its import waited for (printed: the runtime's standby cost)."""
     from podium.preload.spawn import Zygote
 
-    zygote = Zygote(workdir, base_env={**os.environ, **ENVS["zygote"]})
+    workdir = workdir / mode.replace("@", "-")
+    workdir.mkdir(parents=True, exist_ok=True)
+    zygote = Zygote(workdir, base_env={**os.environ, **ENVS["zygote"], **_tree_env(mode)})
     started = time.monotonic()
     zygote.start()
     while not zygote.ready():
@@ -331,7 +365,13 @@ def main() -> None:
     parser.add_argument("--loads", default=None,
                         help="IN/OUT/PROMPTS,...: several loads on each boot (instead of "
                              "--input, --output, --prompts)")
+    parser.add_argument("--before", default=None,
+                        help="a source tree's src folder (e.g. from `git archive REV src`): "
+                             "modes named MODE@before run its Podium, for before/after in one "
+                             "run")
     args = parser.parse_args()
+    if args.before:
+        BEFORE_SRC.append(str(Path(args.before).resolve()))
     LOADS[:] = [(args.input, args.output, args.prompts)]
     if args.loads:
         LOADS[:] = [(int(i), int(o), int(n)) for i, o, n in
@@ -349,16 +389,17 @@ def main() -> None:
         tmp = args.logs or scratch
         Path(tmp).mkdir(parents=True, exist_ok=True)
         os.environ.setdefault("PODIUM_COMPILE_CACHE", str(Path(tmp) / "compiled"))
-        zygote = (_zygote(Path(tmp)) if any(m.removesuffix(COMPILED) == "zygote" for m in modes)
-                  else None)
+        trees = {BEFORE if m.endswith(BEFORE) else "" for m in modes if _base(m) == "zygote"}
+        zygotes = {tree: _zygote(Path(tmp), "zygote" + tree) for tree in sorted(trees)}
         try:
             for i, mode in enumerate(order):
+                tree = BEFORE if mode.endswith(BEFORE) else ""
                 run = measure(mode, Path(tmp) / f"{mode}-{i}.log", args.prompts, args.timeout_s,
-                              zygote if mode.removesuffix(COMPILED) == "zygote" else None)
+                              zygotes[tree] if _base(mode) == "zygote" else None)
                 print(_line(run), flush=True)
                 runs.append(run)
         finally:
-            if zygote is not None:
+            for zygote in zygotes.values():
                 zygote.stop()
     print()
     first = None
@@ -374,6 +415,10 @@ def main() -> None:
             for name in (mine[0].tok_s if mine else {}))
         print(f"median {mode:<15} ready {ready:6.1f}s  first answer {answer:6.1f}s  "
               f"({len(mine)} runs, {spread}; vs {modes[0]}: ready {ready / first:.2f}x){loads}")
+        if mine and mine[0].parts:
+            print(f"       {mode:<15} start engine: " + ", ".join(
+                f"{part} {median(r.parts.get(part, 0.0) for r in mine):.2f}s"
+                for part in mine[0].parts))
         for name in (mine[0].split_ms_per_tok if mine else {}):
             print(f"       {mode:<15} {name}: CPU ms/token " + ", ".join(
                 f"{role} {median(r.split_ms_per_tok[name].get(role, 0.0) for r in mine):.2f}"

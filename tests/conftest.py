@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 os.environ.setdefault("PODIUM_HOME", str(ROOT / ".podium"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# an engine booted from a cached admission measurement over an hour old measures again after
+# ready when idle: its probe requests would show in the engine counters tests read as deltas
+os.environ.setdefault("PODIUM_ADMISSION_REFRESH", "0")
 # in-process apps compile constraints in their threads: each test's event loop would start a
 # compile worker of its own (seconds of CPU each); `podium serve` subprocesses run with the
 # platform's default (a worker), see tests/support/harness.py, and the worker's own tests

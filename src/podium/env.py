@@ -159,6 +159,19 @@ def worker_threads(environ: Mapping[str, str] | None = None) -> str | None:
     return (os.environ if environ is None else environ).get("PODIUM_WORKER_THREADS") or None
 
 
+def admission_refresh(environ: Mapping[str, str] | None = None) -> bool:
+    """PODIUM_ADMISSION_REFRESH: ``0`` keeps a cached admission measurement as it is: no
+    re-measurement after ready, however old (`podium.backends.vllm.sizing`)."""
+    return (os.environ if environ is None else environ).get("PODIUM_ADMISSION_REFRESH",
+                                                            "1") != "0"
+
+
+def kv_lazy_zero(environ: Mapping[str, str] | None = None) -> bool:
+    """PODIUM_KV_LAZY_ZERO: ``0`` lets vLLM write its whole CPU KV cache with zeros at boot
+    instead of mapping it zeroed by the kernel as first used (`engine_patches.kv_lazy_zero`)."""
+    return (os.environ if environ is None else environ).get("PODIUM_KV_LAZY_ZERO", "1") != "0"
+
+
 def engine_spin(environ: Mapping[str, str] | None = None) -> bool:
     """PODIUM_ENGINE_SPIN: ``0`` makes an engine core whose worker's team has every core (and
     its worker) wait on vLLM's socket instead of spinning (`podium.preload.waits`); vLLM's

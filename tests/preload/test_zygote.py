@@ -70,6 +70,7 @@ def test_an_instance_gets_its_own_environment_session_and_niceness(
     assert found["sid"] == child.pid  # a session of its own: outlives the control plane
     assert found["nice"] == 7
     assert found["threads"] == 1
+    assert found["frozen"] > 0  # the zygote's import heap, out of the collector's reach
     assert found["multiprocess_metrics"]  # prometheus_client's storage follows the instance's
     assert found["metric_files"] == [f"counter_{child.pid}.db"]
     assert str(CHILD) in found["cmdline"]  # its command as its title (adoption reads it)

@@ -8,6 +8,7 @@ with N."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ def report() -> dict:
     return {"env": dict(os.environ), "pid": os.getpid(), "ppid": os.getppid(),
             "sid": os.getsid(0), "nice": os.getpriority(os.PRIO_PROCESS, 0),
             "threads": len(os.listdir("/proc/self/task")),
+            "frozen": gc.get_freeze_count(),
             "cmdline": Path("/proc/self/cmdline").read_bytes().decode(errors="replace"),
             "multiprocess_metrics": bool(values and getattr(values.ValueClass,
                                                             "_multiprocess", False))}

@@ -62,6 +62,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from podium import heap
+
 MODULES = (
     "vllm.v1.engine.async_llm",
     "vllm.engine.arg_utils",
@@ -106,6 +108,7 @@ def main(argv: list[str]) -> int:
         import setproctitle
 
         setproctitle.getproctitle()
+    heap.freeze()  # the import's heap: no child's collection walks it again (see warm.py)
     socket_path, origin_env = path, dict(os.environ)
     exits = Path(f"{path}.exits")
     exits.mkdir(exist_ok=True)

@@ -14,7 +14,7 @@ from podium.errors.render import instance_shape
 from podium.metrics import request_log
 from podium.metrics.exposition import create_router as metrics_router
 from podium.server.frontends import Frontends
-from podium.server.instance import Instance
+from podium.server.instance import BootStep, Instance
 
 
 def build_app(instance: Instance, *, lifespan: Any = None) -> FastAPI:
@@ -53,12 +53,20 @@ def _add_health_routes(app: FastAPI, instance: Instance) -> None:
             "frontends": instance.frontends,
             "models": {e.key: e.state.lower()
                        for e in instance.repository.entries()},
-            "boot_steps": [{"step": s.name, "seconds": round(s.seconds, 3)}
-                           for s in instance.boot_steps],
+            "boot_steps": [_boot_step(s) for s in instance.boot_steps],
         }
         if instance.boot_error:
             body["error"] = instance.boot_error
         return JSONResponse(body, status_code=200 if instance.is_ready() else 503)
+
+
+def _boot_step(step: BootStep) -> dict[str, Any]:
+    """One boot step for /health/ready; its parts (a vLLM engine's start) under `steps`."""
+    shown: dict[str, Any] = {"step": step.name, "seconds": round(step.seconds, 3)}
+    if step.steps:
+        shown["steps"] = [{"step": p.name, "seconds": round(p.seconds, 3),
+                           **({"detail": p.detail} if p.detail else {})} for p in step.steps]
+    return shown
 
 
 def _include_optional_routers(app: FastAPI, instance: Instance) -> None:

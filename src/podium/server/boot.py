@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from podium import heap
+from podium import boot_timeline, heap
+from podium.boot_timeline import SubStep
 from podium.errors import BootError, PodiumError
 from podium.package.adapter import adapter_of
 from podium.package.cache import ModelCache
@@ -80,21 +81,30 @@ async def boot(instance: Instance) -> None:
 async def _step(instance: Instance, name: str, fn: Callable[..., Any], *args: Any) -> Any:
     log.info("boot step %s ...", name)
     started = time.monotonic()
-    if asyncio.iscoroutinefunction(fn):
-        result = await fn(*args)
-    else:  # blocking work (imports, hashing) off the event loop: liveness keeps answering
-        result = await asyncio.to_thread(fn, *args)
+    parts: list[SubStep] = []
+    with boot_timeline.recording(name, parts.append):  # the step's own parts (a backend's)
+        if asyncio.iscoroutinefunction(fn):
+            result = await fn(*args)
+        else:  # blocking work (imports, hashing) off the event loop: liveness keeps answering
+            result = await asyncio.to_thread(fn, *args)
     seconds = time.monotonic() - started
     detail = result if isinstance(result, str) else ""
-    instance.boot_steps.append(BootStep(name, seconds, detail))
+    instance.boot_steps.append(BootStep(name, seconds, detail, parts))
     _record_metric(name, seconds)
+    for part in parts:
+        _record_metric(f"{name}: {part.name}", part.seconds)
     log.info("boot step %s took %.2fs%s", name, seconds, f" ({detail})" if detail else "")
     return result
 
 
 def summary(steps: list[BootStep]) -> str:
-    """Every step with its duration, in order: `open packages 0.00s → … → open gRPC port`."""
-    return " → ".join(f"{s.name} {s.seconds:.2f}s" for s in steps)
+    """Every step with its duration, in order: `open packages 0.00s → … → open gRPC port`;
+    a step's parts in brackets after it (`start engine m@1 6.10s [engine config 0.40s, …]`)."""
+    def one(step: BootStep) -> str:
+        parts = ", ".join(f"{p.name} {p.seconds:.2f}s" for p in step.steps)
+        return f"{step.name} {step.seconds:.2f}s" + (f" [{parts}]" if parts else "")
+
+    return " → ".join(one(s) for s in steps)
 
 
 def _loaded_at_start(instance: Instance, packages: list[Package]) -> list[Package]:

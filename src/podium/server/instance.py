@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from podium.boot_timeline import SubStep
 from podium.repository import ModelEntry, ModelRepository
 from podium.server.config import ServerConfig
 
@@ -18,6 +19,8 @@ class BootStep:
     name: str
     seconds: float
     detail: str = ""
+    steps: list[SubStep] = field(default_factory=list)
+    """Its parts, timed inside it (`podium.boot_timeline`): a vLLM engine's start."""
 
 
 @dataclass

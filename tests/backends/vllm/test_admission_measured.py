@@ -5,8 +5,6 @@ engine counts it. The real engine's derived bounds: tests/frontends/test_admissi
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +15,7 @@ from podium.backends.limits import InstanceLimits
 from podium.backends.vllm import admission, deadline_check, probe
 from podium.errors import Overloaded
 from tests.support.admission_rates import RATES
+from tests.support.timed_engine import TimedEngine
 
 
 def test_the_bounds_are_the_work_the_engine_finishes_in_the_target_wait() -> None:
@@ -69,32 +68,6 @@ def test_the_bounds_are_put_on_the_engines_scheduler_config() -> None:
     assert engine.scheduler_config.max_num_queued_reqs == bounds.max_num_queued_reqs
 
 
-class TimedEngine:
-    """A fake AsyncLLM whose prefill takes `prefill_s_per_token` a prompt token and whose
-    decode step takes `step_s` for the whole batch."""
-
-    def __init__(self, prefill_s_per_token: float = 1e-4, step_s: float = 0.01) -> None:
-        self.prefill_s_per_token, self.step_s = prefill_s_per_token, step_s
-        self.model_config = SimpleNamespace(max_model_len=2048, get_vocab_size=lambda: 49152)
-        self.vllm_config = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=256))
-        self.prompts: list[list[int]] = []
-
-    async def generate(self, prompt: dict[str, Any], params: Any, request_id: str
-                       ) -> AsyncIterator[Any]:
-        ids = prompt["prompt_token_ids"]
-        self.prompts.append(ids)
-        await asyncio.sleep(len(ids) * self.prefill_s_per_token)
-        for made in range(1, params.max_tokens + 1):
-            if made > 1:
-                await asyncio.sleep(self.step_s)
-            yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(range(made)))])
-
-    async def encode(self, prompt: dict[str, Any], params: Any, request_id: str
-                     ) -> AsyncIterator[Any]:
-        await asyncio.sleep(len(prompt["prompt_token_ids"]) * self.prefill_s_per_token)
-        yield SimpleNamespace()
-
-
 async def test_the_probe_measures_prefill_and_the_batchs_decode() -> None:
     engine = TimedEngine()
     rates = await probe.measure(engine, "generate")
@@ -127,7 +100,7 @@ class Processor:
 def _engine(queued_tokens: int = 0) -> Any:
     engine = SimpleNamespace(input_processor=Processor(),
                              get_num_queued_tokens=lambda: queued_tokens)
-    deadline_check.install(engine, RATES)
+    deadline_check.install(engine, lambda: RATES)
     return engine
 
 

@@ -26,6 +26,7 @@ produce (`min_tokens`, or `max_tokens` with `ignore_eos`) at the measured step t
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -89,6 +90,9 @@ class Bounds:
     target_wait_s: float
     rates: Rates | None
     probe_s: float
+    measured_at: float | None = None
+    """When `rates` were measured (seconds since the epoch) if read back from the cache
+    (`probe_cache`); None: measured during this boot."""
 
     def describe(self, key: str) -> str:
         """One log line: the bounds, their sources, the rates and how long measuring took."""
@@ -100,9 +104,12 @@ class Bounds:
         r = self.rates
         decode = (f", decode {r.decode_tokens_per_s:.0f} output tokens/s at batch {r.batch} "
                   f"({r.decode_s:.2f}s)" if r.decode_tokens_per_s else "")
+        when = (f"probe took {self.probe_s:.2f}s" if self.measured_at is None else
+                f"measured at {_utc(self.measured_at)} on this machine (the probe's last run, "
+                "read from the cache)")
         return (f"admission of {key}: {bounds} for a {self.target_wait_s:g}s target wait; "
                 f"measured prefill {r.prefill_tokens_per_s:.0f} tokens/s ({r.prefill_tokens} "
-                f"tokens, {r.prefill_s:.2f}s){decode}; probe took {self.probe_s:.2f}s")
+                f"tokens, {r.prefill_s:.2f}s){decode}; {when}")
 
     def as_dict(self) -> dict[str, Any]:
         """What the model's config route shows (`/v2/models/{m}/config`, `admission`)."""
@@ -110,11 +117,12 @@ class Bounds:
                 "max_num_queued_tokens": self.max_num_queued_tokens,
                 "sources": dict(self.sources), "target_wait_s": self.target_wait_s,
                 "rates": asdict(self.rates) if self.rates else None,
-                "probe_s": round(self.probe_s, 3)}
+                "probe_s": round(self.probe_s, 3),
+                "measured_at": None if self.measured_at is None else _utc(self.measured_at)}
 
 
 def bounds_in_force(limits: InstanceLimits, manifest: Any, rates: Rates | None,
-                    probe_s: float = 0.0) -> Bounds:
+                    probe_s: float = 0.0, measured_at: float | None = None) -> Bounds:
     """Per bound: the flag's, else the package's, else the measured one (else the fixed
     default, when there is no measurement)."""
     target = limits.admission_target_wait_s
@@ -132,7 +140,11 @@ def bounds_in_force(limits: InstanceLimits, manifest: Any, rates: Rates | None,
                 values[name], sources[name] = value, source
                 break
     return Bounds(values["max_num_queued_reqs"], values["max_num_queued_tokens"], sources,
-                  target, rates, probe_s)
+                  target, rates, probe_s, measured_at)
+
+
+def _utc(epoch_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch_s))
 
 
 def apply(engine: Any, args: Any, bounds: Bounds) -> None:

@@ -20,12 +20,14 @@ from podium.backends.base import AdapterCard, Backend, InferenceRequest, Inferen
 from podium.backends.limits import InstanceLimits
 from podium.backends.openai_service import OpenAIService
 from podium.backends.vllm.engine import _engine_version, _start_engine, build_engine_args
+from podium.boot_timeline import substep
 from podium.errors import BackendDead, BackendError, InvalidArgument, PodiumError
 from podium.package.manifest import TensorSpec, VllmManifest
 
 if TYPE_CHECKING:
-    from podium.backends.vllm.admission import Bounds
+    from podium.backends.vllm.admission import Bounds, Rates
     from podium.backends.vllm.lora import Adapters
+    from podium.backends.vllm.sizing import Sizing
 
 log = logging.getLogger("podium.backends.vllm")
 ENGINE_STOP_S = 15.0
@@ -50,6 +52,7 @@ class VllmBackend(Backend):
         self._adapters: Adapters | None = None
         self.admission: Bounds | None = None
         """The admission bounds in force and the rates they came from (after load)."""
+        self._sizing: Sizing | None = None
 
     @property
     def platform(self) -> str:
@@ -69,25 +72,34 @@ class VllmBackend(Backend):
                      "materialize` when announcing to keep this off the boot path)",
                      self.package.key)
             weights = (await asyncio.to_thread(cache.materialize, self.package)).path
-        self.args = build_engine_args(self.manifest, str(weights), self.limits)
         from podium.backends.vllm import engine_build
 
-        args = self.args
-        job = engine_build.prepare(self.package, weights, args)  # engine mode, compile cache
-        threads = engine_build.worker_threads(self.package)
+        with substep("engine args"):  # vLLM's parser, precision, mode, worker threads
+            self.args = args = build_engine_args(self.manifest, str(weights), self.limits)
+            job = engine_build.prepare(self.package, weights, args)  # mode, compile cache
+            threads = engine_build.worker_threads(self.package)
+        from podium.backends.vllm.sizing import Sizing
+
+        self._sizing = Sizing(self, threads)
         # AsyncLLM's constructor blocks until the engine core is up (tens of seconds):
         # build it off the event loop so liveness keeps answering during boot.
         self.engine = await asyncio.to_thread(engine_build.start, job,
                                               lambda: _start_engine(args, threads))
         catalog = asyncio.ensure_future(self._prepare_constraints())  # beside the rest
         try:
-            self.supported_tasks = tuple(await self.engine.get_supported_tasks())
+            with substep("supported tasks"):
+                self.supported_tasks = tuple(await self.engine.get_supported_tasks())
             if self.manifest.frontends == "embedded":  # standalone: KServe only, no OpenAI
                 from podium.backends.vllm.openai import VllmOpenAI
 
-                self._openai = VllmOpenAI(self, await self._openai_state())
-            await self._warm_up()
-            await self._size_admission()
+                with substep("OpenAI serving objects"):
+                    self._openai = VllmOpenAI(self, await self._openai_state())
+            with substep("warm-up request"):
+                await self._warm_up()
+            with substep("admission probe") as detail:
+                await self._sizing.size_at_boot()
+                detail.append("measured now" if self.admission is None
+                              or self.admission.measured_at is None else "cached")
             if self.manifest.lora is not None and self.task == "generate":
                 from podium.backends.vllm.lora import Adapters
 
@@ -97,27 +109,9 @@ class VllmBackend(Backend):
             raise
         await catalog
 
-    async def _size_admission(self) -> None:
-        """The engine's speed measured (`probe`), its admission bounds set from it unless the
-        flag or the package sets them, deadlines checked by it; one log line with both."""
-        import time
-
-        from podium.backends.vllm import admission, deadline_check, probe
-
-        started = time.monotonic()
-        try:
-            rates = await probe.measure(self.engine, self.task)
-        except Exception:  # the warm-up served: keep serving, on the fixed defaults
-            log.warning("%s: measuring the engine's speed failed; admission keeps the fixed "
-                        "defaults and deadlines are not checked", self.package.key,
-                        exc_info=True)
-            rates = None
-        self.admission = admission.bounds_in_force(self.limits, self.manifest, rates,
-                                                   time.monotonic() - started)
-        admission.apply(self.engine, self.args, self.admission)
-        if rates is not None:
-            deadline_check.install(self.engine, rates)
-        log.info("%s", self.admission.describe(self.package.key))
+    def admission_rates(self) -> Rates | None:
+        """The measured rates in force (deadline checks read them per request)."""
+        return self.admission.rates if self.admission is not None else None
 
     def config(self) -> dict[str, Any]:
         """Triton's model configuration, with the admission bounds in force and the measured
@@ -135,7 +129,8 @@ class VllmBackend(Backend):
             return
         from podium.backends.vllm import constraint
 
-        await constraint.prepare_catalog(self.package.root, name, self.engine)
+        with substep("constraint catalog (beside the rest)"):
+            await constraint.prepare_catalog(self.package.root, name, self.engine)
 
     async def _openai_state(self) -> Any:
         """vLLM's OpenAI serving objects (chat, completions, embeddings) for this model."""
@@ -150,6 +145,8 @@ class VllmBackend(Backend):
         return state
 
     async def unload(self) -> None:
+        if self._sizing is not None:
+            self._sizing.cancel()
         engine, self.engine, self._openai = self.engine, None, None
         if engine is not None:
             await _stop_output_handler(engine)

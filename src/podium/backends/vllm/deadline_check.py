@@ -19,6 +19,7 @@ a rollout's analysis.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -40,22 +41,28 @@ class DeadlineRefused(GracefulHTTPError):
         self.retry_after_s = retry_after_s
 
 
-def install(engine: Any, rates: admission.Rates) -> None:
-    """Check every request's deadline right after the engine tokenizes it."""
+def install(engine: Any, rates: Callable[[], admission.Rates | None]) -> None:
+    """Check every request's deadline right after the engine tokenizes it, by the rates in
+    force when it arrives (`rates()`: they change when the engine is measured again)."""
     processor = engine.input_processor
     process, process_async = processor.process_inputs, processor.process_inputs_async
 
     def checked(*args: Any, **kwargs: Any) -> Any:
         request = process(*args, **kwargs)
-        check(engine, rates, request)
+        _check_by(engine, rates(), request)
         return request
 
     async def checked_async(*args: Any, **kwargs: Any) -> Any:
         request = await process_async(*args, **kwargs)  # tokenized off the loop: check here
-        check(engine, rates, request)
+        _check_by(engine, rates(), request)
         return request
 
     processor.process_inputs, processor.process_inputs_async = checked, checked_async
+
+
+def _check_by(engine: Any, rates: admission.Rates | None, request: Any) -> None:
+    if rates is not None:
+        check(engine, rates, request)
 
 
 def check(engine: Any, rates: admission.Rates, request: Any) -> None:

@@ -16,6 +16,7 @@ from podium.backends.limits import (
     InstanceLimits,
     resolve,
 )
+from podium.boot_timeline import substep
 from podium.errors import BootError, PackageError
 from podium.package.manifest import VllmManifest
 
@@ -115,11 +116,14 @@ def _start_engine(args: Namespace, threads: WorkerThreads | None = None) -> Any:
 
     with environment(threads):
         try:
-            config = engine_args.create_engine_config(
-                usage_context=UsageContext.OPENAI_API_SERVER)
+            with substep("engine config"):
+                config = engine_args.create_engine_config(
+                    usage_context=UsageContext.OPENAI_API_SERVER)
         except Exception as exc:  # vLLM validates args here: name the problem, don't half-serve
             raise BootError(f"vLLM rejected the engine configuration: {exc}") from exc
-        with engine_context():  # the engine core forks from the preloader when one runs
+        # the engine core's process (forked from the preloader when one runs) and its
+        # worker: weights, KV cache, profile; vLLM's own log times each of those
+        with substep("engine core up"), engine_context():
             return AsyncLLM.from_vllm_config(
                 vllm_config=config,
                 usage_context=UsageContext.OPENAI_API_SERVER,

@@ -15,6 +15,7 @@ A pooling model (embeddings) has no decode: only the prefill part runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from typing import Any
@@ -98,3 +99,45 @@ async def _decode(engine: Any, prompts: list[list[int]]) -> float | None:
     if end <= begin or made <= 0:
         return None
     return made / (end - begin)
+
+
+PREFIX = "podium-probe-"
+"""The probe's request ids begin so (vLLM keeps the id as the prefix of its internal one)."""
+
+
+class Disturbed(Exception):
+    """Another request reached the engine while the probe ran: its figures are not the
+    engine's own, and its requests were aborted so the other request is not slowed."""
+
+
+def others_in_flight(engine: Any) -> int:
+    """Requests in the engine that are not the probe's (0 where the engine does not say)."""
+    states = getattr(getattr(engine, "output_processor", None), "request_states", None) or {}
+    return sum(1 for request_id in list(states) if not str(request_id).startswith(PREFIX))
+
+
+async def measure_undisturbed(engine: Any, task: str, poll_s: float = 0.02) -> Rates:
+    """`measure`, aborted with `Disturbed` as soon as another request is in the engine (the
+    re-measurement after ready yields to traffic)."""
+    if others_in_flight(engine):
+        raise Disturbed("the engine is serving")
+    probe = asyncio.ensure_future(measure(engine, task))
+    while not probe.done():
+        if others_in_flight(engine):
+            probe.cancel()  # vLLM aborts a request whose stream is cancelled
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
+            raise Disturbed("a request arrived while measuring")
+        await asyncio.wait({probe}, timeout=poll_s)
+    return probe.result()
+
+
+async def until_idle(engine: Any, idle_s: float, poll_s: float = 0.1) -> None:
+    """Return once the engine has had no request for `idle_s` seconds."""
+    quiet_since = time.monotonic()
+    while True:
+        if others_in_flight(engine):
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= idle_s:
+            return
+        await asyncio.sleep(poll_s)
