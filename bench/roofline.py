@@ -4,8 +4,8 @@
                              [--loads 128/64,32/256]
 
 Measures, on this machine: memory bandwidth (a 1 GiB copy with torch, bytes read + written,
-best of 5) and GEMM throughput (bf16 or fp32 `matmul` of the prefill shape, best of 5), with
-`--threads` threads: by default the engine worker's own count, as Podium chooses it at boot
+best of 5) and GEMM throughput (bf16 or fp32 `matmul` of each load's prefill shape, best of
+5), with `--threads` threads: by default the engine worker's own count, as Podium chooses it at boot
 (`podium.backends.vllm.worker_threads`, `auto`: both cores of a 2-core instance). From the
 default model's files (config.json and the safetensors in the cache) it takes the weights'
 bytes and the KV bytes per token, and prints, for each load of `--loads` (IN/OUT: `--batch`
@@ -196,17 +196,18 @@ def main() -> None:
     model = model_figures(root)
     bw = bandwidth_gb_s(threads)
     dtype = "bfloat16" if model["dtype_bytes"] == 2 else "float32"
-    prefill_flops = gemm_gflop_s(threads, dtype, m=args.batch * loads[0][0]) * 1e9
-    prefill_tok_s = prefill_flops / (2 * model["params"])
     print(f"model: {model['weight_bytes'] / 1e6:.0f} MB of {dtype} weights "
           f"({model['params'] / 1e6:.0f} M parameters), KV {model['kv_bytes_per_token']} B/token")
     whose = "" if args.threads else ", the engine worker's"
-    print(f"machine ({threads} thread(s){whose}): copy "
-          f"{bw:.1f} GB/s, {dtype} GEMM {prefill_flops / 1e9:.1f} GFLOP/s")
-    print(f"prefill bound: {prefill_tok_s:.0f} prompt tok/s")
+    print(f"machine ({threads} thread(s){whose}): copy {bw:.1f} GB/s")
     for i, (tokens_in, tokens_out) in enumerate(loads):
+        # the prefill GEMM of this load's shape: batch x input rows
+        prefill_flops = gemm_gflop_s(threads, dtype, m=args.batch * tokens_in) * 1e9
+        prefill_tok_s = prefill_flops / (2 * model["params"])
         b = load_bound(model, bw, prefill_tok_s, args.batch, tokens_in, tokens_out)
-        print(f"load {args.batch} x {tokens_in} in / {tokens_out} out: decode bound "
+        print(f"load {args.batch} x {tokens_in} in / {tokens_out} out: {dtype} GEMM "
+              f"{prefill_flops / 1e9:.0f} GFLOP/s at M={args.batch * tokens_in}, prefill bound "
+              f"{prefill_tok_s:.0f} prompt tok/s; decode bound "
               f"{b['decode']:.0f} tok/s ({b['step_bytes'] / 1e6:.0f} MB read per step, context "
               f"{b['context']:.0f}); output <= {b['bound']:.0f} tok/s")
         if achieved:
