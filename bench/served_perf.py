@@ -6,7 +6,8 @@ engine core of `podium serve` (the default package, every default) under a decod
 
 Starts the server, waits for ready, starts vLLM's serving benchmark (concurrency 16) in a
 thread, and after a third of the expected run records the worker (the engine's deepest
-process) and the engine core with `perf record -g` for `--seconds`. Prints `perf report`'s
+process) and the engine core with `perf record -g` for `--seconds` (0: no perf, the load's
+figures alone, to compare `--env` settings). Prints `perf report`'s
 shares by shared object and the top symbols of each. perf reads native frames: time in the
 interpreter shows as libpython's `_PyEval_EvalFrameDefault` and friends, time in OpenMP
 barriers as libgomp's, the GEMM in oneDNN's JIT code (`[JIT]` / unknown) or libtorch.
@@ -36,7 +37,7 @@ def main() -> None:
     parser.add_argument("--input", type=int, default=32)
     parser.add_argument("--output", type=int, default=256)
     parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--seconds", type=float, default=8, help="0: the load alone, no perf")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server")
     parser.add_argument("--package", default=None, help="a package directory (default model)")
     args = parser.parse_args()
@@ -58,7 +59,8 @@ def main() -> None:
             input_len=args.input, output_len=args.output)))
         load.start()
         time.sleep(max(5.0, args.prompts / 16 * args.output * 0.045 / 3))
-        data = {role: Path(tmp) / f"{role}.data" for role in ("worker", "core")}
+        data = {role: Path(tmp) / f"{role}.data" for role in ("worker", "core")
+                if args.seconds > 0}
         recorders = [subprocess.Popen([PERF, "record", "-F", "499", "-g", "-o", str(path), "-p",
                                        str(roles[role].pid), "--", "sleep", str(args.seconds)],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
