@@ -4,11 +4,14 @@ A manifest says `engine_mode: auto | eager | compiled` (default auto). `auto` re
 from MODE_BY_MACHINE, the mode chosen by measurement on each machine kind:
 
     machine kind   auto resolves to   why
-    cpu            eager              compiled, booted from Podium's compile cache, now serves
-                                      1.16-1.25x faster (161 vs 129 output tok/s at c16) and
-                                      boots as fast (21.0 vs 21.9 s), but each build compiles
-                                      ~150 s before its first boot (per package, engine args
-                                      and machine): docs/architecture.md, "Engine mode"
+    cpu            eager              compiled, booted from Podium's compile cache, serves
+                                      1.23-1.35x faster with the worker's two threads (429.6 vs
+                                      318.8 output tok/s on 32 in / 256 out at c16, 286.1 vs
+                                      232.7 on 128/64; docs/benchmarks.md, "The roofline
+                                      re-measured"), but each build compiles ~150 s before its
+                                      first boot (per package, engine args and machine), and
+                                      `auto` must not make announce, or the suite's many
+                                      announces, pay it: `engine_mode: compiled` opts in
     cuda           compiled           torch.compile + CUDA graphs are what vLLM is fast with
     (other)        compiled           vLLM's own default; not measured by Podium
 
@@ -27,8 +30,9 @@ from podium.errors import PackageError
 EngineMode = Literal["eager", "compiled"]
 
 MODE_BY_MACHINE: dict[str, tuple[EngineMode, str]] = {
-    "cpu": ("eager", "measured on a 2-core CPU: compiled serves 1.16-1.25x faster and boots "
-                     "as fast from the compile cache, but compiles ~150 s per build first"),
+    "cpu": ("eager", "measured on a 2-core CPU with 2 worker threads: compiled serves "
+                     "1.23-1.35x faster from the compile cache, but compiles ~150 s per build "
+                     "at announce; engine_mode: compiled opts in"),
     "cuda": ("compiled", "torch.compile and CUDA graphs are vLLM's fast path on NVIDIA GPUs"),
 }
 """What `auto` resolves to per machine kind, with the reason logged at boot."""

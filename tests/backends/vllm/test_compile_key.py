@@ -72,6 +72,13 @@ def test_auto_resolves_from_the_table(kind: str, mode: str) -> None:
     assert kind in resolved.describe("m@1") and mode in resolved.describe("m@1")
 
 
+def test_auto_on_cpu_says_what_compiled_would_cost_and_how_to_opt_in() -> None:
+    # the boot log line is where an operator learns that compiled is faster on CPU
+    line = engine_mode.resolve("auto", {}, "cpu", where="m@1").describe("m@1")
+    assert line.startswith("engine mode of m@1 on cpu: eager (auto on cpu:")
+    assert "compile" in line and "engine_mode: compiled opts in" in line
+
+
 def test_auto_keeps_an_explicit_enforce_eager() -> None:
     assert engine_mode.resolve("auto", {"enforce_eager": False}, "cpu", where="m").compiled
     assert not engine_mode.resolve("auto", {"enforce_eager": True}, "cuda", where="m").compiled
