@@ -245,3 +245,22 @@ async def test_a_slow_reader_pauses_the_connection(monkeypatch: pytest.MonkeyPat
     response.release()
     await upstream.aclose()
     await server.stop()
+
+
+async def test_a_connection_the_instance_closed_is_not_reused() -> None:
+    whole = answer(b"{}")
+    server = await Raw(lambda data, t: (t.write(whole), t.close())).start()
+    upstream = Upstream(connect_timeout_s=2)
+    url = f"http://127.0.0.1:{server.port}/infer"
+    response = await upstream.send("POST", url, [], b"{}")
+    assert isinstance(response, http1.Response)
+    assert await response.read() == b"{}"
+    conn = response._conn
+    response.release()  # kept: the answer said nothing of closing
+    await eventually(lambda: conn.closed)  # then the instance hung up, and the gateway saw it
+    response = await upstream.send("POST", url, [], b"{}")  # on a new connection
+    assert await response.read() == b"{}"
+    response.release()
+    assert server.connections == 2
+    await upstream.aclose()
+    await server.stop()

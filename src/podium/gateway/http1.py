@@ -269,8 +269,8 @@ class Pool:
         now = time.monotonic()
         while conns:
             conn = conns.pop()
-            if conn.closed:
-                continue
+            if conn.closed or conn.transport is None or conn.transport.is_closing():
+                continue  # closed by the instance (its end of the connection is gone)
             if now - conn.idle_since > IDLE_CLOSE_S:  # the older ones are idle longer still
                 conn.close()
                 for old in conns:
