@@ -19,10 +19,12 @@ from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
 from podium.backends.classic_admission import (
     FLOOR,
     MIN_COMPLETIONS,
+    TAIL_EVERY,
     WINDOW_S,
     BusyRate,
     ClassicAdmission,
     bound,
+    tail_factor,
 )
 from podium.backends.limits import InstanceLimits
 from podium.errors import InvalidArgument, PackageError
@@ -105,6 +107,37 @@ def test_the_bound_is_the_work_done_in_the_target_wait_within_floor_and_ceiling(
     assert bound(100.0, 0.02, 1088) == FLOOR  # slow: never below the floor
     assert bound(1e6, 0.02, 1088) == 1088  # fast: never past the queue plus one batch
     assert bound(None, 0.02, 5) == 5  # a queue smaller than the floor caps it too
+
+
+def test_the_tail_factor_is_the_mean_time_over_its_90th_percentile() -> None:
+    assert tail_factor([]) == 1.0  # nothing measured: no correction
+    assert tail_factor([0.01] * 50) == pytest.approx(1.0)  # alike: rate x wait as it was
+    times = [0.01] * 80 + [0.04] * 20  # mean 0.016, 90th percentile 0.04
+    assert tail_factor(times) == pytest.approx(0.4)
+    assert tail_factor([0.0, 0.0]) == 1.0  # no time at all: no correction
+    assert bound(2000.0, 0.02, 1088, tail=0.5) == 20  # half the rate x wait of 40
+    assert bound(2000.0, 0.02, 1088, tail=0.1) == FLOOR  # never below the floor
+
+
+def test_a_long_tail_lowers_the_bound_and_an_even_one_does_not() -> None:
+    """2048 completions a second (rate x wait 40), one request in five taking 5x the rest:
+    the bound follows the tail; the same rate without a tail keeps 40."""
+    def run(tailed: bool) -> ClassicAdmission:
+        clock = Clock()
+        admission = ClassicAdmission(0.02, 1088, "default", clock)
+        for i in range(MIN_COMPLETIONS + 4 * TAIL_EVERY):
+            since = admission.busy.started()
+            clock.now += 1 / 2048
+            # the request's own time: not the busy clock's (requests overlap in a batch)
+            admission.finished(since=since - (0.004 if tailed and i % 5 == 0 else 0.0))
+        return admission
+
+    even, tailed = run(False), run(True)
+    assert even.bound == 40 and even.tail == pytest.approx(1.0)
+    assert tailed.tail < 0.5 and tailed.bound == max(FLOOR, int(2048 * 0.02 * tailed.tail))
+    assert tailed.bound < even.bound
+    assert tailed.as_dict()["tail_factor"] == round(tailed.tail, 3)
+    assert f"tail factor {tailed.tail:.2f}" in tailed.describe("m@1")
 
 
 def test_the_first_measurement_and_large_changes_are_logged() -> None:

@@ -3,6 +3,7 @@ the same, over a connection that stays usable; anything uncertain still takes th
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
@@ -322,3 +323,26 @@ def test_a_shed_across_a_split_is_counted_for_the_version_the_split_picks(
         assert versions.count(200) == 1 and versions.count(429) == 1
     finally:
         front.close()
+
+
+async def test_requests_let_through_in_one_turn_count_against_the_bound_until_it_ends() -> None:
+    """Several heads parsed in one turn of the loop all see the room the first one saw (a
+    request is counted in flight only once its task runs, the turn after): the check counts
+    those it let through, so the one past the bound is refused from its head, not through
+    the app; once the turn is over the count is the instance's own again."""
+    gateway = Gateway(limits=GatewayLimits(max_in_flight_per_instance=BOUND))
+    endpoint = Endpoint("iris-1", "http://127.0.0.1:9")
+    gateway.table.add_endpoint("iris", "1", endpoint)
+    gateway.table.set_split("iris", {"1": 100})
+    shed = EarlyShed(gateway)
+    head: Headers = [(b"content-length", str(len(BODY)).encode())]
+    assert [shed("POST", INFER, head) for _ in range(BOUND)] == [None] * BOUND
+    refused = shed("POST", INFER, head)  # the bound's worth went to the app in this turn
+    assert refused is not None and refused.status == 429
+    assert gateway.stats.shed[("iris", "1", "gateway")] == 1
+    await asyncio.sleep(0)  # the turn ended (their tasks would have run)
+    assert shed("POST", INFER, head) is None  # nothing in flight: room again
+    endpoint.num_in_flight = BOUND - 1  # one left: one more goes, the next is refused
+    await asyncio.sleep(0)
+    assert shed("POST", INFER, head) is None
+    assert shed("POST", INFER, head) is not None

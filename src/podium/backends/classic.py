@@ -123,7 +123,7 @@ class ClassicBackend(Backend):
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         arrays = self._arrays_of(request)
         admission = self.admission
-        admission.busy.started()
+        since = admission.busy.started()
         done = False
         try:
             if self._batcher is not None:
@@ -135,7 +135,7 @@ class ClassicBackend(Backend):
             done = not isinstance(exc, Overloaded)
             raise
         finally:
-            if admission.finished(completed=done):
+            if admission.finished(completed=done, since=since):
                 log.info("%s", admission.describe(self.package.key))
         outputs = [Tensor(spec.name, spec.datatype, result[spec.name]) for spec in self._outputs]
         response = InferenceResponse(outputs=outputs, id=request.id,

@@ -8,9 +8,17 @@ second**: requests answered, divided by the time at least one request was in the
 (queued or being scored). Idle time does not count, so a quiet instance's rate is not
 diluted by the gaps between requests. The bound is the work that rate finishes within the
 target wait (`podium serve --classic-target-wait-s`, the manifest's
-`admission_target_wait_s`; 0.02 s by default): rate x wait, at least `FLOOR`, at most what
-the package's queue holds plus one batch (`ceiling`). Until `MIN_COMPLETIONS` requests have
-been measured the bound is the floor.
+`admission_target_wait_s`; 0.02 s by default), corrected for the tail (below): rate x wait x
+tail, at least `FLOOR`, at most what the package's queue holds plus one batch (`ceiling`).
+Until `MIN_COMPLETIONS` requests have been measured the bound is the floor.
+
+*The tail.* rate x wait requests in flight take the wait on average (Little's law), so half
+of them, and more, take longer: at 4x xgb-example's capacity through the gateway (bound ~21,
+`bench/overload_xgb.py`) the admitted answers' median was ~20 ms and their p99 35-45 ms, past
+twice the p99 of the same instance at 16 in flight. So the bound is scaled by the latest
+requests' mean time in the backend over their 90th percentile (`TAIL_QUANTILE`, over the last
+`TAIL_WINDOW`): the work whose 90th percentile, not its mean, finishes within the wait. A
+backend whose requests all take about as long keeps rate x wait (the factor is ~1).
 
 The instance sends the bound on every KServe HTTP answer (the `podium-admission-bound`
 header); the gateway keeps, per instance, the smaller of it and its own bound, and strips the
@@ -26,6 +34,7 @@ before it has been measured. Old work fades: past `WINDOW_S` of busy time both s
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +49,12 @@ MIN_COMPLETIONS = 64
 """Requests measured before the rate is trusted."""
 WINDOW_S = 4.0
 """Busy seconds after which the older measurement counts half."""
+TAIL_WINDOW = 256
+"""The latest requests whose times in the backend give the tail factor."""
+TAIL_QUANTILE = 0.9
+"""The part of the admitted requests whose time the bound keeps within the target wait."""
+TAIL_EVERY = 32
+"""Requests between two computations of the tail factor (a sort of `TAIL_WINDOW` times)."""
 HEADER = "podium-admission-bound"
 """The response header that carries the bound to the gateway."""
 
@@ -58,11 +73,14 @@ class BusyRate:
         self.measured = 0
         """Requests finished in all."""
 
-    def started(self) -> None:
-        """A request entered the backend."""
+    def started(self) -> float:
+        """A request entered the backend; when (the clock's time, for `ClassicAdmission
+        .finished`)."""
+        now = self._clock()
         if self.in_flight == 0:
-            self._busy_since = self._clock()
+            self._busy_since = now
         self.in_flight += 1
+        return now
 
     def finished(self, *, completed: bool = True) -> None:
         """A request left the backend: answered or failed by the model (`completed`), or
@@ -85,12 +103,25 @@ class BusyRate:
         return self._completions / self._busy_s
 
 
-def bound(rate: float | None, target_wait_s: float, ceiling: int) -> int:
-    """The in-flight bound: what `rate` finishes in the target wait, within [FLOOR, ceiling]."""
+def bound(rate: float | None, target_wait_s: float, ceiling: int, tail: float = 1.0) -> int:
+    """The in-flight bound: what `rate` finishes in the target wait, scaled by the `tail`
+    factor (`tail_factor`), within [FLOOR, ceiling]."""
     floor = min(FLOOR, ceiling)
     if rate is None:
         return floor
-    return max(floor, min(ceiling, int(rate * target_wait_s)))
+    return max(floor, min(ceiling, int(rate * target_wait_s * tail)))
+
+
+def tail_factor(seconds: list[float]) -> float:
+    """The mean of `seconds` over their `TAIL_QUANTILE` quantile (at most 1; 1 without
+    any)."""
+    if not seconds:
+        return 1.0
+    ordered = sorted(seconds)
+    high = ordered[min(len(ordered) - 1, int(TAIL_QUANTILE * len(ordered)))]
+    if high <= 0:
+        return 1.0
+    return min(1.0, sum(ordered) / len(ordered) / high)
 
 
 class ClassicAdmission:
@@ -105,18 +136,26 @@ class ClassicAdmission:
         self.busy = BusyRate(clock)
         self.bound = bound(None, target_wait_s, ceiling)
         self._logged = self.bound
+        self._times: deque[float] = deque(maxlen=TAIL_WINDOW)
+        """The latest completed requests' seconds in the backend."""
+        self.tail = 1.0
+        """`tail_factor` of `_times`, as of the last computation."""
 
-    def finished(self, *, completed: bool = True) -> bool:
-        """Count a request that left the backend (`BusyRate.finished`) and update the bound;
-        True when the bound moved by half or more since it was last logged, or was measured
-        for the first time."""
+    def finished(self, *, completed: bool = True, since: float | None = None) -> bool:
+        """Count a request that left the backend (`BusyRate.finished`; `since`: when it
+        entered, as `BusyRate.started` said) and update the bound; True when the bound moved
+        by half or more since it was last logged, or was measured for the first time."""
         self.busy.finished(completed=completed)
         if not completed:
             return False
+        if since is not None:
+            self._times.append(self.busy._clock() - since)
+            if self.busy.measured % TAIL_EVERY == 0:
+                self.tail = tail_factor(list(self._times))
         rate = self.busy.rate()
         if rate is None:
             return False
-        self.bound = bound(rate, self.target_wait_s, self.ceiling)
+        self.bound = bound(rate, self.target_wait_s, self.ceiling, self.tail)
         first = self.busy.measured == MIN_COMPLETIONS
         if first or abs(self.bound - self._logged) * 2 >= self._logged:
             self._logged = self.bound
@@ -127,7 +166,8 @@ class ClassicAdmission:
         """One log line: the bound, the rate behind it and the settings."""
         rate = self.busy.rate()
         measured = (f"measured {rate:.0f} completions per busy second over "
-                    f"{self.busy.measured} requests" if rate is not None else
+                    f"{self.busy.measured} requests, tail factor {self.tail:.2f} (mean time "
+                    f"over its {TAIL_QUANTILE:.0%} quantile)" if rate is not None else
                     f"not measured yet (the floor until {MIN_COMPLETIONS} requests are served)")
         return (f"admission of {key}: in-flight bound {self.bound} for a "
                 f"{self.target_wait_s:g}s target wait ({self.source}); {measured}; "
@@ -140,6 +180,7 @@ class ClassicAdmission:
         return {"in_flight_bound": self.bound, "target_wait_s": self.target_wait_s,
                 "target_wait_source": self.source,
                 "completions_per_busy_s": round(rate, 1) if rate is not None else None,
+                "tail_factor": round(self.tail, 3),
                 "measured_requests": self.busy.measured, "floor": min(FLOOR, self.ceiling),
                 "ceiling": self.ceiling}
 

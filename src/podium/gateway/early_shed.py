@@ -20,6 +20,13 @@ turn of the round robin, no exception raised. At 4x a classic model's capacity m
 gateway's core goes to refusals, and every microsecond of one is taken from the admitted
 requests on the same core (`bench/overload_xgb.py`).
 
+A request the check lets through is counted against the instance it most likely goes to
+until the end of the event loop's turn (`_passing`): it is counted in flight only when its
+task runs, in the next turn, and every head parsed before then would otherwise see the same
+room. At 4x capacity a read brings several heads at once, and a third of the spike's refusals
+were taking the full path that way (each a task, a routing and a rendered error, ~5x an early
+refusal's CPU).
+
 Only a certain refusal is answered early; everything else takes the full path: an OpenAI
 request (its model is in the body), a request whose key does not pass (its answer is the 401),
 a body over the gateway's limit (its answer is the 413), and any request that might be
@@ -28,6 +35,8 @@ forwarded.
 
 from __future__ import annotations
 
+import asyncio
+
 from podium.auth import instance_role
 from podium.auth_keys import Access
 from podium.errors import Overloaded
@@ -35,6 +44,7 @@ from podium.gateway.asgi import Answer, Headers, error_answer
 from podium.gateway.proxy import Gateway
 from podium.gateway.request_route import KSERVE_PATH, PIPELINE_PATH
 from podium.gateway.retry import Attempts
+from podium.routes.table import Endpoint
 
 MAX_KEPT = 256
 """Rendered refusals kept (model, version and bound vary little: past it they are dropped)."""
@@ -48,6 +58,9 @@ class EarlyShed:
         self.access = access if access is not None and access.guarded else None
         self._answers: dict[tuple[str, str], Answer] = {}
         """Rendered refusals by (path, message)."""
+        self._passed: dict[str, int] = {}
+        """Requests let through to the app in this turn of the event loop, by instance id."""
+        self._roomy: Endpoint | None = None
 
     def __call__(self, method: str, path: str, headers: Headers) -> Answer | None:
         if method != "POST":
@@ -62,8 +75,11 @@ class EarlyShed:
             return None
         gateway = self.gateway
         model, version = match["model"], match["version"]
-        full = gateway.table.saturation(model, version, gateway.admission.has_room)
+        self._roomy = None
+        full = gateway.table.saturation(model, version, self._has_room)
         if full is None:
+            if self._roomy is not None:
+                self._passing(self._roomy)
             return None
         if full.endpoint is not None:  # one version, so no turn of the split decides the count
             assert full.version is not None
@@ -76,6 +92,22 @@ class EarlyShed:
         except Overloaded as exc:
             return self._refusal(path, exc)
         return None
+
+    def _has_room(self, endpoint: Endpoint) -> bool:
+        """`Admission.has_room`, counting the requests let through in this turn; the first
+        instance with room is kept (`_roomy`: where the request is counted if let through)."""
+        admission = self.gateway.admission
+        room = endpoint.load + self._passed.get(endpoint.id, 0) < admission.bound(endpoint)
+        if room and self._roomy is None:
+            self._roomy = endpoint
+        return room
+
+    def _passing(self, endpoint: Endpoint) -> None:
+        """A request goes on to the app, most likely to `endpoint` (the only one, or one with
+        room): counted there until its task has run (the turn after this one)."""
+        if not self._passed:
+            asyncio.get_running_loop().call_soon(self._passed.clear)
+        self._passed[endpoint.id] = self._passed.get(endpoint.id, 0) + 1
 
     def _refusal(self, path: str, exc: Overloaded) -> Answer:
         """`error_answer(path, exc)`, rendered once per path and message."""

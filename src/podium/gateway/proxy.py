@@ -34,6 +34,7 @@ from podium.gateway import asgi, deadline
 from podium.gateway.admission import Admission
 from podium.gateway.asgi import Answer, Headers, Receive, Scope, Send
 from podium.gateway.hold import Hold
+from podium.gateway.http1 import Response as Http1Response
 from podium.gateway.limits import GatewayLimits, read_body
 from podium.gateway.metrics import CONTENT_TYPE as METRICS_TYPE
 from podium.gateway.metrics import render as render_metrics
@@ -54,6 +55,8 @@ METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
 WHOLE_MAX_BYTES = 1 << 20
 """Largest upstream body read whole before answering; longer ones are relayed as they come."""
 _PATH_SAFE = "/:@!$&'()*+,;=~"
+Upstreamed = aiohttp.ClientResponse | Http1Response
+"""An instance's answer: a forwarded POST's from `gateway.http1`, the rest from aiohttp."""
 
 
 def wall_ms() -> int:
@@ -241,7 +244,7 @@ class Gateway:
             raise _failed_mid_request(attempt, exc) from exc
         return retry
 
-    async def _relay(self, response: aiohttp.ClientResponse, attempt: _Attempt | None,
+    async def _relay(self, response: Upstreamed, attempt: _Attempt | None,
                      receive: Receive, send: Send) -> None:
         """Relay a streamed answer; `attempt` is counted at its end (None: counted already)."""
         ok = response.status < 500
@@ -314,13 +317,13 @@ def _is_refusal(status: int) -> bool:
     return status == 429 or status >= 500
 
 
-def _is_small_whole(response: aiohttp.ClientResponse) -> bool:
+def _is_small_whole(response: Upstreamed) -> bool:
     length = response.content_length
     return (length is not None and length <= WHOLE_MAX_BYTES
             and not response.headers.get("content-type", "").startswith("text/event-stream"))
 
 
-async def _pump(response: aiohttp.ClientResponse, send: Send) -> None:
+async def _pump(response: Upstreamed, send: Send) -> None:
     async for chunk in response.content.iter_any():
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
@@ -357,7 +360,7 @@ def _header(scope: Scope, name: bytes) -> str:
     return ""
 
 
-def _response_headers(response: aiohttp.ClientResponse) -> Headers:
+def _response_headers(response: Upstreamed) -> Headers:
     return [(k.lower(), v) for k, v in response.raw_headers
             if k.lower() not in _DROP_RESPONSE]
 

@@ -1,4 +1,6 @@
-"""The gateway's client for instances: pooled keep-alive HTTP/1.1 connections through aiohttp.
+"""The gateway's client for instances: pooled keep-alive HTTP/1.1 connections, a forwarded POST
+through the gateway's own client (`gateway.http1`: one write, no task of its own, ~3x less CPU
+than aiohttp's), everything else through aiohttp.
 
 aiohttp rather than httpx: its C parser makes a forwarded request about a quarter of the client
 CPU (0.15 ms vs 0.55 ms per small request on the development machine). It is set up as a
@@ -18,15 +20,15 @@ import asyncio
 import aiohttp
 from yarl import URL
 
-NOT_SENT: tuple[type[Exception], ...] = (aiohttp.ClientConnectorError,
-                                         aiohttp.ConnectionTimeoutError)
-"""Failures before the request left: no connection (refused, unreachable, none free in time)."""
-SENT_FAILED: tuple[type[Exception], ...] = (aiohttp.ClientError, asyncio.TimeoutError)
-"""Failures after the request may have reached the instance."""
+from podium.gateway import http1
+from podium.gateway.http1 import IDLE_CLOSE_S
 
-# fewer than the instances' own keep-alive (75 s): the gateway always closes an idle
-# connection first, so a request is never sent on one the instance is closing
-IDLE_CLOSE_S = 15.0
+NOT_SENT: tuple[type[Exception], ...] = (aiohttp.ClientConnectorError,
+                                         aiohttp.ConnectionTimeoutError, http1.ConnectFailed)
+"""Failures before the request left: no connection (refused, unreachable, none free in time)."""
+SENT_FAILED: tuple[type[Exception], ...] = (aiohttp.ClientError, asyncio.TimeoutError,
+                                            http1.ConnectionBroken)
+"""Failures after the request may have reached the instance."""
 # the headers aiohttp would otherwise add; the client's own are forwarded as they came
 _NO_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 
@@ -40,23 +42,45 @@ class Upstream:
         self.max_connections = max_connections
         self._authorization = f"Bearer {credential}" if credential else None
         self._session: aiohttp.ClientSession | None = None
+        self._pool = http1.Pool(connect_timeout_s)
+        self._origins: dict[str, tuple[str, int, str]] = {}
+        """(host, port, Host header) by the scheme and authority of an instance's URL."""
 
     async def send(self, method: str, url: str, headers: list[tuple[str, str]],
-                   body: bytes) -> aiohttp.ClientResponse:
+                   body: bytes) -> aiohttp.ClientResponse | http1.Response:
         """Send a request; the response's body is left to read (or stream). With a
         credential, the client's Authorization (a key for the gateway) is replaced by it."""
         if self._authorization is not None:
             headers = [(k, v) for k, v in headers if k.lower() != "authorization"]
             headers.append(("Authorization", self._authorization))
+        if http1.takes(method, url, headers):
+            cut = url.find("/", 7)  # after "http://"
+            origin, target = (url, "/") if cut < 0 else (url[:cut], url[cut:])
+            host, port, host_header = self._origin(origin)
+            return await self._pool.send(host, port, http1.request_bytes(
+                method, target, host_header, headers, body))
         return await self._open().request(
             method, URL(url, encoded=True), headers=headers, data=body or None,
             allow_redirects=False)
 
     async def aclose(self) -> None:
         """Close the pooled connections."""
+        self._pool.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def _origin(self, origin: str) -> tuple[str, int, str]:
+        known = self._origins.get(origin)
+        if known is None:
+            parsed = URL(origin)
+            assert parsed.host is not None, origin
+            # as aiohttp sends it: the port unless it is 80
+            known = (parsed.host, parsed.port or 80, parsed.raw_authority.removesuffix(":80"))
+            if len(self._origins) >= 1024:  # instances come and go: forget the old ones
+                self._origins.clear()
+            self._origins[origin] = known
+        return known
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
