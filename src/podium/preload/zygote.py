@@ -58,7 +58,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +98,10 @@ def main(argv: list[str]) -> int:
     global socket_path, origin_env
     path = argv[0]
     modules = argv[1].split(",") if len(argv) > 1 and argv[1] else MODULES
-    scratch = tempfile.mkdtemp(prefix="podium-zygote-metrics-")
-    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", scratch)
+    scratch = Path(f"{path}.metrics")  # beside the socket: its runtime's folder, not /tmp
+    shutil.rmtree(scratch, ignore_errors=True)  # a killed zygote's, never another's
+    scratch.mkdir(parents=True)
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(scratch))
     for name in modules:
         with contextlib.suppress(Exception):  # a preload is an optimisation, never a failure
             importlib.import_module(name)
