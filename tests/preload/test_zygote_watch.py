@@ -37,7 +37,8 @@ def test_a_watched_server_gets_sigterm_when_its_gate_writer_closes(
         zygote: Zygote, tmp_path: Path) -> None:
     child, out = fork(zygote, tmp_path, 120, watch=True)
     child.stdin.write(b"go\n")  # the gate stays open: the host actor lives
-    assert eventually(out.exists, timeout_s=30)
+    # "running" written, not only the file made: a SIGTERM between the two leaves it empty
+    assert eventually(lambda: out.exists() and out.read_text() == "running", timeout_s=30)
     assert child.poll() is None
     child.stdin.close()  # what the host actor's death does
     assert eventually(lambda: child.poll() is not None, timeout_s=30)
