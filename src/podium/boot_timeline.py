@@ -9,8 +9,8 @@ sub-step timed in a thread or a task beside the step is still recorded to it. Ou
 step (a model loaded over the API) a sub-step is only logged.
 
 Every sub-step is logged with its duration as it ends (`boot step NAME: PART took 1.23s`);
-parts that ran beside another say so in their name (e.g. "OpenAI serving objects (beside the
-warm-up)"), so their seconds are not meant to add up to the step's.
+parts that ran beside another say so in their name (e.g. "constraint catalog (beside the
+rest)"), so their seconds are not meant to add up to the step's.
 """
 
 from __future__ import annotations

@@ -134,6 +134,7 @@ class ClassicAdmission:
         self.source = source
         """Where the target wait came from: flag, package or default."""
         self.busy = BusyRate(clock)
+        self._clock = clock
         self.bound = bound(None, target_wait_s, ceiling)
         self._logged = self.bound
         self._times: deque[float] = deque(maxlen=TAIL_WINDOW)
@@ -149,7 +150,7 @@ class ClassicAdmission:
         if not completed:
             return False
         if since is not None:
-            self._times.append(self.busy._clock() - since)
+            self._times.append(self._clock() - since)
             if self.busy.measured % TAIL_EVERY == 0:
                 self.tail = tail_factor(list(self._times))
         rate = self.busy.rate()
