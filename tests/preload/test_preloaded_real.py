@@ -102,3 +102,17 @@ def test_each_forked_workers_openmp_team_is_bound_as_chosen_at_boot(
             team = [time for bound, time in threads.values() if bound == cpu]
             assert len(team) == 1 and team[0] > 0, (cpu, threads)
         assert {bound for bound, _ in threads.values()} <= set(cpus), threads
+
+
+def test_the_boot_cuts_ran_in_the_real_engine(instance: RunningInstance) -> None:
+    """The engine patches that shortened `start engine` acted in the engine's processes: the
+    worker's KV cache allocation went through the kernel-zeroed mapping (logged by the patch as
+    it maps it, the size vLLM asked for), and the engine core loaded its tokenizer beside the
+    worker. Off (``PODIUM_KV_LAZY_ZERO=0``) or not registered, neither line is written."""
+    log = instance.log()
+    assert "engine core: its tokenizer loads while the worker starts" in log
+    found = re.search(r"\(Worker pid=\d+\).*KV cache: (\d+) bytes mapped, zeroed by the "
+                      r"kernel as first used", log)
+    assert found, log[-3000:]
+    space_gib = float(os.environ["VLLM_CPU_KVCACHE_SPACE"])
+    assert 0.9 * space_gib * 2**30 <= int(found.group(1)) <= space_gib * 2**30

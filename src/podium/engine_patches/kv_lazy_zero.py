@@ -33,7 +33,7 @@ import mmap
 import types
 from typing import Any
 
-log = logging.getLogger("podium.engine_patches")
+log = logging.getLogger("vllm.podium.engine_patches")  # runs in the engine: under its logging
 _MARK = "_podium_kv_lazy_zero"
 MIN_BYTES = 64 * 2**20
 """Smaller buffers are left to torch (a mapping per small tensor buys nothing)."""
@@ -111,7 +111,7 @@ class _Torch(types.ModuleType):
         if (dtype is torch.int8 and not kwargs and len(shape) == 1
                 and int(shape[0]) >= MIN_BYTES
                 and (device is None or torch.device(device).type == "cpu")):
-            log.debug("KV cache: %d bytes mapped, zeroed by the kernel as first used",
-                      int(shape[0]))
+            log.info("KV cache: %d bytes mapped, zeroed by the kernel as first used "
+                     "(PODIUM_KV_LAZY_ZERO=0: vLLM's own zeroing)", int(shape[0]))
             return zeroed_lazily(int(shape[0]))
         return torch.zeros(*size, dtype=dtype, device=device, **kwargs)

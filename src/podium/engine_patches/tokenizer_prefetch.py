@@ -22,7 +22,7 @@ import logging
 import threading
 from typing import Any
 
-log = logging.getLogger("podium.engine_patches")
+log = logging.getLogger("vllm.podium.engine_patches")  # runs in the engine: under its logging
 _MARK = "_podium_tokenizer_prefetch"
 _state: dict[str, Any] = {}
 """The engine core's `vllm_config` (from its executor's start) and the prefetch thread."""
@@ -95,6 +95,7 @@ def start() -> None:
     thread = threading.Thread(target=load, name="podium-tokenizer-prefetch", daemon=True)
     _state["thread"] = thread
     thread.start()
+    log.info("engine core: its tokenizer loads while the worker starts")
 
 
 def _joining(load: Any) -> Any:
