@@ -4,8 +4,9 @@ version, a stand-in that ends every call with one status is the canary."""
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import numpy as np
@@ -19,7 +20,8 @@ from tests.support.grpc_servers import GrpcFront, Instance
 
 
 class Refusing:
-    """A KServe gRPC stand-in ending every ModelInfer with `code`, on its own loop thread."""
+    """A KServe gRPC stand-in ending every ModelInfer and ModelStreamInfer with `code`, on its
+    own loop thread."""
 
     def __init__(self, code: grpc.StatusCode) -> None:
         self.num_calls = 0
@@ -29,10 +31,17 @@ class Refusing:
             await context.abort(code, f"refused with {code.name}")
             return b""
 
+        async def stream(_requests: AsyncIterator[bytes],
+                         context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            self.num_calls += 1
+            await context.abort(code, f"refused with {code.name}")
+            yield b""
+
         async def start() -> tuple[grpc.aio.Server, int]:
             server = grpc.aio.server()
-            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-                SERVICE, {"ModelInfer": grpc.unary_unary_rpc_method_handler(infer)}),))
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
+                "ModelInfer": grpc.unary_unary_rpc_method_handler(infer),
+                "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(stream)}),))
             port = server.add_insecure_port("127.0.0.1:0")
             await server.start()
             return server, port
@@ -115,5 +124,34 @@ def test_past_the_bound_and_when_the_instance_sheds_the_call_is_resource_exhaust
         assert front.gateway.stats.shed == {("echo", "1", "gateway"): 1,
                                             ("echo", "2", "instance"): 1}
         assert front.gateway.stats.health("echo", "2", since_ms=0).num_requests == 0
+    finally:
+        canary.stop()
+
+
+def _stream_one(front: GrpcFront, version: str) -> list[tuple[object, object]]:
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(front.target)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        x = grpcclient.InferInput("x", [1, 1], "FP32")
+        x.set_data_from_numpy(np.array([[1.5]], dtype=np.float32))
+        client.async_stream_infer("echo", [x], model_version=version)
+        return [answers.get(timeout=20)]
+    finally:
+        client.stop_stream()
+
+
+def test_a_stream_the_instance_sheds_is_counted_as_shed_not_as_a_served_request(
+        front: GrpcFront, routes: RouteTable) -> None:
+    canary = _canary(routes, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    try:
+        [(result, error)] = _stream_one(front, "2")
+        assert result is None and "refused with RESOURCE_EXHAUSTED" in str(error)
+        assert front.gateway.stats.shed == {("echo", "2", "instance"): 1}
+        # no evidence about the version: not a request, not an error, no latency sample
+        assert front.gateway.stats.health("echo", "2", since_ms=0).num_requests == 0
+        [(result, error)] = _stream_one(front, "1")  # the next stream is served
+        assert error is None and float(result.as_numpy("y")[0][0]) == 15.0
+        assert front.gateway.stats.health("echo", "1", since_ms=0).num_requests == 1
     finally:
         canary.stop()

@@ -26,7 +26,7 @@ from podium.auth_keys import Access
 from podium.errors import InvalidArgument
 from podium.errors.interceptor import ErrorInterceptor
 from podium.gateway import deadline
-from podium.gateway.admission import Admission
+from podium.gateway.admission import BY_INSTANCE, Admission
 from podium.gateway.hold import Hold
 from podium.gateway.limits import DEFAULT_MAX_GRPC_MESSAGE_BYTES, DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE
 from podium.gateway.retry import Attempts, Target
@@ -202,7 +202,7 @@ class GrpcGateway:
             upstream_requests(), metadata=self._metadata(context), timeout=left)
         endpoint.num_in_flight += 1
         started = time.perf_counter()
-        code = grpc.StatusCode.OK
+        code: grpc.StatusCode | None = grpc.StatusCode.OK
         try:
             async for answer in call:
                 yield answer
@@ -210,13 +210,17 @@ class GrpcGateway:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
+            if _shed(exc):  # the instance's overload refusal: no evidence about the version
+                self.stats.record_shed(model, resolved, BY_INSTANCE)
+                code = None
             await context.abort(exc.code(), exc.details() or "")
         finally:
             # the client cancelled (or went away) while this generator was suspended in a
             # yield: end the upstream call too, so the instance cancels its generations
             call.cancel()
             endpoint.num_in_flight -= 1
-            self._record("ModelStreamInfer", model, resolved, endpoint, started, code)
+            if code is not None:
+                self._record("ModelStreamInfer", model, resolved, endpoint, started, code)
 
     def _metadata(self, context: grpc.aio.ServicerContext) -> tuple[tuple[str, str | bytes], ...]:
         return _metadata(context, self._authorization)
