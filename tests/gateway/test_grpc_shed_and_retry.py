@@ -34,6 +34,8 @@ class Refusing:
         async def stream(_requests: AsyncIterator[bytes],
                          context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
             self.num_calls += 1
+            async for _ in _requests:  # refuse once the call's first message is in, as an
+                break                  # instance does (aborting earlier races grpc's own read)
             await context.abort(code, f"refused with {code.name}")
             yield b""
 
