@@ -19,7 +19,26 @@ def test_a_started_instance_is_routed_once_its_probe_answers() -> None:
     assert move.life.state == READY
     assert move.effects == (lifecycle.SERVE, lifecycle.SAVE, lifecycle.ROUTE)
     # ready: each pass only updates its route's health from the probe
-    assert lifecycle.step(move.life, Seen(ready=False), 8.0, LIMITS).effects == (
+    assert lifecycle.step(move.life, Seen(ready=True), 8.0, LIMITS).effects == (
+        lifecycle.MARK_HEALTH,)
+
+
+def test_a_ready_instance_leaves_routing_after_three_failed_probes_in_a_row() -> None:
+    life = Life(state=READY)
+    for _ in range(2):  # a slow probe or two on a loaded host: still routed, nothing marked
+        move = lifecycle.step(life, Seen(ready=False), 1.0, LIMITS)
+        assert move.effects == ()
+        life = move.life
+    off = lifecycle.step(life, Seen(ready=False), 2.0, LIMITS)
+    assert off.effects == (lifecycle.MARK_HEALTH,) and off.life.failed_probes == 3
+    assert off.life.state == READY  # a hung instance leaves routing, not the plane
+    back = lifecycle.step(off.life, Seen(ready=True), 3.0, LIMITS)
+    assert back.effects == (lifecycle.MARK_HEALTH,) and back.life.failed_probes == 0
+    # one answer in between starts the count again
+    once = lifecycle.step(Life(state=READY, failed_probes=2), Seen(ready=True), 4.0, LIMITS)
+    assert lifecycle.step(once.life, Seen(ready=False), 5.0, LIMITS).effects == ()
+    strict = Limits(unhealthy_after=1)  # the old behaviour, one failure is enough
+    assert lifecycle.step(Life(state=READY), Seen(ready=False), 6.0, strict).effects == (
         lifecycle.MARK_HEALTH,)
 
 

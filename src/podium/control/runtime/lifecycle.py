@@ -46,6 +46,11 @@ class Limits:
     """Longest wait for in-flight requests before SIGTERM."""
     stop_timeout_s: float = 10.0
     """Longest wait after SIGTERM before SIGKILL."""
+    unhealthy_after: int = 3
+    """Readiness probes in a row a ready instance must fail before it leaves routing: one
+    probe that timed out on a loaded host is not a hung instance, and taking a version's only
+    instance off on it answers every request 503 until the next pass (as Kubernetes'
+    `failureThreshold: 3`). A refused connection on the request path takes it off at once."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,8 @@ class Life:
     num_restarts: int = 0
     exit_seen: bool = False
     """Its process exited and the crash was counted; the restart is still to be done."""
+    failed_probes: int = 0
+    """Readiness probes failed in a row since it was ready (or last answered)."""
 
 
 @dataclass(frozen=True)
@@ -121,8 +128,18 @@ def step(life: Life, seen: Seen, now_s: float, limits: Limits) -> Transition:
     if life.state == STARTING and seen.ready:
         return Transition(replace(life, state=READY), (SERVE, SAVE, ROUTE))
     if life.state == READY:
-        return Transition(life, (MARK_HEALTH,))  # a hung instance leaves routing, not the plane
+        return _probed(life, seen, limits)
     return Transition(life)
+
+
+def _probed(life: Life, seen: Seen, limits: Limits) -> Transition:
+    """A ready instance's route follows its probe: back at once when it answers, off only
+    after `unhealthy_after` failures in a row (a hung instance leaves routing, not the plane)."""
+    if seen.ready:
+        return Transition(replace(life, failed_probes=0), (MARK_HEALTH,))
+    failed = life.failed_probes + 1
+    effects = (MARK_HEALTH,) if failed >= limits.unhealthy_after else ()
+    return Transition(replace(life, failed_probes=failed), effects)
 
 
 def _draining(life: Life, seen: Seen, now_s: float, limits: Limits) -> Transition:

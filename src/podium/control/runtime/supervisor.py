@@ -60,6 +60,8 @@ class Instance:
     num_restarts: int = 0
     exit_seen: bool = False
     """Its process exited and the crash was counted; the restart is still to be done."""
+    failed_probes: int = 0
+    """Readiness probes failed in a row while ready (`lifecycle.Limits.unhealthy_after`)."""
 
 
 I = TypeVar("I", bound=Instance)  # noqa: E741
@@ -70,7 +72,8 @@ class Supervisor(Generic[I]):
 
     def __init__(self, store: Store, table: RouteTable, *, max_restarts: int = 5,
                  drain_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
-                 probe_timeout_s: float = 1.0, credential: str | None = None,
+                 probe_timeout_s: float = 1.0, unhealthy_after: int = 3,
+                 credential: str | None = None,
                  signal_interval_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
@@ -83,6 +86,7 @@ class Supervisor(Generic[I]):
         self.drain_timeout_s = drain_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.probe_timeout_s = probe_timeout_s
+        self.unhealthy_after = unhealthy_after
         self._probe = httpx.Client(timeout=probe_timeout_s, headers=bearer(credential))
         self._signals = SignalReader(self._probe, interval_s=signal_interval_s, clock=clock)
         self._instances: dict[str, I] = {}
@@ -207,7 +211,8 @@ class Supervisor(Generic[I]):
     @property
     def limits(self) -> lifecycle.Limits:
         """The lifecycle's bounds, as this runtime was configured."""
-        return lifecycle.Limits(self.max_restarts, self.drain_timeout_s, self.stop_timeout_s)
+        return lifecycle.Limits(self.max_restarts, self.drain_timeout_s, self.stop_timeout_s,
+                                self.unhealthy_after)
 
     def instances(self, model: str | None = None,
                   version: str | None = None) -> list[InstanceView]:
@@ -378,10 +383,10 @@ class Supervisor(Generic[I]):
 
 def _life(instance: Instance) -> lifecycle.Life:
     return lifecycle.Life(instance.state, instance.started_s, instance.drain_since_s,
-                          instance.num_restarts, instance.exit_seen)
+                          instance.num_restarts, instance.exit_seen, instance.failed_probes)
 
 
 def _live(instance: Instance, life: lifecycle.Life) -> None:
     instance.state, instance.started_s = life.state, life.started_s
     instance.drain_since_s, instance.num_restarts = life.drain_since_s, life.num_restarts
-    instance.exit_seen = life.exit_seen
+    instance.exit_seen, instance.failed_probes = life.exit_seen, life.failed_probes
