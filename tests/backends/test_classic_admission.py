@@ -157,6 +157,16 @@ def test_the_first_measurement_and_large_changes_are_logged() -> None:
     assert admission.as_dict()["in_flight_bound"] == 40
 
 
+def test_the_config_shows_the_requests_in_the_backend_now() -> None:
+    clock = Clock()
+    admission = ClassicAdmission(0.02, 1088, "default", clock)
+    first = admission.busy.started()
+    admission.busy.started()
+    assert admission.as_dict()["in_flight"] == 2
+    admission.finished(since=first)
+    assert admission.as_dict()["in_flight"] == 1
+
+
 def package(tmp_path: Path, **manifest: object) -> Path:
     root = write_xgb_example(tmp_path / "xgb-example")
     if manifest:

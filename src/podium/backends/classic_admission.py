@@ -182,7 +182,8 @@ class ClassicAdmission:
                 "target_wait_source": self.source,
                 "completions_per_busy_s": round(rate, 1) if rate is not None else None,
                 "tail_factor": round(self.tail, 3),
-                "measured_requests": self.busy.measured, "floor": min(FLOOR, self.ceiling),
+                "measured_requests": self.busy.measured, "in_flight": self.busy.in_flight,
+                "floor": min(FLOOR, self.ceiling),
                 "ceiling": self.ceiling}
 
 
