@@ -201,6 +201,7 @@ class Watcher:
                 "rate": _spread([a["completions_per_busy_s"] for a in rows
                                  if a["completions_per_busy_s"] is not None]),
                 "tail": _spread([a["tail_factor"] for a in rows if "tail_factor" in a]),
+                "depth": _spread([a["depth"] for a in rows if "depth" in a]),
                 "in_backend": _spread([a["in_flight"] for a in rows if "in_flight" in a])}
 
     def phases(self, windows: dict[str, tuple[float, float]]) -> dict[str, Any]:
@@ -209,7 +210,7 @@ class Watcher:
         for phase, window in windows.items():
             shares = proccpu.shares(self.cpu, window)
             generator = [k for k in shares if k.startswith("generator")]
-            for suffix in ("_cpu", "_wait"):
+            for suffix in ("_cpu", "_wait", "_preempted"):
                 shares[f"generator{suffix}"] = round(sum(
                     shares.pop(k) for k in generator if k.endswith(suffix)), 3)
             out[phase] = {**shares, **self.summary(window)}
@@ -350,7 +351,8 @@ def main() -> int:
               flush=True)
     keys = ["capacity_rps", "offered_rps", "share_2xx", "capacity_p99_ttft_s",
             "admitted_p99_ttft_s", "reject_median_ms", "reject_p99_ms", "num_5xx", "recovery_s",
-            "instance_bound", "busy_rate", "client_lag_s", "connections", "connection_waits"]
+            "instance_bound", "busy_rate", "client_lag_s", "connections", "connection_waits",
+            "capacity_refused", "recovery_share_2xx"]
     parts = ["refusal_before_head_ms", "refusal_inside_ms", "refusal_after_ms",
              "admitted_before_head_ms", "admitted_inside_ms", "admitted_after_ms",
              "server_loop_lag_ms", "server_cpu_share", "server_runqueue_share",
@@ -363,16 +365,19 @@ def main() -> int:
           "stamp with the gateway's record: before_head = sent to head parsed, inside = head "
           "to answer written (refusal) or begun (admitted), after = to read by the client)")
     print("(for xgb the *_ttft_s columns are the time to the whole answer)")
-    cells = ["gateway_cpu", "gateway_wait", "instance_cpu", "instance_wait", "generator_cpu",
-             "cpu0_busy", "cpu1_busy", "bound", "rate", "tail", "in_backend"]
+    cells = ["gateway_cpu", "gateway_wait", "gateway_preempted", "instance_cpu",
+             "instance_wait", "instance_preempted", "generator_cpu", "cpu0_busy", "cpu1_busy",
+             "bound", "rate", "tail", "depth", "in_backend"]
     print(f"\n{'phase: share of the phase / instance min/median/max':<45}"
-          + "".join(f"{k:>15}" for k in cells))
+          + "".join(f"{k:>20}" for k in cells))
     for name, r in results.items():
         for phase, figures in r.get("phases", {}).items():
-            print(f"{name + ' ' + phase:<45}" + "".join(f"{figures.get(k, '-')!s:>15}"
+            print(f"{name + ' ' + phase:<45}" + "".join(f"{figures.get(k, '-')!s:>20}"
                                                        for k in cells))
     print("(cpu: CPU seconds per second of the phase, all threads; wait: seconds runnable but "
-          "waiting for a core; cpuN_busy: the core's busy share, every process on it)")
+          "waiting for a core; preempted: involuntary context switches a second; cpuN_busy: "
+          "the core's busy share, every process on it; depth: the instance's mean requests in "
+          "its backend while busy, where it has one)")
     for name, r in results.items():
         print(f"{name}: admitted p99 / capacity p99 "
               f"{r['admitted_p99_ttft_s'] / r['capacity_p99_ttft_s']:.2f}x (target <= 2x), "
