@@ -41,6 +41,11 @@ request carries its send time, and the gateway records when it parsed each head,
 wrote each refusal or began each admitted answer, and how late its event loop woke
 (`bench.harness.servertimes`): each row then splits the spike's answers into before the head
 was parsed, inside the gateway (and, admitted, the instance) and after, read by the client.
+Every quarter second a thread samples the gateway's, the instance's and the generator's CPU,
+their threads' wait for a core and their preemptions, each core's busy share
+(`bench.harness.proccpu`), and the instance's bound, busy rate, tail factor and requests in
+its backend (now, and on average while busy: `depth`) from its `/config`; the last table gives
+them per phase (capacity, spike, recovery): where an admitted request's extra time goes.
 """
 
 from __future__ import annotations
