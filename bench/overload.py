@@ -211,6 +211,8 @@ def measure(call: Call | None, opts: argparse.Namespace,
                                                                  a.seconds < 1)]
     return {
         "capacity_rps": round(capacity, 2), "capacity_p99_ttft_s": round(base_p99, 3),
+        "capacity_refused": sum(1 for a in base if a.status == 429),
+        "recovery_share_2xx": round(sum(1 for a in after if a.ok) / max(1, len(after)), 3),
         "asked": round(asked), "offered": len(spike),
         "share_2xx": round(len(ok) / max(1, len(spike)), 3),
         "admitted_p99_ttft_s": round(p99([a.seconds for a in ok]), 3),

@@ -41,6 +41,11 @@ request carries its send time, and the gateway records when it parsed each head,
 wrote each refusal or began each admitted answer, and how late its event loop woke
 (`bench.harness.servertimes`): each row then splits the spike's answers into before the head
 was parsed, inside the gateway (and, admitted, the instance) and after, read by the client.
+Every quarter second a thread samples the gateway's, the instance's and the generator's CPU,
+their threads' wait for a core and their preemptions, each core's busy share
+(`bench.harness.proccpu`), and the instance's bound, busy rate, tail factor and requests in
+its backend (now, and on average while busy: `depth`) from its `/config`; the last table gives
+them per phase (capacity, spike, recovery): where an admitted request's extra time goes.
 """
 
 from __future__ import annotations
@@ -62,12 +67,14 @@ from typing import Any
 import httpx
 
 from bench.gateway_overhead import FEATURES
-from bench.harness import free_port, module_command, serve, servertimes
+from bench.harness import free_port, module_command, proccpu, serve, servertimes
 from bench.harness.rawload import Target
 from bench.overload import Answer, Call, add_client_args, add_phase_args, measure, raw_loops
 from podium.gateway.limits import DEFAULT_MAX_IN_FLIGHT_PER_INSTANCE
 
 MODEL = "xgb-example"
+WARM_UP_S = 3
+"""`bench.overload.measure`'s warm-up before its capacity phase."""
 
 
 BODY = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 20],
@@ -152,32 +159,67 @@ def run_gateway(http_port: int, upstream: str, bound: int, shed: str, times: Pat
 
 
 class Watcher:
-    """The instance's measured bound and busy rate, read from its `/config` every half second
-    while the load runs (a thread of the generator's process)."""
+    """The instance's measured bound, busy rate, tail factor and requests in its backend, read
+    from its `/config` every quarter second while the load runs, and the CPU of the gateway,
+    the instance, the load generator and each core (`proccpu`), sampled alike (a thread of
+    the generator's process)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, servers: dict[str, int]) -> None:
         self.url = url
-        self.bounds: list[int] = []
-        self.rates: list[float] = []
+        self.servers = servers
+        self.config: list[tuple[float, dict[str, Any]]] = []
+        self.cpu: list[proccpu.Sample] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def _pids(self) -> dict[str, int]:
+        """The servers, and the first of this process's other children (the generator's)."""
+        pids = dict(self.servers)
+        children: list[int] = []
+        for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+            with contextlib.suppress(OSError):
+                children += [int(c) for c in (task / "children").read_text().split()]
+        pids.update({f"generator{i}": pid for i, pid in
+                     enumerate(sorted(set(children) - set(self.servers.values())))})
+        return pids
+
     def _run(self) -> None:
         with httpx.Client(timeout=5) as client:
-            while not self._done.wait(0.5):
+            while not self._done.wait(0.25):
+                self.cpu.append(proccpu.sample(self._pids()))
                 try:
                     admission = client.get(self.url).json()["admission"]
                 except (httpx.HTTPError, KeyError, ValueError):
                     continue
-                self.bounds.append(admission["in_flight_bound"])
-                if admission["completions_per_busy_s"] is not None:
-                    self.rates.append(admission["completions_per_busy_s"])
+                self.config.append((time.monotonic(), admission))
 
-    def stop(self) -> tuple[list[int], list[float]]:
+    def stop(self) -> None:
         self._done.set()
         self._thread.join(timeout=10)
-        return self.bounds, self.rates
+
+    def summary(self, window: tuple[float, float] | None = None) -> dict[str, str]:
+        """min/median/max of the bound, the busy rate, the tail factor and the requests in
+        the backend, over `window` (monotonic s) or the whole run."""
+        rows = [a for at, a in self.config if window is None or window[0] <= at <= window[1]]
+        return {"bound": _spread([a["in_flight_bound"] for a in rows]),
+                "rate": _spread([a["completions_per_busy_s"] for a in rows
+                                 if a["completions_per_busy_s"] is not None]),
+                "tail": _spread([a["tail_factor"] for a in rows if "tail_factor" in a]),
+                "depth": _spread([a["depth"] for a in rows if "depth" in a]),
+                "in_backend": _spread([a["in_flight"] for a in rows if "in_flight" in a])}
+
+    def phases(self, windows: dict[str, tuple[float, float]]) -> dict[str, Any]:
+        """Per phase: the CPU shares (generators summed) and the instance's figures."""
+        out: dict[str, Any] = {}
+        for phase, window in windows.items():
+            shares = proccpu.shares(self.cpu, window)
+            generator = [k for k in shares if k.startswith("generator")]
+            for suffix in ("_cpu", "_wait", "_preempted"):
+                shares[f"generator{suffix}"] = round(sum(
+                    shares.pop(k) for k in generator if k.endswith(suffix)), 3)
+            out[phase] = {**shares, **self.summary(window)}
+        return out
 
 
 def _spread(values: list[float]) -> str:
@@ -269,15 +311,17 @@ def main() -> int:
         env = dict(os.environ)
         with serve(instance, f"http://127.0.0.1:{inst}/health/ready",
                    log=logs / f"i-{tag}.log", env=env, timeout_s=600, poll_s=0.5,
-                   stop_timeout_s=120), \
+                   stop_timeout_s=120) as served_instance, \
                 serve(gateway, f"http://127.0.0.1:{gw}/health/ready",
                       log=logs / f"g-{tag}.log", env=env, timeout_s=600, poll_s=0.5,
-                      stop_timeout_s=120):
+                      stop_timeout_s=120) as served_gateway:
             url = f"http://127.0.0.1:{gw}"
             lags: list[float] = []
             counts: dict[str, int] = {}
             stamped: list[tuple[float, int, int, float]] = []
-            watcher = Watcher(f"http://127.0.0.1:{inst}/v2/models/{MODEL}/config")
+            watcher = Watcher(f"http://127.0.0.1:{inst}/v2/models/{MODEL}/config",
+                              {"gateway": served_gateway.pid, "instance": served_instance.pid})
+            began = time.monotonic()
             if opts.client == "raw":
                 target = Target.post_json(f"{url}/v2/models/{MODEL}/infer",
                                           json.dumps(BODY).encode(), stamp=True,
@@ -290,9 +334,18 @@ def main() -> int:
             else:
                 results[name] = measure(infer(url), opts)
             results[name]["offered_rps"] = round(results[name]["offered"] / opts.seconds, 1)
-            bounds, rates = watcher.stop()
-            results[name]["instance_bound"] = _spread(bounds)
-            results[name]["busy_rate"] = _spread(rates)
+            watcher.stop()
+            whole = watcher.summary()
+            results[name]["instance_bound"] = whole["bound"]
+            results[name]["busy_rate"] = whole["rate"]
+            if stamped:  # the open loop's first send starts the spike
+                spike_at = min(sent for sent, *_ in stamped)
+                capacity_at = began + WARM_UP_S
+                results[name]["phases"] = watcher.phases({
+                    "capacity": (capacity_at, capacity_at + opts.capacity_seconds),
+                    "spike": (spike_at, spike_at + opts.seconds),
+                    "recovery": (spike_at + opts.seconds,
+                                 spike_at + opts.seconds + opts.recovery_seconds)})
         if stamped:  # the gateway wrote its times at its exit
             start = min(sent for sent, *_ in stamped)
             spike = [(stamp, status, seconds) for sent, stamp, status, seconds in stamped
@@ -303,7 +356,8 @@ def main() -> int:
               flush=True)
     keys = ["capacity_rps", "offered_rps", "share_2xx", "capacity_p99_ttft_s",
             "admitted_p99_ttft_s", "reject_median_ms", "reject_p99_ms", "num_5xx", "recovery_s",
-            "instance_bound", "busy_rate", "client_lag_s", "connections", "connection_waits"]
+            "instance_bound", "busy_rate", "client_lag_s", "connections", "connection_waits",
+            "capacity_refused", "recovery_share_2xx"]
     parts = ["refusal_before_head_ms", "refusal_inside_ms", "refusal_after_ms",
              "admitted_before_head_ms", "admitted_inside_ms", "admitted_after_ms",
              "server_loop_lag_ms", "server_cpu_share", "server_runqueue_share",
@@ -316,6 +370,19 @@ def main() -> int:
           "stamp with the gateway's record: before_head = sent to head parsed, inside = head "
           "to answer written (refusal) or begun (admitted), after = to read by the client)")
     print("(for xgb the *_ttft_s columns are the time to the whole answer)")
+    cells = ["gateway_cpu", "gateway_wait", "gateway_preempted", "instance_cpu",
+             "instance_wait", "instance_preempted", "generator_cpu", "cpu0_busy", "cpu1_busy",
+             "bound", "rate", "tail", "depth", "in_backend"]
+    print(f"\n{'phase: share of the phase / instance min/median/max':<45}"
+          + "".join(f"{k:>20}" for k in cells))
+    for name, r in results.items():
+        for phase, figures in r.get("phases", {}).items():
+            print(f"{name + ' ' + phase:<45}" + "".join(f"{figures.get(k, '-')!s:>20}"
+                                                       for k in cells))
+    print("(cpu: CPU seconds per second of the phase, all threads; wait: seconds runnable but "
+          "waiting for a core; preempted: involuntary context switches a second; cpuN_busy: "
+          "the core's busy share, every process on it; depth: the instance's mean requests in "
+          "its backend while busy, where it has one)")
     for name, r in results.items():
         print(f"{name}: admitted p99 / capacity p99 "
               f"{r['admitted_p99_ttft_s'] / r['capacity_p99_ttft_s']:.2f}x (target <= 2x), "

@@ -6,6 +6,8 @@ reports its figures through these helpers, so a figure's method is written once.
 - `loops`: closed-loop and open-loop asyncio load, bounded in count and time, loopback only.
 - `rawload`: the multi-process raw-socket generator for loads httpx cannot offer on 2 cores.
 - `stats`: percentiles (one definition: linear interpolation, numpy's default).
+- `proccpu`: each process's CPU, wait for a core and preemptions, each core's busy share, per
+  phase (from /proc).
 - `report`: the A/B/B/A order between a peer and Podium, and each ratio with its spread.
 - `free_port` is the product's own (`podium.ports`), the one definition.
 """

@@ -18,6 +18,10 @@ and the closed ones' TIME_WAITs exhausted the machine's ephemeral ports (other p
 A `stamp`ed target carries its send time (`x-bench-sent`, CLOCK_MONOTONIC nanoseconds, which
 every process of the machine shares) so a server can say how long the request waited before
 its head was parsed (`bench.harness.servertimes`). The processes run uvloop when installed.
+
+A closed loop's client that is refused (429) waits `REFUSED_WAIT_S` (the `Retry-After` Podium
+sends) before it sends again, as a client that honours it does; sent again at once, a client
+past the server's in-flight bound would spin on refusals and make the closed loop an overload.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from bench.harness.loops import check_loopback
+
+REFUSED_WAIT_S = 1.0
+"""How long a closed loop's refused client waits before it sends again (Podium's Retry-After)."""
 
 TIMEOUT_S = 120.0
 MAX_CONNECTIONS = 256
@@ -258,7 +265,10 @@ async def _closed(target: Sender, concurrency: int, seconds: float, start: float
     async def worker() -> None:
         conns = target.connections()  # one connection per client, as a closed loop has
         while (now := time.monotonic()) < deadline:
-            answers.append((now, *await conns.send()))
+            answer = await conns.send()
+            answers.append((now, *answer))
+            if answer[0] == 429:  # as its Retry-After says, not at once
+                await asyncio.sleep(max(0.0, min(REFUSED_WAIT_S, deadline - time.monotonic())))
         for key, value in _finish(conns).items():
             counts[key] = counts.get(key, 0) + value
 

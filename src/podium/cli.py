@@ -178,7 +178,8 @@ def _inspect(args: argparse.Namespace) -> int:
         table.add_row("admission", f"in-flight bound measured while serving: completions per "
                       f"busy second x {admission['target_wait_s']:g} s "
                       f"({admission['target_wait_source']}), between {admission['floor']} and "
-                      f"{admission['ceiling']}")
+                      f"{admission['ceiling']} (down to {admission['measured_floor']} when "
+                      "measured saturated)")
     if adapter is not None:
         table.add_row("adapter of", f"{adapter.base_key} (rank {adapter.rank})")
     elif cached is not None:

@@ -18,7 +18,9 @@ from podium.backends import create_backend
 from podium.backends.base import InferenceRequest, InferenceResponse, Tensor
 from podium.backends.classic_admission import (
     FLOOR,
+    MEASURED_FLOOR,
     MIN_COMPLETIONS,
+    SATURATED_DEPTH,
     TAIL_EVERY,
     WINDOW_S,
     BusyRate,
@@ -104,9 +106,13 @@ def test_old_work_fades_once_the_window_is_full() -> None:
 def test_the_bound_is_the_work_done_in_the_target_wait_within_floor_and_ceiling() -> None:
     assert bound(None, 0.02, 1088) == FLOOR  # not measured: the floor
     assert bound(2000.0, 0.02, 1088) == 40
-    assert bound(100.0, 0.02, 1088) == FLOOR  # slow: never below the floor
+    assert bound(600.0, 0.02, 1088) == FLOOR  # slow, measured at light load: the floor
+    saturated = SATURATED_DEPTH
+    assert bound(600.0, 0.02, 1088, depth=saturated) == 12  # saturated: below the floor
+    assert bound(100.0, 0.02, 1088, depth=saturated) == MEASURED_FLOOR  # never below that
     assert bound(1e6, 0.02, 1088) == 1088  # fast: never past the queue plus one batch
     assert bound(None, 0.02, 5) == 5  # a queue smaller than the floor caps it too
+    assert bound(100.0, 0.02, 3, depth=saturated) == 3  # and the measured floor
 
 
 def test_the_tail_factor_is_the_mean_time_over_its_90th_percentile() -> None:
@@ -117,6 +123,7 @@ def test_the_tail_factor_is_the_mean_time_over_its_90th_percentile() -> None:
     assert tail_factor([0.0, 0.0]) == 1.0  # no time at all: no correction
     assert bound(2000.0, 0.02, 1088, tail=0.5) == 20  # half the rate x wait of 40
     assert bound(2000.0, 0.02, 1088, tail=0.1) == FLOOR  # never below the floor
+    assert bound(2000.0, 0.02, 1088, tail=0.1, depth=SATURATED_DEPTH) == MEASURED_FLOOR
 
 
 def test_a_long_tail_lowers_the_bound_and_an_even_one_does_not() -> None:
@@ -155,6 +162,71 @@ def test_the_first_measurement_and_large_changes_are_logged() -> None:
     assert "in-flight bound 40 for a 0.02s target wait (default)" in line
     assert "measured 2048 completions per busy second" in line
     assert admission.as_dict()["in_flight_bound"] == 40
+
+
+def serve_held(admission: ClassicAdmission, clock: Clock, held: int, rate: float,
+               seconds: float) -> None:
+    """`held` requests in the backend at once for `seconds`, one finishing every 1 / `rate`
+    s and another entering in its place."""
+    entered = [admission.busy.started() for _ in range(held)]
+    start = clock.now
+    while clock.now - start < seconds:
+        clock.now += 1 / rate
+        admission.finished(since=entered.pop(0))
+        entered.append(admission.busy.started())
+    for since in entered:
+        admission.finished(since=since)
+
+
+def test_the_depth_is_the_mean_in_the_backend_while_busy() -> None:
+    clock = Clock()
+    rate = BusyRate(clock)
+    assert rate.depth() == 0.0
+    first = rate.started()
+    clock.now += 0.01  # one alone for 10 ms
+    rate.started()
+    clock.now += 0.01  # then two for 10 ms
+    rate.finished()
+    rate.finished()
+    clock.now += 1.0  # idle: not busy, so not counted
+    assert first == 100.0 and rate.depth() == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize(("held", "expected"), [
+    pytest.param(12, 12, id="saturated-12-deep: below the floor"),
+    pytest.param(2, FLOOR, id="two-deep: a light-load rate, the floor"),
+])
+def test_a_slow_rate_bounds_below_the_floor_only_when_the_backend_was_saturated(
+        held: int, expected: int) -> None:
+    """600 a second (rate x wait 12): a starved instance with 12 in its backend is admitted
+    12, not the 16 that would wait 16 / 600 s; the same rate with two in the backend is the
+    rate of requests with little company, and the floor holds."""
+    clock = Clock()
+    admission = ClassicAdmission(0.02, 1088, "default", clock)
+    serve_held(admission, clock, held, 600.0, 3 * WINDOW_S)
+    assert admission.busy.depth() == pytest.approx(held, rel=0.05)
+    assert admission.tail == pytest.approx(1.0)  # every request took as long
+    assert admission.bound == expected
+    assert admission.as_dict()["depth"] == pytest.approx(held, rel=0.05)
+
+
+def test_a_saturated_bound_grows_back_past_the_floor_when_the_instance_speeds_up() -> None:
+    clock = Clock()
+    admission = ClassicAdmission(0.02, 1088, "default", clock)
+    serve_held(admission, clock, 12, 600.0, 3 * WINDOW_S)
+    assert admission.bound == 12
+    serve_held(admission, clock, 12, 2048.0, 6 * WINDOW_S)
+    assert admission.bound == pytest.approx(41, abs=3)  # 2048 x 0.02: the slow ones faded
+
+
+def test_the_config_shows_the_requests_in_the_backend_now() -> None:
+    clock = Clock()
+    admission = ClassicAdmission(0.02, 1088, "default", clock)
+    first = admission.busy.started()
+    admission.busy.started()
+    assert admission.as_dict()["in_flight"] == 2
+    admission.finished(since=first)
+    assert admission.as_dict()["in_flight"] == 1
 
 
 def package(tmp_path: Path, **manifest: object) -> Path:
@@ -233,8 +305,10 @@ def test_podium_inspect_shows_how_a_classic_packages_bound_is_set(tmp_path: Path
     assert shown.returncode == 0, shown.stderr
     admission = json.loads(shown.stdout)["admission"]
     assert (admission["target_wait_s"], admission["target_wait_source"]) == (0.5, "package")
-    assert (admission["floor"], admission["ceiling"]) == (FLOOR, 10 + 64)
+    assert (admission["floor"], admission["measured_floor"], admission["ceiling"]) == \
+        (FLOOR, MEASURED_FLOOR, 10 + 64)
     table = subprocess.run([sys.executable, "-m", "podium.cli", "inspect", str(root)],
                            capture_output=True, text=True, timeout=120,
                            env={**os.environ, "COLUMNS": "200"})
-    assert "completions per busy second x 0.5 s (package), between 16 and 74" in table.stdout
+    assert ("completions per busy second x 0.5 s (package), between 16 and 74 (down to 4 "
+            "when measured saturated)") in table.stdout

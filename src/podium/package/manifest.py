@@ -218,9 +218,9 @@ class _ClassicManifest(_ManifestBase):
         default=None, gt=0, le=60,
         description="The wait this model's in-flight bound is sized to: the gateway admits "
         "to each instance the requests it was measured to finish in this time (completions "
-        "per busy second x the wait, at least 16, at most the queue plus one batch) and "
-        "refuses more at once with 429. None: the instance's --classic-target-wait-s, else "
-        "0.02.")
+        "per busy second x the wait x the tail factor, at least 16, or 4 while the backend "
+        "is measured saturated, at most the queue plus one batch) and refuses more at once "
+        "with 429. None: the instance's --classic-target-wait-s, else 0.02.")
 
 
 class XGBoostManifest(_ClassicManifest):

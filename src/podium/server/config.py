@@ -149,9 +149,9 @@ class ServerConfig(ProcessConfig):
         default=None, gt=0, le=60, strict=True,
         description="The wait a classic model's in-flight bound is sized to: the bound the "
         "gateway admits to is the requests the instance was measured to finish in this time "
-        "(completions per busy second x the wait, at least 16, at most the queue plus one "
-        "batch); overrides every package's admission_target_wait_s; default: the package's, "
-        "else 0.02.")
+        "(completions per busy second x the wait x the tail factor, at least 16, or 4 while "
+        "the backend is measured saturated, at most the queue plus one batch); overrides "
+        "every package's admission_target_wait_s; default: the package's, else 0.02.")
     shutdown_timeout_s: Annotated[float, Flag("--shutdown-timeout", metavar="SECONDS")] = Field(
         default=30.0, ge=0, strict=True,
         description="Seconds SIGTERM may take in all: in-flight requests, then unloading; past "
