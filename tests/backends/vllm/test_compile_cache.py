@@ -120,6 +120,27 @@ def test_engine_that_rewrites_the_cached_build_is_reported(tmp_path: Path, caplo
     assert "rewrote torch_aot_compile/abc" in caplog.text
 
 
+def test_engine_that_builds_its_kernels_again_at_load_is_reported(tmp_path: Path,
+                                                                  caplog) -> None:
+    """vLLM's AOT build on CPU loads C++ kernels from `inductor_cache/`; where their source
+    changed (the entry moved to another path), the load builds them again with g++."""
+    cache = CompileCache(tmp_path)
+    run_with_artifacts(_job(), FakeEngine().start, cache)
+
+    def rebuild_kernels() -> None:
+        [build] = Path(os.environ["VLLM_CACHE_ROOT"]).glob("**/torch_aot_compile/abc")
+        (build / "inductor_cache" / "fg").mkdir(parents=True)
+        (build / "inductor_cache" / "fg" / "cfg.main.so").write_bytes(b"\0" * 64)
+
+    caplog.set_level(logging.WARNING, "podium.compile_cache")
+    assert run_with_artifacts(_job(), rebuild_kernels, cache)[1] is False
+    assert "rewrote torch_aot_compile/abc/inductor_cache" in caplog.text
+    assert cache.lookup(_job().key).info["hits"] == 0
+    caplog.clear()
+    assert run_with_artifacts(_job(), lambda: None, cache)[1] is True  # built once, then loaded
+    assert caplog.text == ""
+
+
 class FakeInductor:
     """vLLM compiled on CPU with AOT off: only Inductor's FX-graph cache holds the build (an
     entry per graph, written on a miss, read on a hit)."""

@@ -196,12 +196,14 @@ def engine_environment(engine_root: Path) -> Iterator[None]:
 
 def _artifacts(engine_root: Path) -> dict[Path, int]:
     """What a compile writes, with mtimes: vLLM's own builds
-    (`torch_compile_cache/<vLLM's key>/rank_*/<artifact>`) and Inductor's FX-graph and
-    AOTAutograd cache entries (the compiled code on CPU, where vLLM's AOT build is off). A
-    compile writes a new one or rewrites one; a load leaves them as they were."""
+    (`torch_compile_cache/<vLLM's key>/rank_*/<artifact>`, and on CPU the C++ kernels its AOT
+    build loads, `…/inductor_cache/**`, built again at load where their source changed: an
+    entry moved to another path, measured ~15 s of g++ on the boot path) and Inductor's
+    FX-graph and AOTAutograd cache entries (the compiled code on CPU, where vLLM's AOT build is
+    off). A compile writes a new one or rewrites one; a load leaves them as they were."""
     found = {}
-    for pattern in ("torch_compile_cache/**/rank_*/*", "torchinductor/fxgraph/**/*",
-                    "torchinductor/aotautograd/**/*"):
+    for pattern in ("torch_compile_cache/**/rank_*/*", "torch_compile_cache/**/inductor_cache/**/*",
+                    "torchinductor/fxgraph/**/*", "torchinductor/aotautograd/**/*"):
         for path in engine_root.glob(pattern):
             if path.is_file():
                 found[path.relative_to(engine_root)] = path.stat().st_mtime_ns
