@@ -13,7 +13,7 @@ from MODE_BY_MACHINE, the mode chosen by measurement on each machine kind:
                                       15 s: vLLM's AOT load and warm-up forward) and each build
                                       compiles ~150 s (per package, engine args and machine):
                                       `engine_mode: compiled` opts in (a compiled-where-cached
-                                      rule is on branch cmp28-auto)
+                                      rule was built and tested, not merged: see there)
     cuda           compiled           torch.compile + CUDA graphs are what vLLM is fast with
     (other)        compiled           vLLM's own default; not measured by Podium
 
