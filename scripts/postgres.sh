@@ -86,8 +86,16 @@ if ! accepting; then
         rm -f "$DATA/postmaster.pid"
     fi
     log "starting on 127.0.0.1:$PG_PORT"
-    as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$PG_DIR/server.log" -w -t 60 \
-        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DIR -c fsync=off" start >&2
+    (
+        # The server outlives this script, so it must not keep the caller's descriptors: run
+        # under `flock LOCK make test` it held the lock for as long as it ran (seen here).
+        for fd in /proc/$BASHPID/fd/*; do
+            fd="${fd##*/}"
+            [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null || true
+        done
+        as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$PG_DIR/server.log" -w -t 60 \
+            -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DIR -c fsync=off" start >&2
+    )
 fi
 
 if ! as_pg "$BINDIR/psql" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -d postgres -tAc \
