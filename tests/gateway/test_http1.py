@@ -264,3 +264,31 @@ async def test_a_connection_the_instance_closed_is_not_reused() -> None:
     assert server.connections == 2
     await upstream.aclose()
     await server.stop()
+
+
+async def test_idle_connections_of_an_address_no_longer_asked_for_are_closed_and_forgotten(
+        echoing: Raw) -> None:
+    other = await Raw(lambda data, t: t.write(answer(b"{}"))).start()
+    upstream = Upstream(connect_timeout_s=2)
+    pool = upstream._pool
+    gone = f"http://127.0.0.1:{other.port}/infer"  # an instance that then leaves routing
+    response = await upstream.send("POST", gone, [], b"{}")
+    await response.read()
+    response.release()
+    assert ("127.0.0.1", other.port) in pool._idle
+    for conn in pool._idle[("127.0.0.1", other.port)]:
+        conn.idle_since -= http1.IDLE_CLOSE_S + 1  # idle past its time: nobody asked again
+    pool._swept -= http1.IDLE_CLOSE_S + 1  # and the last sweep as long ago
+    url = f"http://127.0.0.1:{echoing.port}/infer"
+    response = await upstream.send("POST", url, [], b"{}")  # traffic to another instance
+    await response.read()
+    response.release()
+    assert ("127.0.0.1", other.port) not in pool._idle  # forgotten
+    await eventually(lambda: other.closed == 1)  # and its socket closed
+    assert [len(c) for c in pool._idle.values()] == [1]  # the live instance's stays pooled
+    response = await upstream.send("POST", url, [], b"{}")
+    await response.read()
+    response.release()
+    assert echoing.connections == 1  # and is reused
+    await upstream.aclose()
+    await other.stop()

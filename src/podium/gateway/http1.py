@@ -241,6 +241,7 @@ class Pool:
     def __init__(self, connect_timeout_s: float) -> None:
         self.connect_timeout_s = connect_timeout_s
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
+        self._swept = time.monotonic()
 
     async def send(self, host: str, port: int, raw: bytes) -> Response:
         """Write `raw` (a whole request) on a connection to (host, port); its answer's head.
@@ -254,8 +255,29 @@ class Pool:
             raise
 
     def put(self, conn: _Conn) -> None:
-        conn.idle_since = time.monotonic()
+        now = time.monotonic()
+        if now - self._swept > IDLE_CLOSE_S:
+            self._sweep(now)
+        conn.idle_since = now
         self._idle.setdefault(conn.key, []).append(conn)
+
+    def _sweep(self, now: float) -> None:
+        """Close and forget, at every address, the idle connections past their time or closed
+        by their instance: `_take` looks only at the address asked for, and an instance that
+        left the route table is never asked for again (its connections, sockets included, would
+        stay for the gateway's life). At most once per `IDLE_CLOSE_S`, from `put`."""
+        self._swept = now
+        for key, conns in list(self._idle.items()):
+            kept = [c for c in conns if not (c.closed or c.transport is None
+                                             or c.transport.is_closing()
+                                             or now - c.idle_since > IDLE_CLOSE_S)]
+            for conn in conns:
+                if conn not in kept:
+                    conn.close()
+            if kept:
+                self._idle[key] = kept
+            else:
+                del self._idle[key]
 
     def close(self) -> None:
         """Close every idle connection."""
