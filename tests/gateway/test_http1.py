@@ -64,6 +64,14 @@ async def echoing() -> AsyncIterator[Raw]:
     await server.stop()
 
 
+async def post(upstream: Upstream, url: str) -> bytes:
+    """One `{}` POST read to its end and released (its connection back to the pool)."""
+    response = await upstream.send("POST", url, [], b"{}")
+    body = await response.read()
+    response.release()
+    return body
+
+
 async def eventually(condition: Callable[[], bool]) -> None:
     for _ in range(500):
         if condition():
@@ -104,16 +112,12 @@ async def test_a_connection_read_to_its_end_is_reused_and_one_released_early_is_
     upstream = Upstream(connect_timeout_s=2)
     url = f"http://127.0.0.1:{server.port}/infer"
     for _ in range(3):
-        response = await upstream.send("POST", url, [], b"{}")
-        await response.read()
-        response.release()
+        await post(upstream, url)
     assert server.connections == 1
     response = await upstream.send("POST", url, [], b"{}")
     response.release()  # before its body was read to its end: not reusable
     await eventually(lambda: server.closed == 1)
-    response = await upstream.send("POST", url, [], b"{}")
-    assert await response.read() == b'{"ok": true}'
-    response.release()
+    assert await post(upstream, url) == b'{"ok": true}'
     assert server.connections == 2
     await upstream.aclose()
     await server.stop()
@@ -123,13 +127,9 @@ async def test_an_idle_connection_past_its_time_is_closed_not_reused(
         echoing: Raw, monkeypatch: pytest.MonkeyPatch) -> None:
     upstream = Upstream(connect_timeout_s=2)
     url = f"http://127.0.0.1:{echoing.port}/infer"
-    response = await upstream.send("POST", url, [], b"{}")
-    await response.read()
-    response.release()
+    await post(upstream, url)
     monkeypatch.setattr(http1, "IDLE_CLOSE_S", -1.0)  # every idle connection is too old
-    response = await upstream.send("POST", url, [], b"{}")
-    await response.read()
-    response.release()
+    await post(upstream, url)
     assert echoing.connections == 2
     await eventually(lambda: echoing.closed == 1)
     await upstream.aclose()
@@ -258,9 +258,7 @@ async def test_a_connection_the_instance_closed_is_not_reused() -> None:
     conn = response._conn
     response.release()  # kept: the answer said nothing of closing
     await eventually(lambda: conn.closed)  # then the instance hung up, and the gateway saw it
-    response = await upstream.send("POST", url, [], b"{}")  # on a new connection
-    assert await response.read() == b"{}"
-    response.release()
+    assert await post(upstream, url) == b"{}"  # on a new connection
     assert server.connections == 2
     await upstream.aclose()
     await server.stop()
@@ -272,23 +270,17 @@ async def test_idle_connections_of_an_address_no_longer_asked_for_are_closed_and
     upstream = Upstream(connect_timeout_s=2)
     pool = upstream._pool
     gone = f"http://127.0.0.1:{other.port}/infer"  # an instance that then leaves routing
-    response = await upstream.send("POST", gone, [], b"{}")
-    await response.read()
-    response.release()
+    await post(upstream, gone)
     assert ("127.0.0.1", other.port) in pool._idle
     for conn in pool._idle[("127.0.0.1", other.port)]:
         conn.idle_since -= http1.IDLE_CLOSE_S + 1  # idle past its time: nobody asked again
     pool._swept -= http1.IDLE_CLOSE_S + 1  # and the last sweep as long ago
     url = f"http://127.0.0.1:{echoing.port}/infer"
-    response = await upstream.send("POST", url, [], b"{}")  # traffic to another instance
-    await response.read()
-    response.release()
+    await post(upstream, url)  # traffic to another instance
     assert ("127.0.0.1", other.port) not in pool._idle  # forgotten
     await eventually(lambda: other.closed == 1)  # and its socket closed
     assert [len(c) for c in pool._idle.values()] == [1]  # the live instance's stays pooled
-    response = await upstream.send("POST", url, [], b"{}")
-    await response.read()
-    response.release()
+    await post(upstream, url)
     assert echoing.connections == 1  # and is reused
     await upstream.aclose()
     await other.stop()

@@ -211,6 +211,11 @@ class _Conn(asyncio.Protocol):
         else:
             self.close()
 
+    @property
+    def gone(self) -> bool:
+        """Closed, by this end or (as the transport says) by the instance."""
+        return self.closed or self.transport is None or self.transport.is_closing()
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -268,12 +273,12 @@ class Pool:
         stay for the gateway's life). At most once per `IDLE_CLOSE_S`, from `put`."""
         self._swept = now
         for key, conns in list(self._idle.items()):
-            kept = [c for c in conns if not (c.closed or c.transport is None
-                                             or c.transport.is_closing()
-                                             or now - c.idle_since > IDLE_CLOSE_S)]
+            kept = []
             for conn in conns:
-                if conn not in kept:
+                if conn.gone or now - conn.idle_since > IDLE_CLOSE_S:
                     conn.close()
+                else:
+                    kept.append(conn)
             if kept:
                 self._idle[key] = kept
             else:
@@ -291,7 +296,7 @@ class Pool:
         now = time.monotonic()
         while conns:
             conn = conns.pop()
-            if conn.closed or conn.transport is None or conn.transport.is_closing():
+            if conn.gone:
                 continue  # closed by the instance (its end of the connection is gone)
             if now - conn.idle_since > IDLE_CLOSE_S:  # the older ones are idle longer still
                 conn.close()
